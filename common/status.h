@@ -1,0 +1,102 @@
+// Status and Result<T>: how every core component (storage, indexing,
+// postings, analyzers) reports errors. Errors are values, never exceptions;
+// the server maps a Status code to an HTTP status at the boundary.
+#pragma once
+
+#include <cassert>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace corvid {
+
+enum class StatusCode {
+  kOk = 0,
+  kNotFound,
+  kInvalidArgument,
+  kPreconditionFailed,  // If-Match / If-None-Match did not hold
+  kCorruption,
+  kIOError,
+  kBusy,
+  kTooLarge,
+  kShuttingDown,
+  kInternal,
+};
+
+// A code plus a human-readable message. Cheap to copy when ok (no message).
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  static Status Ok() { return Status(); }
+  static Status NotFound(std::string msg) { return {StatusCode::kNotFound, std::move(msg)}; }
+  static Status InvalidArgument(std::string msg) { return {StatusCode::kInvalidArgument, std::move(msg)}; }
+  static Status PreconditionFailed(std::string msg) { return {StatusCode::kPreconditionFailed, std::move(msg)}; }
+  static Status Corruption(std::string msg) { return {StatusCode::kCorruption, std::move(msg)}; }
+  static Status IOError(std::string msg) { return {StatusCode::kIOError, std::move(msg)}; }
+  static Status Busy(std::string msg) { return {StatusCode::kBusy, std::move(msg)}; }
+  static Status TooLarge(std::string msg) { return {StatusCode::kTooLarge, std::move(msg)}; }
+  static Status ShuttingDown(std::string msg) { return {StatusCode::kShuttingDown, std::move(msg)}; }
+  static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  std::string ToString() const;
+
+ private:
+  Status(StatusCode code, std::string msg) : code_(code), message_(std::move(msg)) {}
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+// Either a value or a non-ok Status. Accessing value() of an error is a
+// programmer error (asserted), never a user-input path.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}             // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {       // NOLINT: implicit by design
+    assert(!status_.ok());
+  }
+
+  bool ok() const { return value_.has_value(); }
+  const Status& status() const { return status_; }
+  T& value() & { assert(ok()); return *value_; }
+  const T& value() const& { assert(ok()); return *value_; }
+  T&& value() && { assert(ok()); return std::move(*value_); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+ private:
+  std::optional<T> value_;
+  Status status_;
+};
+
+inline std::string_view StatusCodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kNotFound: return "not_found";
+    case StatusCode::kInvalidArgument: return "invalid_argument";
+    case StatusCode::kPreconditionFailed: return "precondition_failed";
+    case StatusCode::kCorruption: return "corruption";
+    case StatusCode::kIOError: return "io_error";
+    case StatusCode::kBusy: return "busy";
+    case StatusCode::kTooLarge: return "too_large";
+    case StatusCode::kShuttingDown: return "shutting_down";
+    case StatusCode::kInternal: return "internal";
+  }
+  return "unknown";
+}
+
+inline std::string Status::ToString() const {
+  if (ok()) return "ok";
+  std::string s(StatusCodeName(code_));
+  s += ": ";
+  s += message_;
+  return s;
+}
+
+}  // namespace corvid

@@ -1,0 +1,47 @@
+// The HTTP/1.1 transport: listens, reads requests with keep-alive on an
+// Asio thread pool, hands each to the Router and writes its Response. Beast
+// and Asio stay inside http_server.cc; this header is cheap to include.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "server/router.h"
+
+namespace corvid::server {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;  // 0: any free port
+  int threads = 0;       // 0: one per core
+  std::chrono::milliseconds idle_timeout{30000};
+  // How long a graceful shutdown waits for requests in flight.
+  std::chrono::milliseconds drain_timeout{10000};
+  RouterOptions router;
+};
+
+class HttpServer {
+ public:
+  // Binds the listening socket; the store must outlive the server.
+  static Result<std::unique_ptr<HttpServer>> Create(storage::DocumentStore& store, HttpServerOptions options);
+  ~HttpServer();
+
+  // "host:port" actually bound (useful with port 0).
+  std::string LocalEndpoint() const;
+
+  // Serves until SIGINT/SIGTERM (or Stop()), then drains requests in flight
+  // and returns. Blocks the calling thread, which joins the pool.
+  void Run();
+  // Begins a graceful shutdown; callable from any thread.
+  void Stop();
+
+  class Impl;
+
+ private:
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace corvid::server

@@ -1,0 +1,92 @@
+// corvid: the server binary. `corvid serve [--data DIR] [--listen HOST:PORT]
+// [--threads N] [--api-key KEY] ...` opens the store, serves HTTP until
+// SIGTERM/SIGINT, drains, closes the store and exits 0.
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <string_view>
+
+#include "server/http_server.h"
+#include "storage/document_store.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: corvid serve [--data DIR] [--listen HOST:PORT] [--threads N] [--api-key KEY]\n"
+    "                    [--max-doc-bytes N] [--max-bulk-bytes N] [--idle-timeout-ms N]\n"
+    "defaults: --data ./corvid-data --listen 127.0.0.1:8080 --threads <cores>\n";
+
+bool ParseNumber(std::string_view s, uint64_t& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return !s.empty() && ec == std::errc() && p == s.data() + s.size();
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "corvid: " << message << "\n" << kUsage;
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string_view(argv[1]) != "serve") return Fail("expected the 'serve' command");
+  std::string data_dir = "./corvid-data";
+  std::string listen = "127.0.0.1:8080";
+  corvid::server::HttpServerOptions options;
+  for (int i = 2; i < argc; ++i) {
+    std::string_view flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (i + 1 >= argc) return Fail("missing value for " + std::string(flag));
+    std::string_view value = argv[++i];
+    uint64_t n = 0;
+    if (flag == "--data") {
+      data_dir = value;
+    } else if (flag == "--listen") {
+      listen = value;
+    } else if (flag == "--api-key") {
+      options.router.api_key = value;
+    } else if (flag == "--threads" || flag == "--max-doc-bytes" || flag == "--max-bulk-bytes" ||
+               flag == "--idle-timeout-ms") {
+      if (!ParseNumber(value, n) || n == 0) return Fail(std::string(flag) + " needs a positive integer");
+      if (flag == "--threads") options.threads = int(std::min<uint64_t>(n, 1024));
+      if (flag == "--max-doc-bytes") options.router.max_doc_bytes = n;
+      if (flag == "--max-bulk-bytes") options.router.max_bulk_bytes = n;
+      if (flag == "--idle-timeout-ms") options.idle_timeout = std::chrono::milliseconds(n);
+    } else {
+      return Fail("unknown flag " + std::string(flag));
+    }
+  }
+  size_t colon = listen.rfind(':');
+  uint64_t port = 0;
+  if (colon == std::string::npos || !ParseNumber(std::string_view(listen).substr(colon + 1), port) || port > 65535)
+    return Fail("--listen must be HOST:PORT");
+  options.host = listen.substr(0, colon);
+  if (options.host.size() > 2 && options.host.front() == '[' && options.host.back() == ']')
+    options.host = options.host.substr(1, options.host.size() - 2);
+  options.port = uint16_t(port);
+
+  auto store = corvid::storage::DocumentStore::Open(data_dir + "/store");
+  if (!store.ok()) {
+    std::cerr << "corvid: cannot open the store in " << data_dir << ": " << store.status().ToString() << "\n";
+    return 1;
+  }
+  auto server = corvid::server::HttpServer::Create(**store, options);
+  if (!server.ok()) {
+    std::cerr << "corvid: " << server.status().ToString() << "\n";
+    return 1;
+  }
+  std::printf("corvid listening on %s\n", (*server)->LocalEndpoint().c_str());
+  std::fflush(stdout);
+  (*server)->Run();
+  // The store closes first: its merger drains and answers any queued write
+  // (into the stopped I/O context) before the server's objects go away.
+  store->reset();
+  server->reset();
+  std::fprintf(stderr, "corvid: shut down cleanly\n");
+  return 0;
+}

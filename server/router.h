@@ -1,0 +1,84 @@
+// The HTTP API as plain functions of a request: routing, authentication,
+// and the handlers for every endpoint in API.md. Transport-free (no Beast
+// or Asio here) so that http_server.cc is the only file that knows sockets.
+//
+// Thread safety: Handle() is called concurrently from the I/O threads; a
+// Reply may be invoked from any thread (e.g. the store's merger thread).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace corvid::storage {
+class DocumentStore;
+}
+
+namespace corvid::server {
+
+struct Request {
+  std::string method;  // "GET", "PUT", ...
+  std::string target;  // path and query, still percent-encoded
+  std::string body;
+  std::string content_type;
+  std::string if_match;
+  std::string if_none_match;
+  std::string authorization;
+  bool has_authorization = false;
+};
+
+struct Response {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::optional<uint64_t> etag;  // sent as ETag: "N"
+  std::string allow;             // Allow header for 405
+  bool close = false;            // close the connection after this response
+};
+
+using Reply = std::function<void(Response)>;
+
+// Delayed work, provided by the transport (an Asio timer).
+class Timers {
+ public:
+  virtual ~Timers() = default;
+  virtual void RunAfter(std::chrono::milliseconds delay, std::function<void()> fn) = 0;
+};
+
+struct RouterOptions {
+  std::string api_key;  // empty: no authentication
+  size_t max_doc_bytes = size_t{16} << 20;
+  size_t max_bulk_bytes = size_t{256} << 20;
+};
+
+// Builds the error body {"error": {"code", "message"[, "offset"|"line"]}}.
+Response ErrorResponse(int status, std::string_view code, std::string_view message,
+                       std::optional<size_t> offset = std::nullopt, std::optional<size_t> line = std::nullopt);
+
+class Router {
+ public:
+  Router(storage::DocumentStore& store, Timers& timers, RouterOptions options);
+  ~Router();
+
+  // Handles one request; `reply` is called exactly once.
+  void Handle(Request request, Reply reply);
+
+  // The body size limit for a request to `target` with `method`: bulk
+  // inserts get the bulk limit, everything else the document limit.
+  size_t BodyLimit(std::string_view method, std::string_view target) const;
+
+  // Answers pending long polls now (on shutdown).
+  void CompleteWaiters();
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace corvid::server

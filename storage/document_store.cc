@@ -1,0 +1,334 @@
+// DocumentStore: opening the LMDB environment, reads (documents, change
+// feed, collections) and the commit signal. The write path is in
+// document_store_write.cc.
+#include "storage/document_store.h"
+
+#include <zstd.h>
+
+#include <filesystem>
+#include <future>
+
+#include "storage/format.h"
+#include "storage/store_impl.h"
+
+namespace corvid::storage {
+
+namespace fmt = format;
+
+Status LmdbStatus(int rc, std::string_view what) {
+  if (rc == 0) return Status::Ok();
+  std::string msg(what);
+  msg += ": ";
+  msg += mdb_strerror(rc);
+  if (rc == MDB_NOTFOUND) return Status::NotFound(std::move(msg));
+  if (rc == MDB_CORRUPTED || rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_PAGE_NOTFOUND)
+    return Status::Corruption(std::move(msg));
+  return Status::IOError(std::move(msg));
+}
+
+ReadTxn::ReadTxn(MDB_env* env) {
+  int rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn_);
+  if (rc != 0) {
+    txn_ = nullptr;
+    status_ = LmdbStatus(rc, "begin read transaction");
+  }
+}
+
+namespace {
+
+// Returns the number of bytes of a valid UTF-8 prefix; == s.size() if valid.
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0, n = s.size();
+  auto u = reinterpret_cast<const unsigned char*>(s.data());
+  while (i < n) {
+    unsigned char c = u[i];
+    if (c < 0x80) { ++i; continue; }
+    int len;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+    else return false;
+    if (i + len > n) return false;
+    for (int k = 1; k < len; ++k) {
+      if ((u[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (u[i + k] & 0x3F);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += len;
+  }
+  return true;
+}
+
+Status DecodeBody(const fmt::DocView& view, std::string& out) {
+  if (!(view.flags & fmt::kFlagZstd)) {
+    out.assign(view.body);
+    return Status::Ok();
+  }
+  unsigned long long size = ZSTD_getFrameContentSize(view.body.data(), view.body.size());
+  if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (1ull << 34))
+    return Status::Corruption("document body: bad zstd frame header");
+  out.resize(size);
+  size_t got = ZSTD_decompress(out.data(), out.size(), view.body.data(), view.body.size());
+  if (ZSTD_isError(got) || got != size)
+    return Status::Corruption("document body: zstd decompression failed");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateName(std::string_view name, std::string_view what) {
+  if (name.empty() || name.size() > 512)
+    return Status::InvalidArgument(std::string(what) + " must be 1 to 512 bytes");
+  if (name.find('\0') != std::string_view::npos)
+    return Status::InvalidArgument(std::string(what) + " must not contain NUL");
+  if (!IsValidUtf8(name)) return Status::InvalidArgument(std::string(what) + " is not valid UTF-8");
+  return Status::Ok();
+}
+
+DocumentStore::DocumentStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+DocumentStore::~DocumentStore() = default;
+
+DocumentStore::Impl::~Impl() {
+  {
+    std::lock_guard lock(queue_mu);
+    stopping = true;
+  }
+  queue_cv.notify_all();
+  if (merger.joinable()) merger.join();
+  if (env) mdb_env_close(env);
+}
+
+Status DocumentStore::Impl::OpenEnv(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IOError("create " + dir + ": " + ec.message());
+  int rc = mdb_env_create(&env);
+  if (rc != 0) return LmdbStatus(rc, "mdb_env_create");
+  mdb_env_set_maxdbs(env, 8);
+  mdb_env_set_maxreaders(env, 1024);
+  rc = mdb_env_set_mapsize(env, options.map_size);
+  if (rc != 0) return LmdbStatus(rc, "mdb_env_set_mapsize");
+  // MDB_NOTLS: read transactions are not tied to threads (HTTP handlers hop
+  // threads). MDB_NORDAHEAD: random document reads gain nothing from it.
+  rc = mdb_env_open(env, dir.c_str(), MDB_NOTLS | MDB_NORDAHEAD, 0644);
+  if (rc != 0) return LmdbStatus(rc, "open LMDB environment in " + dir);
+
+  MDB_txn* txn = nullptr;
+  rc = mdb_txn_begin(env, nullptr, 0, &txn);
+  if (rc != 0) return LmdbStatus(rc, "begin");
+  struct Named { const char* name; MDB_dbi* dbi; } dbs[] = {
+      {"meta", &meta_db}, {"collections", &collections_db}, {"docs", &docs_db},
+      {"changes", &changes_db}, {"coll_changes", &coll_changes_db}};
+  for (auto& d : dbs) {
+    rc = mdb_dbi_open(txn, d.name, MDB_CREATE, d.dbi);
+    if (rc != 0) {
+      mdb_txn_abort(txn);
+      return LmdbStatus(rc, std::string("open database ") + d.name);
+    }
+  }
+  // Stamp or check the format version.
+  MDB_val key = ToVal("format"), val;
+  rc = mdb_get(txn, meta_db, &key, &val);
+  if (rc == MDB_NOTFOUND) {
+    std::string v;
+    fmt::PutLE(v, fmt::kFormatVersion, 4);
+    MDB_val nv = ToVal(v);
+    rc = mdb_put(txn, meta_db, &key, &nv, 0);
+  } else if (rc == 0) {
+    if (val.mv_size != 4 || fmt::GetLE(static_cast<const char*>(val.mv_data), 4) != fmt::kFormatVersion) {
+      mdb_txn_abort(txn);
+      return Status::Corruption("unknown store format version in " + dir);
+    }
+  }
+  if (rc != 0) {
+    mdb_txn_abort(txn);
+    return LmdbStatus(rc, "format stamp");
+  }
+  rc = mdb_txn_commit(txn);
+  return LmdbStatus(rc, "commit open transaction");
+}
+
+Status DocumentStore::Impl::LoadState() {
+  ReadTxn txn(env);
+  if (!txn.status().ok()) return txn.status();
+  auto read_u64 = [&](std::string_view name, int bytes, uint64_t& out) -> Status {
+    MDB_val key = ToVal(name), val;
+    int rc = mdb_get(txn.get(), meta_db, &key, &val);
+    if (rc == MDB_NOTFOUND) return Status::Ok();
+    if (rc != 0) return LmdbStatus(rc, "read meta");
+    if (val.mv_size != size_t(bytes)) return Status::Corruption("meta value " + std::string(name));
+    out = fmt::GetLE(static_cast<const char*>(val.mv_data), bytes);
+    return Status::Ok();
+  };
+  uint64_t last = 0, next = 1;
+  if (Status s = read_u64("last_etag", 8, last); !s.ok()) return s;
+  if (Status s = read_u64("next_coll", 4, next); !s.ok()) return s;
+  last_etag.store(last);
+  next_collection = uint32_t(next);
+
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn.get(), collections_db, &cur);
+  if (rc != 0) return LmdbStatus(rc, "cursor");
+  MDB_val k, v;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    if (v.mv_size != 12) {
+      mdb_cursor_close(cur);
+      return Status::Corruption("collections entry");
+    }
+    CollectionEntry e;
+    e.number = uint32_t(fmt::GetLE(static_cast<const char*>(v.mv_data), 4));
+    e.count = fmt::GetLE(static_cast<const char*>(v.mv_data) + 4, 8);
+    std::string name(FromVal(k));
+    if (names_by_number.size() <= e.number) names_by_number.resize(e.number + 1);
+    names_by_number[e.number] = name;
+    collections.emplace(std::move(name), e);
+  }
+  mdb_cursor_close(cur);
+  if (rc != MDB_NOTFOUND) return LmdbStatus(rc, "scan collections");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<DocumentStore>> DocumentStore::Open(const std::string& dir, StoreOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  if (Status s = impl->OpenEnv(dir); !s.ok()) return s;
+  if (Status s = impl->LoadState(); !s.ok()) return s;
+  Impl* raw = impl.get();
+  impl->merger = std::thread([raw] { raw->MergerLoop(); });
+  return std::unique_ptr<DocumentStore>(new DocumentStore(std::move(impl)));
+}
+
+std::optional<uint32_t> DocumentStore::Impl::FindCollection(std::string_view name) const {
+  std::shared_lock lock(collections_mu);
+  auto it = collections.find(name);
+  if (it == collections.end()) return std::nullopt;
+  return it->second.number;
+}
+
+std::string DocumentStore::Impl::CollectionName(uint32_t number) const {
+  std::shared_lock lock(collections_mu);
+  return number < names_by_number.size() ? names_by_number[number] : std::string();
+}
+
+Result<Document> DocumentStore::Get(std::string_view collection, std::string_view id) const {
+  auto coll = impl_->FindCollection(collection);
+  if (!coll) return Status::NotFound("document not found");
+  ReadTxn txn(impl_->env);
+  if (!txn.status().ok()) return txn.status();
+  std::string key = fmt::DocKey(*coll, id);
+  MDB_val k = ToVal(key), v;
+  int rc = mdb_get(txn.get(), impl_->docs_db, &k, &v);
+  if (rc == MDB_NOTFOUND) return Status::NotFound("document not found");
+  if (rc != 0) return LmdbStatus(rc, "read document");
+  fmt::DocView view;
+  if (!fmt::DecodeDoc(FromVal(v), view)) return Status::Corruption("document value");
+  if (view.flags & fmt::kFlagDeleted) return Status::NotFound("document not found");
+  if ((view.flags & fmt::kFlagLongId) && view.long_id != id) return Status::NotFound("document not found");
+  Document doc;
+  doc.etag = view.etag;
+  if (Status s = DecodeBody(view, doc.body); !s.ok()) return s;
+  return doc;
+}
+
+Result<std::vector<Change>> DocumentStore::ChangesSince(uint64_t since, size_t limit,
+                                                        std::optional<std::string_view> collection) const {
+  std::vector<Change> out;
+  if (limit == 0) return out;
+  std::optional<uint32_t> coll;
+  if (collection) {
+    coll = impl_->FindCollection(*collection);
+    if (!coll) return out;
+  }
+  ReadTxn txn(impl_->env);
+  if (!txn.status().ok()) return txn.status();
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn.get(), coll ? impl_->coll_changes_db : impl_->changes_db, &cur);
+  if (rc != 0) return LmdbStatus(rc, "cursor");
+  std::string start = coll ? fmt::CollChangeKey(*coll, since + 1) : fmt::ChangeKey(since + 1);
+  if (since == UINT64_MAX) {
+    mdb_cursor_close(cur);
+    return out;
+  }
+  MDB_val k = ToVal(start), v;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0 && out.size() < limit;
+       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    std::string_view key = FromVal(k), val = FromVal(v);
+    Change c;
+    if (coll) {
+      if (key.size() != 12 || fmt::GetBE32(key.data()) != *coll) break;
+      if (val.empty()) { rc = MDB_CORRUPTED; break; }
+      c.etag = fmt::GetBE64(key.data() + 4);
+      c.collection = std::string(*collection);
+      c.deleted = val[0] & fmt::kFlagDeleted;
+      c.id.assign(val.substr(1));
+    } else {
+      if (key.size() != 8 || val.size() < 5) { rc = MDB_CORRUPTED; break; }
+      c.etag = fmt::GetBE64(key.data());
+      c.collection = impl_->CollectionName(uint32_t(fmt::GetLE(val.data(), 4)));
+      c.deleted = val[4] & fmt::kFlagDeleted;
+      c.id.assign(val.substr(5));
+    }
+    out.push_back(std::move(c));
+  }
+  mdb_cursor_close(cur);
+  if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "read change feed");
+  return out;
+}
+
+std::vector<CollectionInfo> DocumentStore::Collections() const {
+  std::shared_lock lock(impl_->collections_mu);
+  std::vector<CollectionInfo> out;
+  out.reserve(impl_->collections.size());
+  for (const auto& [name, entry] : impl_->collections) out.push_back({name, entry.count});
+  return out;
+}
+
+uint64_t DocumentStore::LastEtag() const { return impl_->last_etag.load(std::memory_order_acquire); }
+
+uint64_t DocumentStore::WaitForEtagAfter(uint64_t after, std::chrono::steady_clock::time_point deadline) const {
+  std::unique_lock lock(impl_->signal_mu);
+  impl_->signal_cv.wait_until(lock, deadline, [&] { return impl_->last_etag.load() > after; });
+  return impl_->last_etag.load();
+}
+
+uint64_t DocumentStore::AddCommitListener(CommitListener listener) {
+  std::lock_guard lock(impl_->signal_mu);
+  uint64_t handle = impl_->next_listener++;
+  impl_->listeners.emplace(handle, std::move(listener));
+  return handle;
+}
+
+void DocumentStore::RemoveCommitListener(uint64_t handle) {
+  std::lock_guard lock(impl_->signal_mu);
+  impl_->listeners.erase(handle);
+}
+
+void DocumentStore::Impl::Publish(uint64_t etag) {
+  std::vector<CommitListener> to_call;
+  {
+    std::lock_guard lock(signal_mu);
+    last_etag.store(etag, std::memory_order_release);
+    to_call.reserve(listeners.size());
+    for (auto& [h, l] : listeners) to_call.push_back(l);
+  }
+  signal_cv.notify_all();
+  for (auto& l : to_call) l(etag);
+}
+
+DocumentStore::Stats DocumentStore::GetStats() const {
+  std::lock_guard lock(impl_->stats_mu);
+  return impl_->stats;
+}
+
+WriteResult DocumentStore::Write(WriteRequest request) {
+  std::promise<WriteResult> promise;
+  auto future = promise.get_future();
+  Submit(std::move(request), [&promise](WriteResult r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+}  // namespace corvid::storage

@@ -1,0 +1,146 @@
+// DocumentStore: the storage facade. JSON documents keyed by (collection,
+// id) in LMDB, a server-wide etag per write, a change feed ordered by etag
+// (tombstones included) and a "new etag committed" signal. Every write goes
+// through one transaction merger (group commit, see document_store_write.cc);
+// reads go straight to LMDB's MVCC snapshots and never block writers.
+//
+// Thread safety: every public method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace corvid::storage {
+
+struct StoreOptions {
+  // Virtual size of the LMDB map; the file grows only as data is written.
+  size_t map_size = size_t{256} << 30;
+  // Bodies at least this large are zstd-compressed (kept raw when that is
+  // not smaller).
+  size_t compress_threshold = 1024;
+  int zstd_level = 1;
+  // The merger closes a batch once it holds this many operations or bytes
+  // (a bulk request is never split, so one may exceed them).
+  size_t max_batch_ops = 20000;
+  size_t max_batch_bytes = size_t{64} << 20;
+};
+
+enum class WriteKind : uint8_t { kPut, kDelete };
+
+// One document write. Preconditions are honoured only for single-document
+// requests (bulk requests carry none).
+struct WriteOp {
+  WriteKind kind = WriteKind::kPut;
+  std::string collection;
+  std::string id;
+  std::string body;                   // JSON text for kPut; empty for kDelete
+  std::optional<uint64_t> if_match;   // stored etag must equal this
+  bool if_match_any = false;          // the document must exist (If-Match: *)
+  bool if_none_match_any = false;     // the document must not exist
+};
+
+// A request is applied atomically: all of its ops or none.
+struct WriteRequest {
+  std::vector<WriteOp> ops;
+  // Single-document semantics: preconditions apply and deleting an absent
+  // document is NotFound. Bulk (false): deletes of absent ids still record
+  // a tombstone, so every op receives an etag.
+  bool single = true;
+};
+
+struct WriteResult {
+  Status status;            // ok, NotFound, PreconditionFailed, IOError, ...
+  uint64_t first_etag = 0;  // etags given to the ops, consecutive
+  uint64_t last_etag = 0;
+  bool created = false;     // single PUT: the document did not exist before
+};
+
+struct Document {
+  uint64_t etag = 0;
+  std::string body;  // the JSON text exactly as written
+};
+
+struct Change {
+  uint64_t etag = 0;
+  std::string collection;
+  std::string id;
+  bool deleted = false;
+};
+
+struct CollectionInfo {
+  std::string name;
+  uint64_t count = 0;  // live documents
+};
+
+// Validates a collection name or document id: 1..512 bytes of UTF-8
+// without NUL. Returns InvalidArgument naming `what` otherwise.
+Status ValidateName(std::string_view name, std::string_view what);
+
+class DocumentStore {
+ public:
+  using WriteCallback = std::function<void(WriteResult)>;
+  using CommitListener = std::function<void(uint64_t last_etag)>;
+
+  // Opens (creating if needed) the store in directory `dir`.
+  static Result<std::unique_ptr<DocumentStore>> Open(const std::string& dir,
+                                                     StoreOptions options = {});
+  // Drains queued writes, stops the merger and closes LMDB.
+  ~DocumentStore();
+  DocumentStore(const DocumentStore&) = delete;
+  DocumentStore& operator=(const DocumentStore&) = delete;
+
+  // Queues a write. Bodies are compressed on the calling thread; `done` is
+  // called exactly once, on the merger thread, after the write is durable
+  // (fsync'd) or has failed. `done` must not block for long.
+  void Submit(WriteRequest request, WriteCallback done);
+  // Submit and wait: for tests and tools.
+  WriteResult Write(WriteRequest request);
+
+  // The document, or NotFound (absent or deleted).
+  Result<Document> Get(std::string_view collection, std::string_view id) const;
+
+  // Changes with etag > since in etag order, at most `limit`, optionally of
+  // one collection only. Each document appears once, at its latest etag.
+  Result<std::vector<Change>> ChangesSince(uint64_t since, size_t limit,
+                                           std::optional<std::string_view> collection = {}) const;
+
+  // Collections sorted by name, with their live document counts.
+  std::vector<CollectionInfo> Collections() const;
+
+  // The etag of the last durable write (0 for an empty store).
+  uint64_t LastEtag() const;
+
+  // Blocks until LastEtag() > after or the deadline passes; returns
+  // LastEtag(). Woken by commits, never polls.
+  uint64_t WaitForEtagAfter(uint64_t after, std::chrono::steady_clock::time_point deadline) const;
+
+  // Registers `listener`, called on the merger thread after every commit.
+  // Listeners must be cheap and must not call back into the store's write
+  // path synchronously. Returns a handle for RemoveCommitListener.
+  uint64_t AddCommitListener(CommitListener listener);
+  void RemoveCommitListener(uint64_t handle);
+
+  struct Stats {
+    uint64_t commits = 0;        // durable transactions
+    uint64_t requests = 0;       // requests applied (ok or failed)
+    uint64_t ops = 0;            // ops written
+    uint64_t max_batch_requests = 0;
+  };
+  Stats GetStats() const;
+
+  class Impl;
+
+ private:
+  explicit DocumentStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace corvid::storage

@@ -1,0 +1,316 @@
+// The write path: the transaction merger (group commit).
+//
+// HTTP threads Submit() requests; bodies are compressed on the submitting
+// thread, then queued. One merger thread takes everything queued (up to the
+// batch limits), applies it in one LMDB write transaction, commits with one
+// fsync, publishes the new last etag and only then answers each request.
+// While a batch is syncing, the next one gathers in the queue.
+//
+// A request is atomic: its preconditions are checked before it writes, and
+// if it fails after writing (rare: an id-hash collision, an LMDB error on one
+// request) the batch transaction is aborted and re-applied without it, so one
+// failing request never fails or half-applies the others.
+#include <zstd.h>
+
+#include "storage/document_store.h"
+#include "storage/format.h"
+#include "storage/store_impl.h"
+
+namespace corvid::storage {
+
+namespace fmt = format;
+
+namespace {
+
+struct CctxDeleter {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+
+// Compresses `body` in place when that makes it smaller; returns the flags.
+uint8_t EncodeBody(std::string& body, const StoreOptions& options) {
+  if (body.size() < options.compress_threshold) return 0;
+  thread_local std::unique_ptr<ZSTD_CCtx, CctxDeleter> cctx(ZSTD_createCCtx());
+  thread_local std::string scratch;
+  scratch.resize(ZSTD_compressBound(body.size()));
+  size_t n = ZSTD_compressCCtx(cctx.get(), scratch.data(), scratch.size(), body.data(), body.size(),
+                               options.zstd_level);
+  if (ZSTD_isError(n) || n >= body.size()) return 0;
+  body.assign(scratch.data(), n);
+  if (scratch.capacity() > (size_t{4} << 20)) std::string().swap(scratch);  // don't pin huge buffers
+  return fmt::kFlagZstd;
+}
+
+// State of one attempt at applying a batch in a single transaction.
+class BatchWriter {
+ public:
+  BatchWriter(DocumentStore::Impl& store, MDB_txn* txn, uint64_t etag)
+      : store_(store), txn_(txn), etag_(etag), next_collection_(store.next_collection) {}
+
+  // Applies one request. On a precondition/NotFound failure nothing was
+  // written; `wrote` tells whether a failure left partial writes behind.
+  Status Apply(PendingWrite& p, WriteResult& result, bool& wrote) {
+    wrote = false;
+    const WriteRequest& req = p.request;
+    for (size_t i = 0; i < req.ops.size(); ++i) {
+      const WriteOp& op = req.ops[i];
+      Status s = ApplyOp(op, p.body_flags[i], req.single, result, wrote);
+      if (!s.ok()) return s;
+      if (i == 0) result.first_etag = etag_;
+      result.last_etag = etag_;
+    }
+    return Status::Ok();
+  }
+
+  // Writes collection counts and meta; call once after all requests.
+  Status Finish() {
+    for (auto& [name, entry] : touched_) {
+      std::string v;
+      fmt::PutLE(v, entry.number, 4);
+      fmt::PutLE(v, entry.count, 8);
+      MDB_val k = ToVal(name), val = ToVal(v);
+      if (int rc = mdb_put(txn_, store_.collections_db, &k, &val, 0); rc != 0)
+        return LmdbStatus(rc, "write collection");
+    }
+    std::string e, c;
+    fmt::PutLE(e, etag_, 8);
+    fmt::PutLE(c, next_collection_, 4);
+    MDB_val ek = ToVal("last_etag"), ev = ToVal(e), ck = ToVal("next_coll"), cv = ToVal(c);
+    if (int rc = mdb_put(txn_, store_.meta_db, &ek, &ev, 0); rc != 0) return LmdbStatus(rc, "write meta");
+    if (int rc = mdb_put(txn_, store_.meta_db, &ck, &cv, 0); rc != 0) return LmdbStatus(rc, "write meta");
+    return Status::Ok();
+  }
+
+  // After a successful commit: make the new collection state visible.
+  void Publish() {
+    std::unique_lock lock(store_.collections_mu);
+    for (auto& [name, entry] : touched_) {
+      store_.collections[name] = entry;
+      if (store_.names_by_number.size() <= entry.number) store_.names_by_number.resize(entry.number + 1);
+      store_.names_by_number[entry.number] = name;
+    }
+    store_.next_collection = next_collection_;
+  }
+
+  uint64_t etag() const { return etag_; }
+
+ private:
+  // The collection's entry as this batch sees it; created if `create`.
+  CollectionEntry* Collection(const std::string& name, bool create) {
+    if (auto it = touched_.find(name); it != touched_.end()) return &it->second;
+    std::optional<CollectionEntry> existing;
+    {
+      std::shared_lock lock(store_.collections_mu);
+      if (auto it = store_.collections.find(name); it != store_.collections.end()) existing = it->second;
+    }
+    if (!existing) {
+      if (!create) return nullptr;
+      existing = CollectionEntry{next_collection_++, 0};
+    }
+    return &touched_.emplace(name, *existing).first->second;
+  }
+
+  Status ApplyOp(const WriteOp& op, uint8_t body_flags, bool single, WriteResult& result, bool& wrote) {
+    const bool is_put = op.kind == WriteKind::kPut;
+    // A collection is created only by a write that will happen: a failed
+    // precondition or a single delete in an unknown collection creates none.
+    const bool must_exist = op.if_match || op.if_match_any;
+    CollectionEntry* coll = Collection(op.collection, !single || (is_put && !must_exist));
+    if (!coll) {
+      if (must_exist) return Status::PreconditionFailed("document does not exist");
+      return Status::NotFound("document not found");
+    }
+    std::string key = fmt::DocKey(coll->number, op.id);
+    MDB_val k = ToVal(key), v;
+    int rc = mdb_get(txn_, store_.docs_db, &k, &v);
+    if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "read document");
+    const bool found = rc == 0;
+    fmt::DocView old;
+    if (found && !fmt::DecodeDoc(FromVal(v), old)) return Status::Corruption("document value");
+    if (found && (old.flags & fmt::kFlagLongId) && old.long_id != op.id)
+      return Status::Busy("document id collides with another long id (hash collision); use a shorter id");
+    const bool live = found && !(old.flags & fmt::kFlagDeleted);
+
+    if (single) {
+      if (op.if_match && (!live || old.etag != *op.if_match))
+        return Status::PreconditionFailed(live ? "etag does not match" : "document does not exist");
+      if (op.if_match_any && !live) return Status::PreconditionFailed("document does not exist");
+      if (op.if_none_match_any && live) return Status::PreconditionFailed("document already exists");
+      if (!is_put && !live) return Status::NotFound("document not found");
+    }
+
+    wrote = true;
+    const uint64_t etag = ++etag_;
+    if (found) {
+      std::string ck = fmt::ChangeKey(old.etag), cck = fmt::CollChangeKey(coll->number, old.etag);
+      MDB_val k1 = ToVal(ck), k2 = ToVal(cck);
+      rc = mdb_del(txn_, store_.changes_db, &k1, nullptr);
+      if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "delete old change");
+      rc = mdb_del(txn_, store_.coll_changes_db, &k2, nullptr);
+      if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "delete old change");
+    }
+
+    const uint8_t flags = is_put ? body_flags : fmt::kFlagDeleted;
+    std::string header = fmt::EncodeDocHeader(etag, flags, op.id);
+    const std::string_view body = is_put ? std::string_view(op.body) : std::string_view();
+    MDB_val dv{header.size() + body.size(), nullptr};
+    rc = mdb_put(txn_, store_.docs_db, &k, &dv, MDB_RESERVE);
+    if (rc != 0) return LmdbStatus(rc, "write document");
+    std::memcpy(dv.mv_data, header.data(), header.size());
+    if (!body.empty()) std::memcpy(static_cast<char*>(dv.mv_data) + header.size(), body.data(), body.size());
+
+    const uint8_t change_flags = is_put ? 0 : fmt::kFlagDeleted;
+    std::string cv;
+    cv.reserve(5 + op.id.size());
+    fmt::PutLE(cv, coll->number, 4);
+    cv.push_back(char(change_flags));
+    cv.append(op.id);
+    std::string ck = fmt::ChangeKey(etag);
+    MDB_val k1 = ToVal(ck), v1 = ToVal(cv);
+    rc = mdb_put(txn_, store_.changes_db, &k1, &v1, MDB_APPEND);
+    if (rc != 0) return LmdbStatus(rc, "write change");
+    std::string cck = fmt::CollChangeKey(coll->number, etag);
+    MDB_val k2 = ToVal(cck), v2 = ToVal(std::string_view(cv).substr(4));
+    rc = mdb_put(txn_, store_.coll_changes_db, &k2, &v2, 0);
+    if (rc != 0) return LmdbStatus(rc, "write change");
+
+    if (is_put && !live) {
+      ++coll->count;
+      result.created = true;
+    } else if (!is_put && live) {
+      --coll->count;
+    }
+    return Status::Ok();
+  }
+
+  DocumentStore::Impl& store_;
+  MDB_txn* txn_;
+  uint64_t etag_;
+  uint32_t next_collection_;
+  std::map<std::string, CollectionEntry> touched_;
+};
+
+}  // namespace
+
+void DocumentStore::Submit(WriteRequest request, WriteCallback done) {
+  for (const WriteOp& op : request.ops) {
+    Status s = ValidateName(op.collection, "collection name");
+    if (s.ok()) s = ValidateName(op.id, "document id");
+    if (!s.ok()) {
+      done(WriteResult{std::move(s)});
+      return;
+    }
+  }
+  if (request.ops.empty()) {
+    done(WriteResult{Status::InvalidArgument("empty write request")});
+    return;
+  }
+  PendingWrite p;
+  p.body_flags.reserve(request.ops.size());
+  for (WriteOp& op : request.ops) {
+    p.body_flags.push_back(op.kind == WriteKind::kPut ? EncodeBody(op.body, impl_->options) : 0);
+    p.bytes += op.body.size() + op.id.size() + 64;
+  }
+  p.request = std::move(request);
+  p.done = std::move(done);
+  {
+    std::unique_lock lock(impl_->queue_mu);
+    if (impl_->stopping) {
+      lock.unlock();
+      p.done(WriteResult{Status::ShuttingDown("the store is closing")});
+      return;
+    }
+    impl_->queue.push_back(std::move(p));
+  }
+  impl_->queue_cv.notify_one();
+}
+
+void DocumentStore::Impl::MergerLoop() {
+  std::vector<PendingWrite> batch;
+  for (;;) {
+    batch.clear();
+    {
+      std::unique_lock lock(queue_mu);
+      queue_cv.wait(lock, [&] { return !queue.empty() || stopping; });
+      if (queue.empty()) return;  // stopping, and everything queued is done
+      size_t ops = 0, bytes = 0;
+      while (!queue.empty() &&
+             (batch.empty() || (ops + queue.front().request.ops.size() <= options.max_batch_ops &&
+                                bytes + queue.front().bytes <= options.max_batch_bytes))) {
+        ops += queue.front().request.ops.size();
+        bytes += queue.front().bytes;
+        batch.push_back(std::move(queue.front()));
+        queue.pop_front();
+      }
+    }
+    CommitBatch(batch);
+  }
+}
+
+void DocumentStore::Impl::CommitBatch(std::vector<PendingWrite>& batch) {
+  std::vector<WriteResult> results(batch.size());
+  std::vector<bool> excluded(batch.size(), false);  // failed after writing
+  Status batch_status;
+  std::optional<uint64_t> committed_etag;  // set once a transaction commits
+
+  // Each pass applies every request not yet excluded; a request that fails
+  // after writing is excluded and the pass restarts (at most batch.size()).
+  for (bool retry = true; retry;) {
+    retry = false;
+    MDB_txn* txn = nullptr;
+    int rc = mdb_txn_begin(env, nullptr, 0, &txn);
+    if (rc != 0) {
+      batch_status = LmdbStatus(rc, "begin write transaction");
+      break;
+    }
+    BatchWriter writer(*this, txn, last_etag.load(std::memory_order_relaxed));
+    for (size_t i = 0; i < batch.size() && !retry; ++i) {
+      if (excluded[i]) continue;
+      results[i] = WriteResult{};
+      bool wrote = false;
+      Status s = writer.Apply(batch[i], results[i], wrote);
+      if (s.ok()) continue;
+      results[i] = WriteResult{std::move(s)};
+      if (wrote) {
+        excluded[i] = true;
+        retry = true;
+      }
+    }
+    if (retry) {
+      mdb_txn_abort(txn);
+      continue;
+    }
+    if (writer.etag() == last_etag.load(std::memory_order_relaxed)) {
+      mdb_txn_abort(txn);  // every request failed its precondition: nothing to sync
+      break;
+    }
+    batch_status = writer.Finish();
+    if (!batch_status.ok()) {
+      mdb_txn_abort(txn);
+      break;
+    }
+    rc = mdb_txn_commit(txn);  // durable: LMDB fsyncs before returning
+    if (rc != 0) {
+      batch_status = LmdbStatus(rc, "commit");
+      break;
+    }
+    writer.Publish();
+    committed_etag = writer.etag();
+  }
+
+  if (!batch_status.ok()) {
+    for (auto& r : results) r = WriteResult{batch_status};
+  } else if (committed_etag) {
+    Publish(*committed_etag);
+  }
+  {
+    std::lock_guard lock(stats_mu);
+    if (batch_status.ok()) ++stats.commits;
+    stats.requests += batch.size();
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (results[i].status.ok()) stats.ops += batch[i].request.ops.size();
+    stats.max_batch_requests = std::max<uint64_t>(stats.max_batch_requests, batch.size());
+  }
+  for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(results[i]));
+}
+
+}  // namespace corvid::storage

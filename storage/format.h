@@ -1,0 +1,147 @@
+// The on-disk layout of the document store, and its encoders/decoders.
+// Everything Corvid writes to LMDB is described here, so a data directory
+// can be recognised and verified long after it was written.
+//
+// Environment: `<data>/store/data.mdb` (LMDB, default durable sync mode),
+// with these named databases. Integers in keys are big-endian (so LMDB's
+// bytewise order is numeric order); integers in values are little-endian.
+//
+//   "meta"         "format"      -> u32 kFormatVersion
+//                  "last_etag"   -> u64 last etag given to a durable write
+//                  "next_coll"   -> u32 next collection number to assign
+//   "collections"  name          -> u32 number | u64 live document count
+//   "docs"         DocKey        -> DocValue
+//   "changes"      u64 etag      -> u32 collection | u8 flags | id bytes
+//   "coll_changes" u32 coll | u64 etag -> u8 flags | id bytes
+//
+// DocKey = u32 collection number | id, when the id is at most
+// kMaxDirectIdBytes; longer ids (LMDB keys are at most 511 bytes) use
+// u32 | first kLongIdPrefix bytes | u64 hash(id), exactly kMaxKeyBytes long,
+// and the full id is kept in the value and compared on every read.
+//
+// DocValue = u64 etag | u8 flags | [u16 id length | id, if kFlagLongId] | body
+//   flags: kFlagDeleted  tombstone, body empty
+//          kFlagZstd     body is one zstd frame of the JSON text
+//          kFlagLongId   the full id follows (see DocKey)
+//
+// Each document has exactly one entry in "changes" and "coll_changes": its
+// latest write (older ones are removed when it is rewritten), tombstones
+// included.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace corvid::storage::format {
+
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr size_t kMaxKeyBytes = 511;
+inline constexpr size_t kMaxDirectIdBytes = 498;
+inline constexpr size_t kLongIdPrefix = kMaxKeyBytes - 4 - 8;
+
+inline constexpr uint8_t kFlagDeleted = 1;
+inline constexpr uint8_t kFlagZstd = 2;
+inline constexpr uint8_t kFlagLongId = 4;
+
+inline void PutBE32(std::string& out, uint32_t v) {
+  char b[4] = {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
+  out.append(b, 4);
+}
+inline void PutBE64(std::string& out, uint64_t v) {
+  PutBE32(out, uint32_t(v >> 32));
+  PutBE32(out, uint32_t(v));
+}
+inline uint32_t GetBE32(const char* p) {
+  auto u = reinterpret_cast<const unsigned char*>(p);
+  return (uint32_t(u[0]) << 24) | (uint32_t(u[1]) << 16) | (uint32_t(u[2]) << 8) | u[3];
+}
+inline uint64_t GetBE64(const char* p) { return (uint64_t(GetBE32(p)) << 32) | GetBE32(p + 4); }
+
+inline void PutLE(std::string& out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(char(v >> (8 * i)));
+}
+inline uint64_t GetLE(const char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= uint64_t(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+// 64-bit FNV-1a with a murmur3 finalizer: stable forever (it is on disk).
+inline uint64_t IdHash(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  h ^= h >> 33; h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+inline std::string DocKey(uint32_t coll, std::string_view id) {
+  std::string key;
+  key.reserve(4 + std::min(id.size(), kMaxKeyBytes));
+  PutBE32(key, coll);
+  if (id.size() <= kMaxDirectIdBytes) {
+    key.append(id);
+  } else {
+    key.append(id.substr(0, kLongIdPrefix));
+    PutBE64(key, IdHash(id));
+  }
+  return key;
+}
+
+inline std::string ChangeKey(uint64_t etag) {
+  std::string key;
+  PutBE64(key, etag);
+  return key;
+}
+
+inline std::string CollChangeKey(uint32_t coll, uint64_t etag) {
+  std::string key;
+  PutBE32(key, coll);
+  PutBE64(key, etag);
+  return key;
+}
+
+// A decoded DocValue; views point into LMDB's memory map (valid while the
+// transaction that read them is open).
+struct DocView {
+  uint64_t etag = 0;
+  uint8_t flags = 0;
+  std::string_view long_id;  // set iff kFlagLongId
+  std::string_view body;     // raw or zstd, see flags
+};
+
+// Returns false if `v` is not a well-formed DocValue.
+inline bool DecodeDoc(std::string_view v, DocView& out) {
+  if (v.size() < 9) return false;
+  out.etag = GetLE(v.data(), 8);
+  out.flags = static_cast<uint8_t>(v[8]);
+  size_t pos = 9;
+  out.long_id = {};
+  if (out.flags & kFlagLongId) {
+    if (v.size() < pos + 2) return false;
+    size_t n = GetLE(v.data() + pos, 2);
+    pos += 2;
+    if (v.size() < pos + n) return false;
+    out.long_id = v.substr(pos, n);
+    pos += n;
+  }
+  out.body = v.substr(pos);
+  return true;
+}
+
+inline std::string EncodeDocHeader(uint64_t etag, uint8_t flags, std::string_view id) {
+  std::string v;
+  PutLE(v, etag, 8);
+  if (id.size() > kMaxDirectIdBytes) flags |= kFlagLongId;
+  v.push_back(char(flags));
+  if (flags & kFlagLongId) {
+    PutLE(v, id.size(), 2);
+    v.append(id);
+  }
+  return v;
+}
+
+}  // namespace corvid::storage::format

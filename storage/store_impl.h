@@ -1,0 +1,105 @@
+// DocumentStore::Impl, shared by document_store.cc (open, reads) and
+// document_store_write.cc (the transaction merger). Internal to storage/.
+//
+// Guards: `queue_mu_` guards the write queue; `state_mu_` guards the
+// in-memory collection table and the commit signal; LMDB serializes writers
+// itself (only the merger thread writes). Locks are never held across an
+// LMDB commit (fsync).
+#pragma once
+
+#include <lmdb.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+
+#include "storage/document_store.h"
+
+namespace corvid::storage {
+
+// Builds a Status from an LMDB return code.
+Status LmdbStatus(int rc, std::string_view what);
+
+// A read-only LMDB transaction, aborted on scope exit.
+class ReadTxn {
+ public:
+  explicit ReadTxn(MDB_env* env);
+  ~ReadTxn() { if (txn_) mdb_txn_abort(txn_); }
+  ReadTxn(const ReadTxn&) = delete;
+  ReadTxn& operator=(const ReadTxn&) = delete;
+  const Status& status() const { return status_; }
+  MDB_txn* get() const { return txn_; }
+
+ private:
+  MDB_txn* txn_ = nullptr;
+  Status status_;
+};
+
+inline MDB_val ToVal(std::string_view s) {
+  return MDB_val{s.size(), const_cast<char*>(s.data())};
+}
+inline std::string_view FromVal(const MDB_val& v) {
+  return {static_cast<const char*>(v.mv_data), v.mv_size};
+}
+
+// A queued write request with its bodies already encoded (compressed).
+struct PendingWrite {
+  WriteRequest request;
+  std::vector<uint8_t> body_flags;  // per op: format::kFlagZstd or 0
+  size_t bytes = 0;
+  DocumentStore::WriteCallback done;
+};
+
+struct CollectionEntry {
+  uint32_t number = 0;
+  uint64_t count = 0;
+};
+
+class DocumentStore::Impl {
+ public:
+  StoreOptions options;
+  MDB_env* env = nullptr;
+  MDB_dbi meta_db = 0, collections_db = 0, docs_db = 0, changes_db = 0, coll_changes_db = 0;
+
+  // Collections by name. Written only by the merger thread after a commit.
+  mutable std::shared_mutex collections_mu;
+  std::map<std::string, CollectionEntry, std::less<>> collections;
+  std::vector<std::string> names_by_number;  // index = collection number
+  uint32_t next_collection = 1;  // merger thread only
+
+  // The commit signal.
+  mutable std::mutex signal_mu;
+  mutable std::condition_variable signal_cv;
+  std::atomic<uint64_t> last_etag{0};
+  std::map<uint64_t, CommitListener> listeners;  // guarded by signal_mu
+  uint64_t next_listener = 1;                    // guarded by signal_mu
+
+  // The merger's queue.
+  std::mutex queue_mu;
+  std::condition_variable queue_cv;
+  std::deque<PendingWrite> queue;  // guarded by queue_mu
+  bool stopping = false;           // guarded by queue_mu
+  std::thread merger;
+
+  mutable std::mutex stats_mu;
+  Stats stats;  // guarded by stats_mu
+
+  ~Impl();
+  Status OpenEnv(const std::string& dir);
+  Status LoadState();
+
+  // Merger (document_store_write.cc).
+  void MergerLoop();
+  void CommitBatch(std::vector<PendingWrite>& batch);
+  void Publish(uint64_t etag);
+
+  // Collection number for `name` as seen by readers, if it exists.
+  std::optional<uint32_t> FindCollection(std::string_view name) const;
+  std::string CollectionName(uint32_t number) const;
+};
+
+}  // namespace corvid::storage

@@ -1,0 +1,365 @@
+// Unit tests of the document store: etag order, tombstones, the change feed,
+// compression, long ids, preconditions, reopening, and the transaction
+// merger under concurrent writers with failing members.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "storage/document_store.h"
+
+using namespace corvid;
+using namespace corvid::storage;
+
+namespace {
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = std::filesystem::temp_directory_path() /
+           ("corvid-store-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+std::unique_ptr<DocumentStore> OpenStore(const TempDir& dir, StoreOptions options = {}) {
+  options.map_size = size_t{1} << 30;
+  auto store = DocumentStore::Open(dir.path.string(), options);
+  REQUIRE(store.ok());
+  return std::move(store).value();
+}
+
+WriteOp Put(std::string coll, std::string id, std::string body) {
+  WriteOp op;
+  op.kind = WriteKind::kPut;
+  op.collection = std::move(coll);
+  op.id = std::move(id);
+  op.body = std::move(body);
+  return op;
+}
+
+WriteOp Del(std::string coll, std::string id) {
+  WriteOp op;
+  op.kind = WriteKind::kDelete;
+  op.collection = std::move(coll);
+  op.id = std::move(id);
+  return op;
+}
+
+WriteResult Single(DocumentStore& store, WriteOp op) {
+  WriteRequest req;
+  req.ops.push_back(std::move(op));
+  return store.Write(std::move(req));
+}
+
+WriteResult Bulk(DocumentStore& store, std::vector<WriteOp> ops) {
+  WriteRequest req;
+  req.single = false;
+  req.ops = std::move(ops);
+  return store.Write(std::move(req));
+}
+
+std::vector<Change> AllChanges(DocumentStore& store, std::optional<std::string_view> coll = {}) {
+  auto changes = store.ChangesSince(0, 1000000, coll);
+  REQUIRE(changes.ok());
+  return *changes;
+}
+
+}  // namespace
+
+TEST_CASE("put, get, replace and delete assign strictly increasing etags", "[storage]") {
+  TempDir dir;
+  auto store = OpenStore(dir);
+  CHECK(store->LastEtag() == 0);
+
+  auto r1 = Single(*store, Put("users", "a", R"({"n":1})"));
+  REQUIRE(r1.status.ok());
+  CHECK(r1.created);
+  CHECK(r1.first_etag == 1);
+  CHECK(r1.last_etag == 1);
+
+  auto r2 = Single(*store, Put("users", "a", R"({"n":2})"));
+  REQUIRE(r2.status.ok());
+  CHECK_FALSE(r2.created);
+  CHECK(r2.last_etag == 2);
+
+  auto doc = store->Get("users", "a");
+  REQUIRE(doc.ok());
+  CHECK(doc->body == R"({"n":2})");
+  CHECK(doc->etag == 2);
+  CHECK(store->Get("users", "b").status().code() == StatusCode::kNotFound);
+  CHECK(store->Get("nope", "a").status().code() == StatusCode::kNotFound);
+
+  auto r3 = Single(*store, Del("users", "a"));
+  REQUIRE(r3.status.ok());
+  CHECK(r3.last_etag == 3);
+  CHECK(store->Get("users", "a").status().code() == StatusCode::kNotFound);
+  CHECK(Single(*store, Del("users", "a")).status.code() == StatusCode::kNotFound);
+  CHECK(Single(*store, Del("other", "a")).status.code() == StatusCode::kNotFound);
+  CHECK(store->LastEtag() == 3);
+
+  // Re-creating a deleted document counts as created.
+  auto r4 = Single(*store, Put("users", "a", "{}"));
+  CHECK(r4.created);
+  CHECK(r4.last_etag == 4);
+}
+
+TEST_CASE("the change feed keeps each document's latest change, tombstones included", "[storage]") {
+  TempDir dir;
+  auto store = OpenStore(dir);
+  REQUIRE(Single(*store, Put("a", "1", "{}")).status.ok());  // 1
+  REQUIRE(Single(*store, Put("b", "1", "{}")).status.ok());  // 2
+  REQUIRE(Single(*store, Put("a", "2", "{}")).status.ok());  // 3
+  REQUIRE(Single(*store, Put("a", "1", "{}")).status.ok());  // 4: compacts 1
+  REQUIRE(Single(*store, Del("a", "2")).status.ok());        // 5: tombstone, compacts 3
+
+  auto all = AllChanges(*store);
+  REQUIRE(all.size() == 3);
+  CHECK((all[0].etag == 2 && all[0].collection == "b" && all[0].id == "1" && !all[0].deleted));
+  CHECK((all[1].etag == 4 && all[1].collection == "a" && all[1].id == "1" && !all[1].deleted));
+  CHECK((all[2].etag == 5 && all[2].collection == "a" && all[2].id == "2" && all[2].deleted));
+
+  auto only_a = AllChanges(*store, "a");
+  REQUIRE(only_a.size() == 2);
+  CHECK(only_a[0].etag == 4);
+  CHECK(only_a[1].etag == 5);
+  CHECK(only_a[1].deleted);
+
+  auto since4 = store->ChangesSince(4, 10);
+  REQUIRE(since4.ok());
+  REQUIRE(since4->size() == 1);
+  CHECK((*since4)[0].etag == 5);
+  auto limited = store->ChangesSince(0, 2);
+  REQUIRE(limited.ok());
+  CHECK(limited->size() == 2);
+  CHECK(AllChanges(*store, "missing").empty());
+}
+
+TEST_CASE("collections report live document counts", "[storage]") {
+  TempDir dir;
+  auto store = OpenStore(dir);
+  REQUIRE(Bulk(*store, {Put("z", "1", "{}"), Put("z", "2", "{}"), Put("m", "1", "{}")}).status.ok());
+  REQUIRE(Single(*store, Del("z", "1")).status.ok());
+  REQUIRE(Single(*store, Put("z", "2", "{}")).status.ok());  // replace: count unchanged
+  auto colls = store->Collections();
+  REQUIRE(colls.size() == 2);
+  CHECK((colls[0].name == "m" && colls[0].count == 1));
+  CHECK((colls[1].name == "z" && colls[1].count == 1));
+}
+
+TEST_CASE("large bodies round-trip through compression; small and incompressible ones stay raw", "[storage]") {
+  TempDir dir;
+  StoreOptions options;
+  options.compress_threshold = 64;
+  auto store = OpenStore(dir, options);
+  std::string compressible = R"({"text":")" + std::string(100000, 'x') + R"("})";
+  std::mt19937 rng(7);
+  std::string random_text = R"({"text":")";
+  for (int i = 0; i < 5000; ++i) random_text.push_back(char('a' + rng() % 26));
+  random_text += R"("})";
+  REQUIRE(Single(*store, Put("c", "big", compressible)).status.ok());
+  REQUIRE(Single(*store, Put("c", "rnd", random_text)).status.ok());
+  REQUIRE(Single(*store, Put("c", "small", R"({"a":1})")).status.ok());
+  CHECK(store->Get("c", "big")->body == compressible);
+  CHECK(store->Get("c", "rnd")->body == random_text);
+  CHECK(store->Get("c", "small")->body == R"({"a":1})");
+}
+
+TEST_CASE("ids up to 512 bytes, including ids that share a long prefix", "[storage]") {
+  TempDir dir;
+  auto store = OpenStore(dir);
+  std::string prefix(505, 'p');
+  std::string id1 = prefix + "1234567", id2 = prefix + "1234568";
+  REQUIRE(id1.size() == 512);
+  REQUIRE(Single(*store, Put("c", id1, R"({"v":1})")).status.ok());
+  REQUIRE(Single(*store, Put("c", id2, R"({"v":2})")).status.ok());
+  CHECK(store->Get("c", id1)->body == R"({"v":1})");
+  CHECK(store->Get("c", id2)->body == R"({"v":2})");
+  CHECK(store->Get("c", prefix + "1234569").status().code() == StatusCode::kNotFound);
+  auto changes = AllChanges(*store);
+  REQUIRE(changes.size() == 2);
+  CHECK(changes[0].id == id1);
+  CHECK(changes[1].id == id2);
+  CHECK(Single(*store, Put("c", std::string(513, 'x'), "{}")).status.code() == StatusCode::kInvalidArgument);
+  CHECK(Single(*store, Put("c", "", "{}")).status.code() == StatusCode::kInvalidArgument);
+  CHECK(Single(*store, Put("c", "bad\xff", "{}")).status.code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("If-Match and If-None-Match preconditions", "[storage]") {
+  TempDir dir;
+  auto store = OpenStore(dir);
+  auto created = Single(*store, Put("c", "d", R"({"v":1})"));
+  REQUIRE(created.status.ok());
+
+  WriteOp wrong = Put("c", "d", R"({"v":2})");
+  wrong.if_match = created.last_etag + 100;
+  CHECK(Single(*store, wrong).status.code() == StatusCode::kPreconditionFailed);
+  CHECK(store->LastEtag() == created.last_etag);  // a failed write consumes no etag
+
+  WriteOp right = Put("c", "d", R"({"v":2})");
+  right.if_match = created.last_etag;
+  auto replaced = Single(*store, right);
+  REQUIRE(replaced.status.ok());
+  CHECK(store->Get("c", "d")->body == R"({"v":2})");
+
+  WriteOp absent = Put("c", "nope", "{}");
+  absent.if_match = 1;
+  CHECK(Single(*store, absent).status.code() == StatusCode::kPreconditionFailed);
+  WriteOp absent_any = Put("c", "nope", "{}");
+  absent_any.if_match_any = true;
+  CHECK(Single(*store, absent_any).status.code() == StatusCode::kPreconditionFailed);
+  WriteOp absent_coll = Put("never", "x", "{}");
+  absent_coll.if_match = 1;
+  CHECK(Single(*store, absent_coll).status.code() == StatusCode::kPreconditionFailed);
+  CHECK(store->Collections().size() == 1);  // no collection created by a failed write
+
+  WriteOp create_only = Put("c", "d", "{}");
+  create_only.if_none_match_any = true;
+  CHECK(Single(*store, create_only).status.code() == StatusCode::kPreconditionFailed);
+  WriteOp create_new = Put("c", "e", "{}");
+  create_new.if_none_match_any = true;
+  CHECK(Single(*store, create_new).status.ok());
+
+  WriteOp del = Del("c", "d");
+  del.if_match = replaced.last_etag - 1;
+  CHECK(Single(*store, del).status.code() == StatusCode::kPreconditionFailed);
+  del.if_match = replaced.last_etag;
+  CHECK(Single(*store, del).status.ok());
+  CHECK(store->LastEtag() == replaced.last_etag + 2);
+}
+
+TEST_CASE("bulk writes get consecutive etags; deletes of absent ids record tombstones", "[storage]") {
+  TempDir dir;
+  auto store = OpenStore(dir);
+  auto r = Bulk(*store, {Put("c", "1", R"({"v":1})"), Put("c", "2", "{}"), Del("c", "ghost"), Put("c", "1", R"({"v":2})")});
+  REQUIRE(r.status.ok());
+  CHECK(r.first_etag == 1);
+  CHECK(r.last_etag == 4);
+  CHECK(store->Get("c", "1")->body == R"({"v":2})");
+  CHECK(store->Get("c", "ghost").status().code() == StatusCode::kNotFound);
+  auto changes = AllChanges(*store);
+  REQUIRE(changes.size() == 3);  // 1's first change was compacted by its second
+  CHECK((changes[0].id == "2" && changes[1].id == "ghost" && changes[1].deleted && changes[2].id == "1"));
+  CHECK(store->Collections()[0].count == 2);
+}
+
+TEST_CASE("everything written is there after reopening", "[storage]") {
+  TempDir dir;
+  {
+    auto store = OpenStore(dir);
+    REQUIRE(Bulk(*store, {Put("a", "1", R"({"x":1})"), Put("b", "2", R"({"y":2})")}).status.ok());
+    REQUIRE(Single(*store, Del("a", "1")).status.ok());
+  }
+  auto store = OpenStore(dir);
+  CHECK(store->LastEtag() == 3);
+  CHECK(store->Get("b", "2")->body == R"({"y":2})");
+  CHECK(store->Get("a", "1").status().code() == StatusCode::kNotFound);
+  auto colls = store->Collections();
+  REQUIRE(colls.size() == 2);
+  CHECK(colls[0].count == 0);
+  CHECK(colls[1].count == 1);
+  // New collections after reopening get fresh numbers (no aliasing).
+  REQUIRE(Single(*store, Put("c", "2", R"({"z":3})")).status.ok());
+  CHECK(store->Get("b", "2")->body == R"({"y":2})");
+  CHECK(store->Get("c", "2")->body == R"({"z":3})");
+  CHECK(AllChanges(*store, "c").size() == 1);
+  CHECK(store->LastEtag() == 4);
+}
+
+TEST_CASE("the merger groups concurrent writers; a failing member fails alone", "[storage][merger]") {
+  TempDir dir;
+  auto store = OpenStore(dir);
+  REQUIRE(Single(*store, Put("c", "guarded", "{}")).status.ok());
+
+  constexpr int kThreads = 8, kPerThread = 200;
+  std::atomic<int> failures_seen{0}, failures_expected{0};
+  std::mutex mu;
+  std::vector<uint64_t> etags;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint64_t> mine;
+      std::vector<std::future<WriteResult>> pending;
+      for (int i = 0; i < kPerThread; ++i) {
+        WriteRequest req;
+        if (i % 10 == 3) {
+          // Always fails: the guarded document's etag is 1.
+          WriteOp op = Put("c", "guarded", R"({"bad":true})");
+          op.if_match = 999999;
+          req.ops.push_back(op);
+          ++failures_expected;
+        } else {
+          req.ops.push_back(Put("c", std::to_string(t) + "-" + std::to_string(i), R"({"i":)" + std::to_string(i) + "}"));
+        }
+        auto promise = std::make_shared<std::promise<WriteResult>>();
+        pending.push_back(promise->get_future());
+        store->Submit(std::move(req), [promise](WriteResult r) { promise->set_value(std::move(r)); });
+      }
+      for (auto& f : pending) {
+        WriteResult r = f.get();
+        if (r.status.code() == StatusCode::kPreconditionFailed) {
+          ++failures_seen;
+        } else {
+          REQUIRE(r.status.ok());
+          mine.push_back(r.last_etag);
+        }
+      }
+      std::lock_guard lock(mu);
+      etags.insert(etags.end(), mine.begin(), mine.end());
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  const int writes = kThreads * kPerThread - failures_expected.load();
+  CHECK(failures_seen.load() == failures_expected.load());
+  REQUIRE(int(etags.size()) == writes);
+  std::set<uint64_t> distinct(etags.begin(), etags.end());
+  CHECK(int(distinct.size()) == writes);                  // every write its own etag
+  CHECK(*distinct.rbegin() == uint64_t(writes) + 1);      // no gaps, no failed write consumed one
+  CHECK(store->LastEtag() == uint64_t(writes) + 1);
+  CHECK(store->Get("c", "guarded")->body == "{}");
+  CHECK(store->Get("c", "3-199")->body == R"({"i":199})");
+  CHECK(store->Collections()[0].count == uint64_t(writes) + 1);
+  auto stats = store->GetStats();
+  CHECK(stats.commits < stats.requests);  // group commit actually grouped
+}
+
+TEST_CASE("a batch whose every member fails leaves the last etag alone", "[storage][merger]") {
+  TempDir dir;
+  auto store = OpenStore(dir);
+  REQUIRE(Single(*store, Put("c", "a", "{}")).status.ok());
+  WriteOp op = Put("c", "a", "{}");
+  op.if_match = 42;
+  CHECK(Single(*store, op).status.code() == StatusCode::kPreconditionFailed);
+  CHECK(store->LastEtag() == 1);
+  CHECK(Single(*store, Put("c", "b", "{}")).last_etag == 2);
+}
+
+TEST_CASE("waiters and listeners are woken by commits", "[storage]") {
+  TempDir dir;
+  auto store = OpenStore(dir);
+  std::atomic<uint64_t> heard{0};
+  uint64_t handle = store->AddCommitListener([&](uint64_t etag) { heard = etag; });
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    (void)Single(*store, Put("c", "x", "{}"));
+  });
+  auto start = std::chrono::steady_clock::now();
+  uint64_t seen = store->WaitForEtagAfter(0, start + std::chrono::seconds(10));
+  writer.join();
+  CHECK(seen == 1);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  CHECK(heard.load() == 1);
+  store->RemoveCommitListener(handle);
+  (void)Single(*store, Put("c", "y", "{}"));
+  CHECK(heard.load() == 1);
+  // A deadline in the past returns at once with the current etag.
+  CHECK(store->WaitForEtagAfter(5, std::chrono::steady_clock::now()) == 2);
+}
