@@ -1,0 +1,287 @@
+// Unit tests of the transport-free server pieces: JSON body validation and
+// the router's endpoints (driven directly, without sockets).
+#include <catch2/catch.hpp>
+
+#include <rapidjson/document.h>
+
+#include <filesystem>
+#include <future>
+
+#include "server/json_input.h"
+#include "server/router.h"
+#include "storage/document_store.h"
+
+using namespace corvid;
+using namespace corvid::server;
+
+TEST_CASE("JSON validation accepts objects and names every problem", "[server]") {
+  CHECK_FALSE(ValidateJsonObject(R"({"a":[1,2,{"b":null}],"n":1.5e308,"big":18446744073709551616123})"));
+  // Numbers beyond the double range are refused (documented limit).
+  CHECK(ValidateJsonObject(R"({"n":1e400})")->code == "invalid_json");
+  CHECK_FALSE(ValidateJsonObject("  {}\n"));
+  CHECK(ValidateJsonObject("")->code == "empty_body");
+  CHECK(ValidateJsonObject(" \r\n")->code == "empty_body");
+  CHECK(ValidateJsonObject("[1]")->code == "not_an_object");
+  CHECK(ValidateJsonObject("\"s\"")->code == "not_an_object");
+  CHECK(ValidateJsonObject("12")->code == "not_an_object");
+  auto bad = ValidateJsonObject(R"({"a":1,})");
+  REQUIRE(bad);
+  CHECK(bad->code == "invalid_json");
+  CHECK(bad->offset == size_t{7});
+  CHECK(ValidateJsonObject("{} {}")->code == "invalid_json");
+  CHECK(ValidateJsonObject("{\"a\":\"\xff\"}")->code == "invalid_utf8");
+  CHECK(ValidateJsonObject("{\"a\":\"\xed\xa0\x80\"}")->code == "invalid_utf8");  // surrogate
+  CHECK(ValidateJsonObject("{\"a\":NaN}")->code == "invalid_json");
+
+  auto nest = [](int depth) {
+    std::string s;
+    for (int i = 0; i < depth - 1; ++i) s += "{\"a\":";
+    s += "{}";
+    for (int i = 0; i < depth - 1; ++i) s += "}";
+    return s;
+  };
+  CHECK_FALSE(ValidateJsonObject(nest(256)));
+  CHECK(ValidateJsonObject(nest(257))->code == "too_deep");
+  CHECK(ValidateJsonObject("{\"a\":" + std::string(100000, '[') )->code == "too_deep");
+}
+
+TEST_CASE("JSON validation extracts the bulk fields", "[server]") {
+  ObjectFields f;
+  CHECK_FALSE(ValidateJsonObject(R"({"x":{"id":"inner"},"id":"outer","_deleted":true})", &f));
+  CHECK(f.id == std::optional<std::string>("outer"));
+  CHECK(f.deleted);
+  CHECK_FALSE(ValidateJsonObject(R"({"id":7})", &f));
+  CHECK_FALSE(f.id);
+  CHECK(f.id_present);
+  CHECK_FALSE(ValidateJsonObject(R"({"id":{"id":"x"}})", &f));
+  CHECK_FALSE(f.id);
+  CHECK(f.id_present);
+  CHECK_FALSE(ValidateJsonObject(R"({"name":"x","_deleted":false})", &f));
+  CHECK_FALSE(f.id_present);
+  CHECK_FALSE(f.deleted);
+  CHECK_FALSE(ValidateJsonObject(R"({"id":"a\"b\u00e9"})", &f));
+  CHECK(f.id == std::optional<std::string>("a\"b\xc3\xa9"));  // unescaped
+}
+
+namespace {
+
+// Timers that run work when the test says so.
+class ManualTimers : public Timers {
+ public:
+  void RunAfter(std::chrono::milliseconds delay, std::function<void()> fn) override {
+    std::lock_guard lock(mu_);
+    (delay.count() == 0 ? now_ : later_).push_back(std::move(fn));
+  }
+  void RunDue(bool include_delayed) {
+    std::vector<std::function<void()>> run;
+    {
+      std::lock_guard lock(mu_);
+      run.swap(now_);
+      if (include_delayed) {
+        for (auto& f : later_) run.push_back(std::move(f));
+        later_.clear();
+      }
+    }
+    for (auto& f : run) f();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::function<void()>> now_, later_;
+};
+
+struct Fixture {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("corvid-router-test-" + std::to_string(::getpid()));
+  std::unique_ptr<storage::DocumentStore> store;
+  ManualTimers timers;
+  std::unique_ptr<Router> router;
+
+  explicit Fixture(RouterOptions options = {}) {
+    std::filesystem::remove_all(dir);
+    storage::StoreOptions so;
+    so.map_size = size_t{1} << 30;
+    store = std::move(storage::DocumentStore::Open(dir.string(), so)).value();
+    router = std::make_unique<Router>(*store, timers, options);
+  }
+  ~Fixture() {
+    router.reset();
+    store.reset();
+    std::filesystem::remove_all(dir);
+  }
+
+  Response Call(std::string method, std::string target, std::string body = "",
+                std::string content_type = "application/json") {
+    Request r;
+    r.method = std::move(method);
+    r.target = std::move(target);
+    r.body = std::move(body);
+    r.content_type = std::move(content_type);
+    return Call(std::move(r));
+  }
+  Response Call(Request r) {
+    std::promise<Response> p;
+    auto f = p.get_future();
+    router->Handle(std::move(r), [&p](Response resp) { p.set_value(std::move(resp)); });
+    return f.get();
+  }
+};
+
+rapidjson::Document Parse(const std::string& body) {
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  REQUIRE_FALSE(d.HasParseError());
+  return d;
+}
+
+std::string ErrorCode(const Response& r) {
+  auto d = Parse(r.body);
+  REQUIRE(d.HasMember("error"));
+  return d["error"]["code"].GetString();
+}
+
+}  // namespace
+
+TEST_CASE("router: documents, percent-decoding, methods and errors", "[server]") {
+  Fixture fx;
+  Response put = fx.Call("PUT", "/docs/users/a%2Fb%20c", R"({"v":1})");
+  CHECK(put.status == 201);
+  CHECK(put.etag == uint64_t{1});
+  auto d = Parse(put.body);
+  CHECK(std::string(d["id"].GetString()) == "a/b c");
+  CHECK(std::string(d["collection"].GetString()) == "users");
+
+  Response get = fx.Call("GET", "/docs/users/a%2Fb%20c");
+  CHECK(get.status == 200);
+  CHECK(get.body == R"({"v":1})");
+
+  Request cond;
+  cond.method = "GET";
+  cond.target = "/docs/users/a%2Fb%20c";
+  cond.if_none_match = "\"1\"";
+  CHECK(fx.Call(cond).status == 304);
+  cond.if_none_match = "\"2\"";
+  CHECK(fx.Call(cond).status == 200);
+
+  CHECK(fx.Call("PUT", "/docs/users/a%2Fb%20c", R"({"v":2})").status == 200);
+  CHECK(fx.Call("GET", "/docs/users/zzz").status == 404);
+  CHECK(fx.Call("GET", "/docs/users/a/b").status == 404);  // raw '/' is a path separator
+  CHECK(ErrorCode(fx.Call("GET", "/docs/users/%zz")) == "invalid_argument");
+  CHECK(ErrorCode(fx.Call("GET", "/docs/users/" + std::string(513, 'x'))) == "invalid_id");
+  CHECK(ErrorCode(fx.Call("GET", "/docs/users/%00")) == "invalid_id");
+  Response patch = fx.Call("PATCH", "/docs/users/x");
+  CHECK(patch.status == 405);
+  CHECK(patch.allow == "GET, PUT, DELETE");
+  CHECK(fx.Call("DELETE", "/collections").status == 405);
+  CHECK(fx.Call("GET", "/nothing/here").status == 404);
+  CHECK(fx.Call("PUT", "/docs/users/x", "{}", "text/plain").status == 415);
+  CHECK(fx.Call("PUT", "/docs/users/x", "{}", "application/json; charset=utf-8").status == 201);
+  CHECK(ErrorCode(fx.Call("PUT", "/docs/users/y", "[]")) == "not_an_object");
+
+  Request im;
+  im.method = "PUT";
+  im.target = "/docs/users/x";
+  im.body = "{}";
+  im.if_match = "nonsense";
+  CHECK(ErrorCode(fx.Call(im)) == "invalid_argument");
+  im.if_match = "\"999\"";
+  CHECK(fx.Call(im).status == 412);
+
+  Response del = fx.Call("DELETE", "/docs/users/x");
+  CHECK(del.status == 200);
+  CHECK(Parse(del.body)["etag"].GetUint64() == del.etag.value());
+  CHECK(fx.Call("DELETE", "/docs/users/x").status == 404);
+}
+
+TEST_CASE("router: bulk is atomic and names the bad line", "[server]") {
+  Fixture fx;
+  Response ok = fx.Call("POST", "/docs/c/_bulk", "{\"id\":\"1\"}\r\n\n{\"id\":\"2\",\"v\":[1]}\n{\"id\":\"1\",\"_deleted\":true}\n",
+                        "application/x-ndjson");
+  REQUIRE(ok.status == 200);
+  auto d = Parse(ok.body);
+  CHECK(d["count"].GetUint64() == 3);
+  CHECK(d["firstEtag"].GetUint64() == 1);
+  CHECK(d["lastEtag"].GetUint64() == 3);
+  CHECK(fx.Call("GET", "/docs/c/2").body == R"({"id":"2","v":[1]})");
+  CHECK(fx.Call("GET", "/docs/c/1").status == 404);
+
+  Response bad = fx.Call("POST", "/docs/c/_bulk", "{\"id\":\"3\"}\n{\"id\":\"4\"}\n{\"id\":5}\n{\"id\":\"6\"}\n");
+  CHECK(bad.status == 400);
+  auto b = Parse(bad.body);
+  CHECK(std::string(b["error"]["code"].GetString()) == "invalid_bulk_line");
+  CHECK(b["error"]["line"].GetUint64() == 3);
+  CHECK(fx.Call("GET", "/docs/c/3").status == 404);
+  CHECK(fx.store->LastEtag() == 3);
+
+  Response syntax = fx.Call("POST", "/docs/c/_bulk", "{\"id\":\"3\"}\n\n{\"id\":\"4\",}\n");
+  auto s = Parse(syntax.body);
+  CHECK(std::string(s["error"]["code"].GetString()) == "invalid_json");
+  CHECK(s["error"]["line"].GetUint64() == 3);
+  CHECK(ErrorCode(fx.Call("POST", "/docs/c/_bulk", "\n\n")) == "empty_body");
+  CHECK(fx.Call("POST", "/docs/c/_bulk", "{\"id\":\"1\"}", "text/csv").status == 415);
+}
+
+TEST_CASE("router: collections, changes and long polls", "[server]") {
+  Fixture fx;
+  REQUIRE(fx.Call("PUT", "/docs/b/1", "{}").status == 201);
+  REQUIRE(fx.Call("PUT", "/docs/a/1", "{}").status == 201);
+  REQUIRE(fx.Call("DELETE", "/docs/a/1").status == 200);
+
+  auto c = Parse(fx.Call("GET", "/collections").body);
+  REQUIRE(c["collections"].Size() == 2);
+  CHECK(std::string(c["collections"][0]["name"].GetString()) == "a");
+  CHECK(c["collections"][0]["count"].GetUint64() == 0);
+  CHECK(c["collections"][1]["count"].GetUint64() == 1);
+  CHECK(c["lastEtag"].GetUint64() == 3);
+
+  auto ch = Parse(fx.Call("GET", "/changes?since=1&limit=5").body);
+  REQUIRE(ch["results"].Size() == 1);
+  CHECK(ch["results"][0]["etag"].GetUint64() == 3);
+  CHECK(ch["results"][0]["deleted"].GetBool());
+  CHECK(ch["lastEtag"].GetUint64() == 3);
+  CHECK(ErrorCode(fx.Call("GET", "/changes?since=abc")) == "invalid_argument");
+  CHECK(ErrorCode(fx.Call("GET", "/changes?limit=-1")) == "invalid_argument");
+
+  // A long poll is answered by the next commit, not before.
+  std::promise<Response> p;
+  auto f = p.get_future();
+  Request lp;
+  lp.method = "GET";
+  lp.target = "/changes?since=3&waitMs=60000";
+  fx.router->Handle(lp, [&p](Response r) { p.set_value(std::move(r)); });
+  fx.timers.RunDue(false);
+  CHECK(f.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout);
+  REQUIRE(fx.Call("PUT", "/docs/b/2", "{}").status == 201);
+  fx.timers.RunDue(false);
+  REQUIRE(f.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  auto got = Parse(f.get().body);
+  REQUIRE(got["results"].Size() == 1);
+  CHECK(std::string(got["results"][0]["id"].GetString()) == "2");
+
+  // ... or by its deadline, with no results.
+  std::promise<Response> p2;
+  auto f2 = p2.get_future();
+  lp.target = "/changes?since=4&waitMs=10";
+  fx.router->Handle(lp, [&p2](Response r) { p2.set_value(std::move(r)); });
+  fx.timers.RunDue(true);
+  REQUIRE(f2.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  CHECK(Parse(f2.get().body)["results"].Size() == 0);
+}
+
+TEST_CASE("router: API key", "[server]") {
+  RouterOptions options;
+  options.api_key = "s3cret";
+  Fixture fx(options);
+  CHECK(fx.Call("GET", "/health").status == 200);
+  CHECK(ErrorCode(fx.Call("GET", "/collections")) == "unauthorized");
+  Request r;
+  r.method = "GET";
+  r.target = "/collections";
+  r.has_authorization = true;
+  r.authorization = "Bearer wrong";
+  CHECK(ErrorCode(fx.Call(r)) == "forbidden");
+  r.authorization = "Bearer s3cre";
+  CHECK(fx.Call(r).status == 403);
+  r.authorization = "Bearer s3cret";
+  CHECK(fx.Call(r).status == 200);
+}
