@@ -175,13 +175,14 @@ Status DocumentStore::Impl::LoadState() {
   if (rc != 0) return LmdbStatus(rc, "cursor");
   MDB_val k, v;
   for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    if (v.mv_size != 12) {
+    if (v.mv_size != 20) {
       mdb_cursor_close(cur);
       return Status::Corruption("collections entry");
     }
     CollectionEntry e;
     e.number = uint32_t(fmt::GetLE(static_cast<const char*>(v.mv_data), 4));
     e.count = fmt::GetLE(static_cast<const char*>(v.mv_data) + 4, 8);
+    e.tombstones = fmt::GetLE(static_cast<const char*>(v.mv_data) + 12, 8);
     std::string name(FromVal(k));
     if (names_by_number.size() <= e.number) names_by_number.resize(e.number + 1);
     names_by_number[e.number] = name;
@@ -279,11 +280,116 @@ Result<std::vector<Change>> DocumentStore::ChangesSince(uint64_t since, size_t l
   return out;
 }
 
+namespace {
+
+class ChangeBatchImpl : public ChangeBatch {
+ public:
+  std::span<const DocChange> changes() const override { return items; }
+  bool complete() const override { return complete_; }
+  uint64_t snapshot_etag() const override { return snapshot; }
+
+  std::unique_ptr<ReadTxn> txn;
+  std::vector<DocChange> items;
+  std::vector<std::string> buffers;  // decompressed bodies (reserved: never reallocates)
+  bool complete_ = true;
+  uint64_t snapshot = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_view collection, uint64_t since,
+                                                                    size_t max_docs, size_t max_bytes) const {
+  auto batch = std::make_unique<ChangeBatchImpl>();
+  batch->txn = std::make_unique<ReadTxn>(impl_->env);
+  if (!batch->txn->status().ok()) return batch->txn->status();
+  MDB_txn* txn = batch->txn->get();
+  {
+    MDB_val k = ToVal("last_etag"), v;
+    int rc = mdb_get(txn, impl_->meta_db, &k, &v);
+    if (rc == 0 && v.mv_size == 8) batch->snapshot = fmt::GetLE(static_cast<const char*>(v.mv_data), 8);
+    else if (rc != MDB_NOTFOUND) return LmdbStatus(rc, "read last etag");
+  }
+  auto coll = impl_->FindCollection(collection);
+  if (!coll || since == UINT64_MAX || max_docs == 0) return std::unique_ptr<ChangeBatch>(std::move(batch));
+  batch->buffers.reserve(max_docs);
+
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn, impl_->coll_changes_db, &cur);
+  if (rc != 0) return LmdbStatus(rc, "cursor");
+  std::string start = fmt::CollChangeKey(*coll, since + 1);
+  MDB_val k = ToVal(start), v;
+  size_t bytes = 0;
+  Status status;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    std::string_view key = FromVal(k), val = FromVal(v);
+    if (key.size() != 12 || fmt::GetBE32(key.data()) != *coll) break;
+    if (batch->items.size() >= max_docs || bytes >= max_bytes) {
+      batch->complete_ = false;
+      break;
+    }
+    if (val.empty()) {
+      status = Status::Corruption("change entry");
+      break;
+    }
+    DocChange change;
+    change.etag = fmt::GetBE64(key.data() + 4);
+    change.deleted = val[0] & fmt::kFlagDeleted;
+    change.id = val.substr(1);
+    if (!change.deleted) {
+      std::string dk = fmt::DocKey(*coll, change.id);
+      MDB_val dkv = ToVal(dk), dv;
+      int grc = mdb_get(txn, impl_->docs_db, &dkv, &dv);
+      fmt::DocView view;
+      if (grc != 0 || !fmt::DecodeDoc(FromVal(dv), view) || view.etag != change.etag) {
+        status = grc != 0 && grc != MDB_NOTFOUND ? LmdbStatus(grc, "read document")
+                                                 : Status::Corruption("change feed entry without its document");
+        break;
+      }
+      if (view.flags & fmt::kFlagZstd) {
+        batch->buffers.emplace_back();
+        if (Status s = DecodeBody(view, batch->buffers.back()); !s.ok()) {
+          status = s;
+          break;
+        }
+        change.json = batch->buffers.back();
+      } else {
+        change.json = view.body;
+      }
+      bytes += change.json.size();
+    }
+    batch->items.push_back(change);
+  }
+  mdb_cursor_close(cur);
+  if (!status.ok()) return status;
+  if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "read change feed");
+  return std::unique_ptr<ChangeBatch>(std::move(batch));
+}
+
+Result<uint64_t> DocumentStore::CountChangesSince(std::string_view collection, uint64_t since) const {
+  auto coll = impl_->FindCollection(collection);
+  if (!coll || since == UINT64_MAX) return uint64_t{0};
+  ReadTxn txn(impl_->env);
+  if (!txn.status().ok()) return txn.status();
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn.get(), impl_->coll_changes_db, &cur);
+  if (rc != 0) return LmdbStatus(rc, "cursor");
+  std::string start = fmt::CollChangeKey(*coll, since + 1);
+  MDB_val k = ToVal(start), v;
+  uint64_t n = 0;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    if (k.mv_size != 12 || fmt::GetBE32(static_cast<const char*>(k.mv_data)) != *coll) break;
+    ++n;
+  }
+  mdb_cursor_close(cur);
+  if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "count changes");
+  return n;
+}
+
 std::vector<CollectionInfo> DocumentStore::Collections() const {
   std::shared_lock lock(impl_->collections_mu);
   std::vector<CollectionInfo> out;
   out.reserve(impl_->collections.size());
-  for (const auto& [name, entry] : impl_->collections) out.push_back({name, entry.count});
+  for (const auto& [name, entry] : impl_->collections) out.push_back({name, entry.count, entry.tombstones});
   return out;
 }
 

@@ -12,10 +12,12 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/doc_change.h"
 #include "common/status.h"
 
 namespace corvid::storage {
@@ -77,7 +79,24 @@ struct Change {
 
 struct CollectionInfo {
   std::string name;
-  uint64_t count = 0;  // live documents
+  uint64_t count = 0;       // live documents
+  uint64_t tombstones = 0;  // deleted documents (each has one change-feed entry)
+};
+
+// A batch of one collection's changes with the documents' bodies, read in
+// one snapshot. Bodies point into LMDB's memory map (or, for compressed
+// ones, into the batch's own buffers): valid while the batch lives. Holding
+// a batch pins an LMDB read snapshot, so keep it only while indexing it.
+class ChangeBatch {
+ public:
+  virtual ~ChangeBatch() = default;
+  // Ascending etag. For deleted documents `json` is empty.
+  virtual std::span<const DocChange> changes() const = 0;
+  // True when the batch holds every change of the collection up to the
+  // store's last etag as of the snapshot (it was not cut by a limit).
+  virtual bool complete() const = 0;
+  // The store's last etag in the batch's snapshot.
+  virtual uint64_t snapshot_etag() const = 0;
 };
 
 // Validates a collection name or document id: 1..512 bytes of UTF-8
@@ -111,6 +130,16 @@ class DocumentStore {
   // one collection only. Each document appears once, at its latest etag.
   Result<std::vector<Change>> ChangesSince(uint64_t since, size_t limit,
                                            std::optional<std::string_view> collection = {}) const;
+
+  // The changes of `collection` with etag > since, with bodies, at most
+  // `max_docs` documents and (roughly) `max_bytes` of bodies, always at
+  // least one change if there is any.
+  Result<std::unique_ptr<ChangeBatch>> ReadChangeBatch(std::string_view collection, uint64_t since,
+                                                       size_t max_docs, size_t max_bytes) const;
+
+  // How many changes of `collection` have etag > since (the backlog of an
+  // index that has processed through `since`). Cost: O(result).
+  Result<uint64_t> CountChangesSince(std::string_view collection, uint64_t since) const;
 
   // Collections sorted by name, with their live document counts.
   std::vector<CollectionInfo> Collections() const;

@@ -67,6 +67,7 @@ class BatchWriter {
       std::string v;
       fmt::PutLE(v, entry.number, 4);
       fmt::PutLE(v, entry.count, 8);
+      fmt::PutLE(v, entry.tombstones, 8);
       MDB_val k = ToVal(name), val = ToVal(v);
       if (int rc = mdb_put(txn_, store_.collections_db, &k, &val, 0); rc != 0)
         return LmdbStatus(rc, "write collection");
@@ -173,11 +174,16 @@ class BatchWriter {
     rc = mdb_put(txn_, store_.coll_changes_db, &k2, &v2, 0);
     if (rc != 0) return LmdbStatus(rc, "write change");
 
+    const bool was_tombstone = found && !live;
     if (is_put && !live) {
       ++coll->count;
       result.created = true;
+      if (was_tombstone) --coll->tombstones;
     } else if (!is_put && live) {
       --coll->count;
+      ++coll->tombstones;
+    } else if (!is_put && !found) {
+      ++coll->tombstones;  // a bulk delete of an id never seen
     }
     return Status::Ok();
   }

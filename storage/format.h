@@ -9,7 +9,7 @@
 //   "meta"         "format"      -> u32 kFormatVersion
 //                  "last_etag"   -> u64 last etag given to a durable write
 //                  "next_coll"   -> u32 next collection number to assign
-//   "collections"  name          -> u32 number | u64 live document count
+//   "collections"  name          -> u32 number | u64 live documents | u64 tombstones
 //   "docs"         DocKey        -> DocValue
 //   "changes"      u64 etag      -> u32 collection | u8 flags | id bytes
 //   "coll_changes" u32 coll | u64 etag -> u8 flags | id bytes

@@ -56,7 +56,8 @@ struct PendingWrite {
 
 struct CollectionEntry {
   uint32_t number = 0;
-  uint64_t count = 0;
+  uint64_t count = 0;       // live documents
+  uint64_t tombstones = 0;  // deleted documents still in the change feed
 };
 
 class DocumentStore::Impl {

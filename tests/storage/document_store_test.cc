@@ -363,3 +363,52 @@ TEST_CASE("waiters and listeners are woken by commits", "[storage]") {
   // A deadline in the past returns at once with the current etag.
   CHECK(store->WaitForEtagAfter(5, std::chrono::steady_clock::now()) == 2);
 }
+
+TEST_CASE("change batches carry bodies, respect limits and count the backlog", "[storage]") {
+  TempDir dir;
+  StoreOptions options;
+  options.compress_threshold = 64;
+  auto store = OpenStore(dir, options);
+  std::string big = R"({"t":")" + std::string(5000, 'q') + R"("})";
+  REQUIRE(Bulk(*store, {Put("a", "1", R"({"v":1})"), Put("b", "x", "{}"), Put("a", "2", big),
+                        Put("a", "3", R"({"v":3})")}).status.ok());  // etags 1..4
+  REQUIRE(Single(*store, Del("a", "1")).status.ok());               // 5
+
+  auto all = store->ReadChangeBatch("a", 0, 100, 1 << 20);
+  REQUIRE(all.ok());
+  auto changes = (*all)->changes();
+  REQUIRE(changes.size() == 3);
+  CHECK((changes[0].etag == 3 && changes[0].id == "2" && changes[0].json == big));  // decompressed
+  CHECK((changes[1].etag == 4 && changes[1].json == R"({"v":3})"));
+  CHECK((changes[2].etag == 5 && changes[2].deleted && changes[2].json.empty()));
+  CHECK((*all)->complete());
+  CHECK((*all)->snapshot_etag() == 5);
+
+  auto limited = store->ReadChangeBatch("a", 0, 2, 1 << 20);
+  REQUIRE(limited.ok());
+  CHECK((*limited)->changes().size() == 2);
+  CHECK_FALSE((*limited)->complete());
+  auto by_bytes = store->ReadChangeBatch("a", 0, 100, 10);  // at least one change
+  REQUIRE(by_bytes.ok());
+  CHECK((*by_bytes)->changes().size() == 1);
+  CHECK_FALSE((*by_bytes)->complete());
+  auto rest = store->ReadChangeBatch("a", 4, 100, 1 << 20);
+  REQUIRE(rest.ok());
+  CHECK((*rest)->changes().size() == 1);
+  CHECK((*rest)->complete());
+  auto none = store->ReadChangeBatch("zzz", 0, 100, 1 << 20);
+  REQUIRE(none.ok());
+  CHECK((*none)->changes().empty());
+  CHECK((*none)->complete());
+
+  CHECK(store->CountChangesSince("a", 0).value() == 3);
+  CHECK(store->CountChangesSince("a", 3).value() == 2);
+  CHECK(store->CountChangesSince("a", 5).value() == 0);
+  CHECK(store->CountChangesSince("b", 0).value() == 1);
+  CHECK(store->CountChangesSince("zzz", 0).value() == 0);
+
+  auto colls = store->Collections();
+  CHECK((colls[0].name == "a" && colls[0].count == 2 && colls[0].tombstones == 1));
+  REQUIRE(Single(*store, Put("a", "1", "{}")).status.ok());  // resurrect
+  CHECK(store->Collections()[0].tombstones == 0);
+}

@@ -1,0 +1,26 @@
+// DocChange: one entry of a batch that the indexing engine hands to an index
+// kind (map/reduce, search). Views point into memory owned by the engine for
+// the duration of the call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace corvid {
+
+struct DocChange {
+  uint64_t etag = 0;
+  std::string_view id;
+  bool deleted = false;   // a tombstone: retract what the document contributed
+  std::string_view json;  // the document's JSON text (empty when deleted)
+};
+
+// A document the index could not process; it is skipped, indexing goes on.
+struct IndexError {
+  uint64_t etag = 0;
+  std::string id;
+  std::string message;
+};
+
+}  // namespace corvid

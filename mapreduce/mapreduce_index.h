@@ -1,0 +1,87 @@
+// The map/reduce index kind: a compiled definition (map expressions, group
+// key, reducers) and the incrementally maintained state — per document the
+// entries it emitted, per group key the aggregate, per key and min/max
+// reducer an ordered multiset — in the index's own LMDB environment.
+//
+// Thread safety: ApplyBatch/Clear are called by one thread at a time (the
+// index worker). Query and the accessors may run concurrently with them;
+// they read an LMDB snapshot and see only whole batches.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/doc_change.h"
+#include "common/status.h"
+
+namespace corvid::mapreduce {
+
+// A validated, compiled definition:
+//   {"type": "mapreduce", "collection": "...", "map": {name: expr, ...},
+//    "groupBy": [map names], "reduce": {name: "count()|sum(x)|min(x)|max(x)|avg(x)"}}
+// Expressions (API.md): dotted field paths, literals, + - * /, comparisons,
+// substr, lower, upper, len, concat, coalesce, year, month, day, date_trunc,
+// if, unwind. Reducer arguments are expressions over map names.
+class Definition {
+ public:
+  // Errors are InvalidArgument with a message naming the field and, for an
+  // expression, the byte offset: "map.month: unknown function 'substrr' at offset 0".
+  static Result<std::shared_ptr<const Definition>> Compile(std::string_view definition_json);
+  virtual ~Definition() = default;
+
+  virtual const std::string& collection() const = 0;
+  // A stable fingerprint of the definition's meaning (used to detect that
+  // on-disk state belongs to a different definition).
+  virtual uint64_t Fingerprint() const = 0;
+};
+
+struct QueryResult {
+  std::string rows_json;       // a JSON array of row objects, in the requested order
+  uint64_t total = 0;          // rows after filters, before limit/offset
+  uint64_t snapshot_etag = 0;  // LastAppliedEtag() of the snapshot the rows came from
+};
+
+class MapReduceIndex {
+ public:
+  // Opens or creates the state in directory `dir`. State written for a
+  // different definition (fingerprint mismatch) or in an unknown format is
+  // wiped, so the index rebuilds from etag 0.
+  static Result<std::unique_ptr<MapReduceIndex>> Open(const std::string& dir,
+                                                      std::shared_ptr<const Definition> definition);
+  virtual ~MapReduceIndex() = default;
+
+  // The etag through which changes have been durably applied (0: none).
+  virtual uint64_t LastAppliedEtag() const = 0;
+
+  // Applies `batch` (ascending etag, the index's collection only) in one
+  // durable transaction that also records `through_etag` (>= the batch's
+  // last etag) as LastAppliedEtag(). A document that fails to map (bad
+  // JSON, a failing expression, a non-numeric reducer input) is skipped or
+  // its bad values left out, and reported in `errors`; that is not a
+  // failure of the batch. Replaying a batch is harmless: each document's
+  // previous entries are retracted before its new ones are added.
+  // On error nothing of the batch is visible.
+  virtual Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
+                            std::vector<IndexError>& errors) = 0;
+
+  // Drops every row and entry; LastAppliedEtag() becomes 0.
+  virtual Status Clear() = 0;
+
+  // Number of reduce rows (group keys with at least one entry).
+  virtual uint64_t RowCount() const = 0;
+  // Bytes used on disk by the state.
+  virtual uint64_t DiskBytes() const = 0;
+
+  // Answers GET /indexes/{name}/results. `params` are the decoded query
+  // parameters; minEtag and waitMs are ignored here (the engine handles
+  // them). Supported: <group>=v, <group>.gt|gte|lt|lte=v, sort=[-]name[,..],
+  // limit, offset, groupLevel=N. Unknown parameters or fields → InvalidArgument.
+  virtual Result<QueryResult> Query(const std::vector<std::pair<std::string, std::string>>& params) const = 0;
+};
+
+}  // namespace corvid::mapreduce
