@@ -272,9 +272,11 @@ void Router::Handle(Request request, Reply reply) {
     }
     std::string_view auth = request.authorization;
     constexpr std::string_view kBearer = "Bearer ";
-    bool ok = auth.size() > kBearer.size() && auth.substr(0, kBearer.size()) == kBearer &&
-              ConstantTimeEquals(auth.substr(kBearer.size()), state_->options.api_key);
-    if (!ok) {
+    if (auth.size() < kBearer.size() || auth.substr(0, kBearer.size()) != kBearer) {
+      reply(ErrorResponse(401, "unauthorized", "expected Authorization: Bearer <key>"));
+      return;
+    }
+    if (!ConstantTimeEquals(auth.substr(kBearer.size()), state_->options.api_key)) {
       reply(ErrorResponse(403, "forbidden", "wrong API key"));
       return;
     }
@@ -518,6 +520,12 @@ void Router::State::Bulk(Request& req, const std::string& coll, Reply& reply) {
     body.remove_prefix(nl == std::string_view::npos ? body.size() : nl + 1);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (IsBlank(line)) continue;
+    if (line.size() > options.max_doc_bytes) {
+      return reply(ErrorResponse(413, "body_too_large",
+                                 "line " + std::to_string(line_no) + ": document exceeds the limit of " +
+                                     std::to_string(options.max_doc_bytes) + " bytes",
+                                 std::nullopt, line_no));
+    }
     if (auto problem = ValidateJsonObject(line, &fields)) return reply(ProblemResponse(*problem, line_no));
     if (!fields.id) {
       return reply(ErrorResponse(400, "invalid_bulk_line",

@@ -175,15 +175,15 @@ Status DocumentStore::Impl::LoadState() {
   if (rc != 0) return LmdbStatus(rc, "cursor");
   MDB_val k, v;
   for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    if (v.mv_size != 20) {
+    if (k.mv_size != 4 || v.mv_size < 16) {
       mdb_cursor_close(cur);
       return Status::Corruption("collections entry");
     }
     CollectionEntry e;
-    e.number = uint32_t(fmt::GetLE(static_cast<const char*>(v.mv_data), 4));
-    e.count = fmt::GetLE(static_cast<const char*>(v.mv_data) + 4, 8);
-    e.tombstones = fmt::GetLE(static_cast<const char*>(v.mv_data) + 12, 8);
-    std::string name(FromVal(k));
+    e.number = fmt::GetBE32(static_cast<const char*>(k.mv_data));
+    e.count = fmt::GetLE(static_cast<const char*>(v.mv_data), 8);
+    e.tombstones = fmt::GetLE(static_cast<const char*>(v.mv_data) + 8, 8);
+    std::string name(FromVal(v).substr(16));
     if (names_by_number.size() <= e.number) names_by_number.resize(e.number + 1);
     names_by_number[e.number] = name;
     collections.emplace(std::move(name), e);

@@ -64,11 +64,12 @@ class BatchWriter {
   // Writes collection counts and meta; call once after all requests.
   Status Finish() {
     for (auto& [name, entry] : touched_) {
-      std::string v;
-      fmt::PutLE(v, entry.number, 4);
+      std::string key, v;
+      fmt::PutBE32(key, entry.number);
       fmt::PutLE(v, entry.count, 8);
       fmt::PutLE(v, entry.tombstones, 8);
-      MDB_val k = ToVal(name), val = ToVal(v);
+      v.append(name);
+      MDB_val k = ToVal(key), val = ToVal(v);
       if (int rc = mdb_put(txn_, store_.collections_db, &k, &val, 0); rc != 0)
         return LmdbStatus(rc, "write collection");
     }

@@ -9,7 +9,9 @@
 //   "meta"         "format"      -> u32 kFormatVersion
 //                  "last_etag"   -> u64 last etag given to a durable write
 //                  "next_coll"   -> u32 next collection number to assign
-//   "collections"  name          -> u32 number | u64 live documents | u64 tombstones
+//   "collections"  u32 number    -> u64 live documents | u64 tombstones | name
+//                  (names are up to 512 bytes, over LMDB's key limit, so
+//                  the number is the key and the name index lives in memory)
 //   "docs"         DocKey        -> DocValue
 //   "changes"      u64 etag      -> u32 collection | u8 flags | id bytes
 //   "coll_changes" u32 coll | u64 etag -> u8 flags | id bytes

@@ -282,6 +282,8 @@ TEST_CASE("router: API key", "[server]") {
   CHECK(ErrorCode(fx.Call(r)) == "forbidden");
   r.authorization = "Bearer s3cre";
   CHECK(fx.Call(r).status == 403);
+  r.authorization = "Basic czNjcmV0";  // another scheme is no bearer key
+  CHECK(ErrorCode(fx.Call(r)) == "unauthorized");
   r.authorization = "Bearer s3cret";
   CHECK(fx.Call(r).status == 200);
 }
