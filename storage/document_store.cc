@@ -365,7 +365,7 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
   return std::unique_ptr<ChangeBatch>(std::move(batch));
 }
 
-Result<uint64_t> DocumentStore::CountChangesSince(std::string_view collection, uint64_t since) const {
+Result<uint64_t> DocumentStore::CountChangesSince(std::string_view collection, uint64_t since, uint64_t cap) const {
   auto coll = impl_->FindCollection(collection);
   if (!coll || since == UINT64_MAX) return uint64_t{0};
   ReadTxn txn(impl_->env);
@@ -377,7 +377,7 @@ Result<uint64_t> DocumentStore::CountChangesSince(std::string_view collection, u
   MDB_val k = ToVal(start), v;
   uint64_t n = 0;
   for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    if (k.mv_size != 12 || fmt::GetBE32(static_cast<const char*>(k.mv_data)) != *coll) break;
+    if (k.mv_size != 12 || fmt::GetBE32(static_cast<const char*>(k.mv_data)) != *coll || n >= cap) break;
     ++n;
   }
   mdb_cursor_close(cur);

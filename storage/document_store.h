@@ -138,8 +138,9 @@ class DocumentStore {
                                                        size_t max_docs, size_t max_bytes) const;
 
   // How many changes of `collection` have etag > since (the backlog of an
-  // index that has processed through `since`). Cost: O(result).
-  Result<uint64_t> CountChangesSince(std::string_view collection, uint64_t since) const;
+  // index that has processed through `since`), counting at most `cap`.
+  // Cost: O(log n + result).
+  Result<uint64_t> CountChangesSince(std::string_view collection, uint64_t since, uint64_t cap = UINT64_MAX) const;
 
   // Collections sorted by name, with their live document counts.
   std::vector<CollectionInfo> Collections() const;

@@ -284,7 +284,7 @@ TEST_CASE("the merger groups concurrent writers; a failing member fails alone", 
   REQUIRE(Single(*store, Put("c", "guarded", "{}")).status.ok());
 
   constexpr int kThreads = 8, kPerThread = 200;
-  std::atomic<int> failures_seen{0}, failures_expected{0};
+  std::atomic<int> failures_seen{0}, failures_expected{0}, unexpected_errors{0};
   std::mutex mu;
   std::vector<uint64_t> etags;
   std::vector<std::thread> threads;
@@ -307,13 +307,14 @@ TEST_CASE("the merger groups concurrent writers; a failing member fails alone", 
         pending.push_back(promise->get_future());
         store->Submit(std::move(req), [promise](WriteResult r) { promise->set_value(std::move(r)); });
       }
-      for (auto& f : pending) {
+      for (auto& f : pending) {  // no Catch assertions here: Catch is not thread-safe
         WriteResult r = f.get();
         if (r.status.code() == StatusCode::kPreconditionFailed) {
           ++failures_seen;
-        } else {
-          REQUIRE(r.status.ok());
+        } else if (r.status.ok()) {
           mine.push_back(r.last_etag);
+        } else {
+          ++unexpected_errors;
         }
       }
       std::lock_guard lock(mu);
@@ -323,6 +324,7 @@ TEST_CASE("the merger groups concurrent writers; a failing member fails alone", 
   for (auto& t : threads) t.join();
 
   const int writes = kThreads * kPerThread - failures_expected.load();
+  CHECK(unexpected_errors.load() == 0);
   CHECK(failures_seen.load() == failures_expected.load());
   REQUIRE(int(etags.size()) == writes);
   std::set<uint64_t> distinct(etags.begin(), etags.end());
