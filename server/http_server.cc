@@ -259,10 +259,11 @@ void HttpServer::Impl::CheckDrained() {
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpServer::~HttpServer() = default;
 
-Result<std::unique_ptr<HttpServer>> HttpServer::Create(storage::DocumentStore& store, HttpServerOptions options) {
+Result<std::unique_ptr<HttpServer>> HttpServer::Create(storage::DocumentStore& store, indexing::IndexEngine* engine,
+                                                       HttpServerOptions options) {
   if (options.threads <= 0) options.threads = int(std::max(1u, std::thread::hardware_concurrency()));
   auto impl = std::make_unique<Impl>(options);
-  impl->router = std::make_unique<Router>(store, impl->timers, options.router);
+  impl->router = std::make_unique<Router>(store, engine, impl->timers, options.router);
   beast::error_code ec;
   auto address = asio::ip::make_address(options.host, ec);
   if (ec) return Status::InvalidArgument("bad listen address '" + options.host + "': " + ec.message());

@@ -24,8 +24,10 @@ struct HttpServerOptions {
 
 class HttpServer {
  public:
-  // Binds the listening socket; the store must outlive the server.
-  static Result<std::unique_ptr<HttpServer>> Create(storage::DocumentStore& store, HttpServerOptions options);
+  // Binds the listening socket; the store and engine (which may be null)
+  // must outlive the server.
+  static Result<std::unique_ptr<HttpServer>> Create(storage::DocumentStore& store, indexing::IndexEngine* engine,
+                                                    HttpServerOptions options);
   ~HttpServer();
 
   // "host:port" actually bound (useful with port 0).

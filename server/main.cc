@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "indexing/index_engine.h"
 #include "server/http_server.h"
 #include "storage/document_store.h"
 
@@ -75,7 +76,12 @@ int main(int argc, char** argv) {
     std::cerr << "corvid: cannot open the store in " << data_dir << ": " << store.status().ToString() << "\n";
     return 1;
   }
-  auto server = corvid::server::HttpServer::Create(**store, options);
+  auto engine = corvid::indexing::IndexEngine::Open(data_dir + "/indexes", **store);
+  if (!engine.ok()) {
+    std::cerr << "corvid: cannot open the indexes in " << data_dir << ": " << engine.status().ToString() << "\n";
+    return 1;
+  }
+  auto server = corvid::server::HttpServer::Create(**store, engine->get(), options);
   if (!server.ok()) {
     std::cerr << "corvid: " << server.status().ToString() << "\n";
     return 1;
@@ -83,8 +89,10 @@ int main(int argc, char** argv) {
   std::printf("corvid listening on %s\n", (*server)->LocalEndpoint().c_str());
   std::fflush(stdout);
   (*server)->Run();
-  // The store closes first: its merger drains and answers any queued write
-  // (into the stopped I/O context) before the server's objects go away.
+  // Index workers stop first (they read the store); then the store closes:
+  // its merger drains and answers any queued write (into the stopped I/O
+  // context) before the server's objects go away.
+  engine->reset();
   store->reset();
   server->reset();
   std::fprintf(stderr, "corvid: shut down cleanly\n");

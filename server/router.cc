@@ -3,176 +3,16 @@
 // and never reaches an assert or the write path.
 #include "server/router.h"
 
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
-#include <atomic>
-#include <charconv>
-#include <mutex>
-#include <set>
-
-#include "server/json_input.h"
-#include "storage/document_store.h"
+#include "server/router_internal.h"
 
 namespace corvid::server {
 
-namespace {
-
+using namespace detail;
 using storage::DocumentStore;
 using storage::WriteKind;
 using storage::WriteOp;
 using storage::WriteRequest;
 using storage::WriteResult;
-using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
-
-constexpr uint64_t kDefaultChangesLimit = 1000;
-constexpr uint64_t kMaxChangesLimit = 10000;
-constexpr uint64_t kMaxWaitMs = 60000;
-
-void WriteString(JsonWriter& w, std::string_view s) { w.String(s.data(), rapidjson::SizeType(s.size())); }
-
-Response JsonResponse(int status, const rapidjson::StringBuffer& buffer) {
-  Response r;
-  r.status = status;
-  r.body.assign(buffer.GetString(), buffer.GetSize());
-  return r;
-}
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// Percent-decodes `in`; `plus_is_space` for query strings. False if a
-// %-escape is malformed.
-bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out) {
-  out.clear();
-  out.reserve(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    char c = in[i];
-    if (c == '%') {
-      if (i + 2 >= in.size()) return false;
-      int hi = HexValue(in[i + 1]), lo = HexValue(in[i + 2]);
-      if (hi < 0 || lo < 0) return false;
-      out.push_back(char(hi * 16 + lo));
-      i += 2;
-    } else if (c == '+' && plus_is_space) {
-      out.push_back(' ');
-    } else {
-      out.push_back(c);
-    }
-  }
-  return true;
-}
-
-struct Target {
-  std::vector<std::string> segments;  // decoded path segments
-  std::vector<std::pair<std::string, std::string>> query;
-
-  const std::string* Param(std::string_view name) const {
-    for (const auto& [k, v] : query)
-      if (k == name) return &v;
-    return nullptr;
-  }
-};
-
-std::optional<Target> ParseTarget(std::string_view target) {
-  Target t;
-  size_t q = target.find('?');
-  std::string_view path = target.substr(0, q);
-  std::string_view query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
-  if (path.empty() || path[0] != '/') return std::nullopt;
-  path.remove_prefix(1);
-  while (true) {
-    size_t slash = path.find('/');
-    std::string seg;
-    if (!PercentDecode(path.substr(0, slash), false, seg)) return std::nullopt;
-    t.segments.push_back(std::move(seg));
-    if (slash == std::string_view::npos) break;
-    path.remove_prefix(slash + 1);
-  }
-  if (t.segments.size() == 1 && t.segments[0].empty()) t.segments.clear();  // "/"
-  while (!query.empty()) {
-    size_t amp = query.find('&');
-    std::string_view pair = query.substr(0, amp);
-    size_t eq = pair.find('=');
-    std::string k, v;
-    if (!PercentDecode(pair.substr(0, eq), true, k)) return std::nullopt;
-    if (eq != std::string_view::npos && !PercentDecode(pair.substr(eq + 1), true, v)) return std::nullopt;
-    if (!k.empty()) t.query.emplace_back(std::move(k), std::move(v));
-    if (amp == std::string_view::npos) break;
-    query.remove_prefix(amp + 1);
-  }
-  return t;
-}
-
-// Parses a non-negative decimal integer parameter; false if malformed.
-bool ParseUint(std::string_view s, uint64_t& out) {
-  if (s.empty()) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && p == s.data() + s.size();
-}
-
-// An etag from a header value: "N", W/"N" or N. nullopt if malformed.
-std::optional<uint64_t> ParseEtagHeader(std::string_view v) {
-  while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
-  while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
-  if (v.substr(0, 2) == "W/") v.remove_prefix(2);
-  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-  uint64_t etag;
-  if (!ParseUint(v, etag)) return std::nullopt;
-  return etag;
-}
-
-bool IsJsonContentType(std::string_view ct, bool allow_ndjson) {
-  if (ct.empty()) return true;  // a missing Content-Type is accepted
-  std::string_view base = ct.substr(0, ct.find(';'));
-  while (!base.empty() && base.back() == ' ') base.remove_suffix(1);
-  std::string lower(base);
-  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (lower == "application/json") return true;
-  return allow_ndjson && (lower == "application/x-ndjson" || lower == "application/ndjson");
-}
-
-// Constant-time comparison: the time taken does not depend on where the
-// strings differ (only on the length of `expected`).
-bool ConstantTimeEquals(std::string_view given, std::string_view expected) {
-  unsigned char diff = given.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
-    diff |= g ^ static_cast<unsigned char>(expected[i]);
-  }
-  return diff == 0;
-}
-
-Response FromStatus(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kOk: return Response{};
-    case StatusCode::kNotFound: return ErrorResponse(404, "not_found", s.message());
-    case StatusCode::kInvalidArgument: return ErrorResponse(400, "invalid_argument", s.message());
-    case StatusCode::kPreconditionFailed: return ErrorResponse(412, "precondition_failed", s.message());
-    case StatusCode::kBusy: return ErrorResponse(409, "conflict", s.message());
-    case StatusCode::kTooLarge: return ErrorResponse(413, "body_too_large", s.message());
-    case StatusCode::kShuttingDown: return ErrorResponse(503, "shutting_down", s.message());
-    default: return ErrorResponse(500, "internal", s.message());
-  }
-}
-
-Response MethodNotAllowed(std::string_view allow) {
-  Response r = ErrorResponse(405, "method_not_allowed", "method not allowed here; allowed: " + std::string(allow));
-  r.allow = std::string(allow);
-  return r;
-}
-
-Response ProblemResponse(const JsonProblem& p, std::optional<size_t> line = std::nullopt) {
-  std::string message = p.message;
-  if (line) message = "line " + std::to_string(*line) + ": " + message;
-  return ErrorResponse(400, p.code, message, p.offset, line);
-}
-
-}  // namespace
 
 Response ErrorResponse(int status, std::string_view code, std::string_view message, std::optional<size_t> offset,
                        std::optional<size_t> line) {
@@ -199,46 +39,8 @@ Response ErrorResponse(int status, std::string_view code, std::string_view messa
   return r;
 }
 
-// A /changes long poll waiting for a commit or its deadline.
-struct LongPoll {
-  std::atomic<bool> done{false};
-  uint64_t listener = 0;
-  Reply reply;
-  std::function<Response()> answer;
-};
-
-struct Router::State : std::enable_shared_from_this<Router::State> {
-  DocumentStore& store;
-  Timers& timers;
-  RouterOptions options;
-
-  std::mutex waiters_mu;
-  std::set<std::shared_ptr<LongPoll>> waiters;  // guarded by waiters_mu
-
-  State(DocumentStore& s, Timers& t, RouterOptions o) : store(s), timers(t), options(std::move(o)) {}
-
-  void Finish(const std::shared_ptr<LongPoll>& poll) {
-    if (poll->done.exchange(true)) return;
-    store.RemoveCommitListener(poll->listener);
-    {
-      std::lock_guard lock(waiters_mu);
-      waiters.erase(poll);
-    }
-    poll->reply(poll->answer());
-  }
-
-  void Dispatch(Request& req, const Target& t, Reply& reply);
-  Response Health() const;
-  Response Collections() const;
-  void Changes(const Target& t, Reply& reply);
-  Response GetDoc(const Request& req, const std::string& coll, const std::string& id) const;
-  void PutDoc(Request& req, const std::string& coll, const std::string& id, Reply& reply);
-  void DeleteDoc(const Request& req, const std::string& coll, const std::string& id, Reply& reply);
-  void Bulk(Request& req, const std::string& coll, Reply& reply);
-};
-
-Router::Router(DocumentStore& store, Timers& timers, RouterOptions options)
-    : state_(std::make_shared<State>(store, timers, std::move(options))) {}
+Router::Router(DocumentStore& store, indexing::IndexEngine* engine, Timers& timers, RouterOptions options)
+    : state_(std::make_shared<State>(store, engine, timers, std::move(options))) {}
 
 Router::~Router() { CompleteWaiters(); }
 
@@ -250,7 +52,7 @@ size_t Router::BodyLimit(std::string_view method, std::string_view target) const
 }
 
 void Router::CompleteWaiters() {
-  std::set<std::shared_ptr<LongPoll>> waiters;
+  std::set<std::shared_ptr<Waiter>> waiters;
   {
     std::lock_guard lock(state_->waiters_mu);
     waiters = state_->waiters;
@@ -258,12 +60,45 @@ void Router::CompleteWaiters() {
   for (const auto& w : waiters) state_->Finish(w);
 }
 
+namespace {
+
+Route Classify(const Target& t, std::string_view method) {
+  const auto& seg = t.segments;
+  if (seg.empty()) return Route::kOther;
+  if (seg[0] == "health") return Route::kHealth;
+  if (seg[0] == "collections") return Route::kCollections;
+  if (seg[0] == "changes") return Route::kChanges;
+  if (seg[0] == "metrics") return Route::kMetrics;
+  if (seg[0] == "admin") return Route::kAdmin;
+  if (seg[0] == "docs" && seg.size() == 3) {
+    if (method == "POST") return Route::kDocBulk;
+    if (method == "PUT") return Route::kDocPut;
+    if (method == "DELETE") return Route::kDocDelete;
+    return Route::kDocGet;
+  }
+  if (seg[0] == "indexes") {
+    if (seg.size() == 3 && seg[2] == "results") return Route::kIndexResults;
+    if (seg.size() == 3 && seg[2] == "search") return Route::kIndexSearch;
+    return Route::kIndexes;
+  }
+  return Route::kOther;
+}
+
+}  // namespace
+
 void Router::Handle(Request request, Reply reply) {
   std::optional<Target> target = ParseTarget(request.target);
   if (!target) {
+    state_->metrics.Record(Route::kOther, 400, 0);
     reply(ErrorResponse(400, "invalid_argument", "malformed request target (bad percent-encoding)"));
     return;
   }
+  reply = [state = state_, route = Classify(*target, request.method), start = std::chrono::steady_clock::now(),
+           reply = std::move(reply)](Response r) {
+    state->metrics.Record(route, r.status,
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    reply(std::move(r));
+  };
   const bool is_health = target->segments.size() == 1 && target->segments[0] == "health";
   if (!state_->options.api_key.empty() && !is_health) {
     if (!request.has_authorization) {
@@ -298,6 +133,12 @@ void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
   if (seg.size() == 1 && seg[0] == "changes") {
     if (m != "GET") return reply(MethodNotAllowed("GET"));
     return Changes(t, reply);
+  }
+  if (!seg.empty() && seg[0] == "indexes") return DispatchIndexes(req, t, reply);
+  if (!seg.empty() && seg[0] == "admin") return DispatchAdmin(req, t, reply);
+  if (seg.size() == 1 && seg[0] == "metrics") {
+    if (m != "GET") return reply(MethodNotAllowed("GET"));
+    return reply(MetricsText());
   }
   if (seg.size() == 3 && seg[0] == "docs") {
     const std::string& coll = seg[1];
@@ -386,26 +227,55 @@ void Router::State::Changes(const Target& t, Reply& reply) {
   };
   if (wait_ms == 0 || limit == 0 || store.LastEtag() > since) return reply(answer());
 
-  // Long poll: register for the commit signal first, then re-check, so a
-  // commit between the check and the registration is never missed.
-  auto poll = std::make_shared<LongPoll>();
-  poll->reply = std::move(reply);
-  poll->answer = answer;
-  std::weak_ptr<LongPoll> weak = poll;
+  // Long poll: answered by the first commit after `since`, or at waitMs.
+  auto& st = store;
+  WaitThen(
+      std::chrono::milliseconds(wait_ms), [&st, since] { return st.LastEtag() > since; },
+      [&st](std::function<void()> wake) { return st.AddCommitListener([wake](uint64_t) { wake(); }); },
+      [&st](uint64_t handle) { st.RemoveCommitListener(handle); },
+      [reply = std::move(reply), answer] { reply(answer()); });
+}
+
+void Router::State::WaitThen(std::chrono::milliseconds wait, std::function<bool()> ready,
+                             const std::function<uint64_t(std::function<void()>)>& subscribe,
+                             std::function<void(uint64_t)> unsubscribe, std::function<void()> then) {
+  auto w = std::make_shared<Waiter>();
+  w->finish = std::move(then);
   {
     std::lock_guard lock(waiters_mu);
-    waiters.insert(poll);
+    waiters.insert(w);
   }
   std::weak_ptr<State> weak_self = weak_from_this();
-  poll->listener = store.AddCommitListener([weak_self, weak, since](uint64_t etag) {
-    if (etag <= since) return;
+  std::weak_ptr<Waiter> weak_w = w;
+  // Subscribe first, then check: a wake-up between the two is never lost.
+  uint64_t handle = subscribe([weak_self, weak_w, ready] {
     auto self = weak_self.lock();
-    auto p = weak.lock();
-    // Answer on an I/O thread, not on the merger thread.
-    if (self && p) self->timers.RunAfter(std::chrono::milliseconds(0), [self, p] { self->Finish(p); });
+    auto w = weak_w.lock();
+    if (!self || !w || w->done || !ready()) return;
+    // Finish on an I/O thread, not on the notifying (merger/worker) thread.
+    self->timers.RunAfter(std::chrono::milliseconds(0), [self, w] { self->Finish(w); });
   });
-  timers.RunAfter(std::chrono::milliseconds(wait_ms), [self = shared_from_this(), poll] { self->Finish(poll); });
-  if (store.LastEtag() > since) Finish(poll);
+  {
+    std::lock_guard lock(w->mu);
+    w->unsubscribe = [unsubscribe = std::move(unsubscribe), handle] { unsubscribe(handle); };
+  }
+  timers.RunAfter(wait, [self = shared_from_this(), w] { self->Finish(w); });
+  if (ready()) Finish(w);
+}
+
+void Router::State::Finish(const std::shared_ptr<Waiter>& w) {
+  if (w->done.exchange(true)) return;
+  std::function<void()> unsubscribe;
+  {
+    std::lock_guard lock(w->mu);
+    unsubscribe = std::move(w->unsubscribe);
+  }
+  if (unsubscribe) unsubscribe();
+  {
+    std::lock_guard lock(waiters_mu);
+    waiters.erase(w);
+  }
+  w->finish();
 }
 
 Response Router::State::GetDoc(const Request& req, const std::string& coll, const std::string& id) const {

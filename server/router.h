@@ -18,6 +18,9 @@
 namespace corvid::storage {
 class DocumentStore;
 }
+namespace corvid::indexing {
+class IndexEngine;
+}
 
 namespace corvid::server {
 
@@ -62,7 +65,8 @@ Response ErrorResponse(int status, std::string_view code, std::string_view messa
 
 class Router {
  public:
-  Router(storage::DocumentStore& store, Timers& timers, RouterOptions options);
+  // `engine` may be null: then the index endpoints answer 404.
+  Router(storage::DocumentStore& store, indexing::IndexEngine* engine, Timers& timers, RouterOptions options);
   ~Router();
 
   // Handles one request; `reply` is called exactly once.
@@ -72,7 +76,7 @@ class Router {
   // inserts get the bulk limit, everything else the document limit.
   size_t BodyLimit(std::string_view method, std::string_view target) const;
 
-  // Answers pending long polls now (on shutdown).
+  // Answers parked requests (long polls, index waits) now (on shutdown).
   void CompleteWaiters();
 
   struct State;

@@ -102,7 +102,7 @@ struct Fixture {
     storage::StoreOptions so;
     so.map_size = size_t{1} << 30;
     store = std::move(storage::DocumentStore::Open(dir.string(), so)).value();
-    router = std::make_unique<Router>(*store, timers, options);
+    router = std::make_unique<Router>(*store, nullptr, timers, options);
   }
   ~Fixture() {
     router.reset();

@@ -1,0 +1,581 @@
+// The indexing engine: index lifecycle (definitions on disk, create,
+// replace, delete, reset) and one worker thread per index.
+//
+// The indexing loop is IndexSlot::Run: sleep until the store commits
+// something newer than what the index has processed (a commit listener
+// wakes it; no polling), read the collection's next changes with their
+// bodies in one snapshot, hand them to the kind, which applies them and
+// records the batch's etag in one durable commit, then publish progress.
+//
+// On disk: <dir>/<name>/definition.json (written by write-fsync-rename) and
+// <dir>/<name>/state/ (the kind's own files). definition.json is the truth:
+// a kind whose state belongs to another definition wipes and rebuilds it.
+#include "indexing/index_engine.h"
+
+#include <rapidjson/document.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include "indexing/index_kind.h"
+#include "storage/document_store.h"
+
+namespace corvid::indexing {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::chrono::seconds kRetryAfterFailure{1};
+constexpr std::chrono::seconds kRateWindow{60};
+
+Status ValidateIndexName(std::string_view name) {
+  if (name.empty() || name.size() > 128) return Status::InvalidArgument("index name must be 1 to 128 characters");
+  if (name[0] == '.' || name[0] == '-') return Status::InvalidArgument("index name must not start with '.' or '-'");
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '.';
+    if (!ok) return Status::InvalidArgument("index name may hold only letters, digits, '_', '-' and '.'");
+  }
+  return Status::Ok();
+}
+
+// Writes `content` to `path` so that after a crash the file holds either
+// the old or the new content: write a temporary, fsync, rename, fsync dir.
+Status WriteFileDurably(const fs::path& path, std::string_view content) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError("open " + tmp.string() + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ::close(fd);
+      return Status::IOError("write " + tmp.string() + ": " + std::strerror(errno));
+    }
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) return Status::IOError("fsync " + tmp.string());
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Status::IOError("rename " + tmp.string() + ": " + ec.message());
+  int dfd = ::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read " + path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool SameJson(std::string_view a, std::string_view b) {
+  rapidjson::Document da, db;
+  da.Parse(a.data(), a.size());
+  db.Parse(b.data(), b.size());
+  return !da.HasParseError() && !db.HasParseError() && da == db;
+}
+
+// Removes a directory tree so that a crash midway leaves no half-deleted
+// index behind: rename it aside first (atomic), then delete.
+void RemoveTree(const fs::path& dir) {
+  static std::atomic<uint64_t> counter{0};
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  fs::path trash = dir.parent_path() / (".trash-" + dir.filename().string() + "-" + std::to_string(::getpid()) +
+                                        "-" + std::to_string(counter++));
+  fs::rename(dir, trash, ec);
+  fs::remove_all(ec ? dir : trash, ec);
+}
+
+uint64_t TreeBytes(const fs::path& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    std::error_code ec2;
+    if (it->is_regular_file(ec2)) total += it->file_size(ec2);
+  }
+  return total;
+}
+
+}  // namespace
+
+// One index: its definition, its kind, its worker thread and its progress.
+class IndexSlot {
+ public:
+  IndexSlot(std::string name, std::string definition_json, CompiledDefinition def, fs::path dir,
+            std::unique_ptr<IndexKind> kind, storage::DocumentStore& store, const EngineOptions& options,
+            std::function<void(const std::string&, uint64_t)> on_progress)
+      : name_(std::move(name)),
+        definition_json_(std::move(definition_json)),
+        type_(def.type),
+        collection_(def.collection),
+        dir_(std::move(dir)),
+        kind_(std::move(kind)),
+        store_(store),
+        options_(options),
+        on_progress_(std::move(on_progress)) {
+    indexed_etag_ = kind_->LastAppliedEtag();
+  }
+
+  ~IndexSlot() { Stop(); }
+
+  void Start() {
+    listener_ = store_.AddCommitListener([this](uint64_t) {
+      { std::lock_guard lock(mu_); }  // orders the wake-up after the worker's predicate check
+      cv_.notify_all();
+    });
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    store_.RemoveCommitListener(listener_);
+  }
+
+  void SetPaused(bool paused) {
+    {
+      std::lock_guard lock(mu_);
+      paused_ = paused;
+    }
+    cv_.notify_all();
+  }
+
+  void RequestReset() {
+    {
+      std::lock_guard lock(mu_);
+      reset_requested_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  const std::string& name() const { return name_; }
+  const std::string& definition_json() const { return definition_json_; }
+  const std::string& collection() const { return collection_; }
+  const fs::path& dir() const { return dir_; }
+  uint64_t indexed_etag() const { return indexed_etag_.load(std::memory_order_acquire); }
+
+  IndexReader Reader() const {
+    IndexReader r;
+    r.name = name_;
+    r.type = type_;
+    r.collection = collection_;
+    r.indexed_etag = indexed_etag();
+    kind_->FillReader(r);
+    return r;
+  }
+
+  IndexProgress Progress() const {
+    IndexProgress p;
+    p.name = name_;
+    p.type = type_;
+    p.collection = collection_;
+    p.last_indexed_etag = indexed_etag();
+    auto backlog = store_.CountChangesSince(collection_, p.last_indexed_etag);
+    p.backlog = backlog.ok() ? *backlog : 0;
+    uint64_t total = 0;
+    for (const auto& c : store_.Collections())
+      if (c.name == collection_) total = c.count + c.tombstones;
+    p.progress = total == 0 ? 1.0 : double(total - std::min(total, p.backlog)) / double(total);
+    p.stale = p.backlog > 0;
+    p.entries = kind_->Entries();
+    p.memory_bytes = kind_->MemoryBytes();
+    p.disk_bytes = TreeBytes(dir_);
+    std::lock_guard lock(mu_);
+    if (paused_) p.state = "paused";
+    else if (!failure_.empty()) p.state = "error", p.state_message = failure_;
+    else p.state = p.backlog > 0 || working_ ? "indexing" : "idle";
+    uint64_t docs = 0;
+    double ms = 0;
+    auto cutoff = Clock::now() - kRateWindow;
+    for (const auto& b : window_)
+      if (b.end >= cutoff) docs += b.docs, ms += b.ms;
+    p.docs_per_sec = ms > 0 ? double(docs) * 1000.0 / ms : 0.0;
+    p.error_count = error_count_;
+    p.recent_errors.assign(errors_.begin(), errors_.end());
+    p.last_batch_docs = last_batch_docs_;
+    p.last_batch_ms = last_batch_ms_;
+    p.indexed_docs_total = docs_total_;
+    p.batches_total = batches_total_;
+    p.batch_ms_total = batch_ms_total_;
+    return p;
+  }
+
+ private:
+  struct BatchStat {
+    Clock::time_point end;
+    uint64_t docs;
+    double ms;
+  };
+
+  void Run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] {
+        return stop_ || reset_requested_ ||
+               (!paused_ && (store_.LastEtag() > indexed_etag() || (!failure_.empty() && Clock::now() >= retry_at_)));
+      });
+      if (stop_) return;
+      if (reset_requested_) {
+        reset_requested_ = false;
+        lock.unlock();
+        Status s = kind_->Clear();
+        lock.lock();
+        if (!s.ok()) {
+          Fail(s.ToString());
+          continue;
+        }
+        indexed_etag_ = 0;
+        failure_.clear();
+        errors_.clear();
+        error_count_ = 0;
+        window_.clear();
+        continue;
+      }
+      if (paused_) continue;
+      working_ = true;
+      lock.unlock();
+      RunBatch();
+      lock.lock();
+      working_ = false;
+      if (!failure_.empty()) {
+        // Back off, interruptibly, before retrying a failing batch.
+        cv_.wait_until(lock, retry_at_, [&] { return stop_ || reset_requested_; });
+      }
+    }
+  }
+
+  void Fail(std::string message) {  // mu_ held
+    failure_ = std::move(message);
+    retry_at_ = Clock::now() + kRetryAfterFailure;
+  }
+
+  // Processes the next batch of the collection's changes. mu_ not held.
+  void RunBatch() {
+    const uint64_t since = indexed_etag();
+    auto batch = store_.ReadChangeBatch(collection_, since, options_.batch_max_docs, options_.batch_max_bytes);
+    if (!batch.ok()) {
+      std::lock_guard lock(mu_);
+      Fail("reading the change feed: " + batch.status().ToString());
+      return;
+    }
+    auto changes = (*batch)->changes();
+    const uint64_t through = (*batch)->complete() ? std::max((*batch)->snapshot_etag(), since) : changes.back().etag;
+    if (changes.empty()) {
+      // Nothing for this collection: everything up to the snapshot is done.
+      {
+        std::lock_guard lock(mu_);
+        failure_.clear();
+      }
+      Publish(through);
+      return;
+    }
+    std::vector<IndexError> errors;
+    auto start = Clock::now();
+    Status s = kind_->ApplyBatch(changes, through, errors);
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    batch->reset();  // release the snapshot before anything else
+    std::unique_lock lock(mu_);
+    if (!s.ok()) {
+      Fail("applying a batch: " + s.ToString());
+      return;
+    }
+    failure_.clear();
+    auto now_sys = std::chrono::system_clock::now();
+    for (auto& e : errors) {
+      ++error_count_;
+      errors_.push_back(RecordedError{e.etag, std::move(e.id), std::move(e.message), now_sys});
+      if (errors_.size() > kMaxRecentErrors) errors_.pop_front();
+    }
+    auto now = Clock::now();
+    window_.push_back(BatchStat{now, changes.size(), ms});
+    while (!window_.empty() && window_.front().end < now - kRateWindow) window_.pop_front();
+    last_batch_docs_ = changes.size();
+    last_batch_ms_ = ms;
+    docs_total_ += changes.size();
+    ++batches_total_;
+    batch_ms_total_ += ms;
+    lock.unlock();
+    Publish(through);
+  }
+
+  void Publish(uint64_t through) {
+    indexed_etag_.store(through, std::memory_order_release);
+    on_progress_(name_, through);
+  }
+
+  const std::string name_;
+  const std::string definition_json_;
+  const std::string type_;
+  const std::string collection_;
+  const fs::path dir_;
+  const std::unique_ptr<IndexKind> kind_;
+  storage::DocumentStore& store_;
+  const EngineOptions options_;
+  const std::function<void(const std::string&, uint64_t)> on_progress_;
+
+  // Processed through this etag: every change of the collection up to it
+  // is in the kind's state (durably, or it had nothing for the collection).
+  std::atomic<uint64_t> indexed_etag_{0};
+  uint64_t listener_ = 0;
+  std::thread thread_;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool paused_ = false;
+  bool reset_requested_ = false;
+  bool working_ = false;
+  std::string failure_;  // non-empty: the last batch failed, retry at retry_at_
+  Clock::time_point retry_at_;
+  std::deque<RecordedError> errors_;
+  uint64_t error_count_ = 0;
+  std::deque<BatchStat> window_;
+  uint64_t last_batch_docs_ = 0;
+  double last_batch_ms_ = 0;
+  uint64_t docs_total_ = 0;
+  uint64_t batches_total_ = 0;
+  double batch_ms_total_ = 0;
+};
+
+class IndexEngine::Impl {
+ public:
+  Impl(fs::path dir, storage::DocumentStore& store, EngineOptions options)
+      : dir_(std::move(dir)), store_(store), options_(options) {}
+
+  ~Impl() {
+    std::map<std::string, std::shared_ptr<IndexSlot>, std::less<>> slots;
+    {
+      std::lock_guard lock(mu_);
+      slots.swap(slots_);
+    }
+    for (auto& [name, slot] : slots) slot->Stop();
+  }
+
+  Status LoadAll() {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec) return Status::IOError("create " + dir_.string() + ": " + ec.message());
+    for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+      std::string name = entry.path().filename().string();
+      if (name.starts_with(".trash-")) {
+        fs::remove_all(entry.path(), ec);
+        continue;
+      }
+      if (!entry.is_directory() || !ValidateIndexName(name).ok()) continue;
+      auto json = ReadFile(entry.path() / "definition.json");
+      if (!json.ok()) {
+        RemoveTree(entry.path());  // a create that crashed before its definition landed
+        continue;
+      }
+      auto def = CompileDefinition(*json);
+      if (!def.ok()) {
+        std::fprintf(stderr, "corvid: index %s: definition no longer valid (%s); skipped\n", name.c_str(),
+                     def.status().ToString().c_str());
+        continue;
+      }
+      auto slot = MakeSlot(name, *json, std::move(*def));
+      if (!slot.ok()) return slot.status();
+      std::lock_guard lock(mu_);
+      slots_.emplace(name, *slot);
+    }
+    if (ec) return Status::IOError("list " + dir_.string() + ": " + ec.message());
+    std::lock_guard lock(mu_);
+    for (auto& [name, slot] : slots_) slot->Start();
+    return Status::Ok();
+  }
+
+  Result<std::shared_ptr<IndexSlot>> MakeSlot(const std::string& name, const std::string& json,
+                                              CompiledDefinition def) {
+    fs::path dir = dir_ / name;
+    std::error_code ec;
+    fs::create_directories(dir / "state", ec);
+    if (ec) return Status::IOError("create " + (dir / "state").string() + ": " + ec.message());
+    auto kind = def.open((dir / "state").string());
+    if (!kind.ok()) return kind.status();
+    return std::make_shared<IndexSlot>(name, json, std::move(def), dir, std::move(*kind), store_, options_,
+                                       [this](const std::string& n, uint64_t etag) { NotifyProgress(n, etag); });
+  }
+
+  std::shared_ptr<IndexSlot> Find(std::string_view name) const {
+    std::lock_guard lock(mu_);
+    auto it = slots_.find(name);
+    return it == slots_.end() ? nullptr : it->second;
+  }
+
+  void NotifyProgress(const std::string& name, uint64_t etag) {
+    std::vector<ProgressListener> listeners;
+    {
+      std::lock_guard lock(listeners_mu_);
+      for (auto& [h, l] : listeners_) listeners.push_back(l);
+    }
+    for (auto& l : listeners) l(name, etag);
+  }
+
+  const fs::path dir_;
+  storage::DocumentStore& store_;
+  const EngineOptions options_;
+
+  std::mutex admin_mu_;  // serializes create/replace/delete
+  mutable std::mutex mu_;  // guards slots_
+  std::map<std::string, std::shared_ptr<IndexSlot>, std::less<>> slots_;
+
+  std::mutex listeners_mu_;
+  std::map<uint64_t, ProgressListener> listeners_;  // guarded by listeners_mu_
+  uint64_t next_listener_ = 1;                      // guarded by listeners_mu_
+};
+
+IndexEngine::IndexEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+IndexEngine::~IndexEngine() = default;
+
+Result<std::unique_ptr<IndexEngine>> IndexEngine::Open(const std::string& dir, storage::DocumentStore& store,
+                                                       EngineOptions options) {
+  auto impl = std::make_unique<Impl>(fs::path(dir), store, options);
+  if (Status s = impl->LoadAll(); !s.ok()) return s;
+  return std::unique_ptr<IndexEngine>(new IndexEngine(std::move(impl)));
+}
+
+Result<PutOutcome> IndexEngine::PutIndex(std::string_view name, std::string_view definition_json) {
+  if (Status s = ValidateIndexName(name); !s.ok()) return s;
+  auto def = CompileDefinition(definition_json);
+  if (!def.ok()) return def.status();
+  std::lock_guard admin(impl_->admin_mu_);
+  std::shared_ptr<IndexSlot> old = impl_->Find(name);
+  if (old && SameJson(old->definition_json(), definition_json)) return PutOutcome::kUnchanged;
+  fs::path dir = impl_->dir_ / std::string(name);
+  if (old) {
+    {
+      std::lock_guard lock(impl_->mu_);
+      impl_->slots_.erase(old->name());
+    }
+    old->Stop();  // queries holding its reader finish on the old files
+  }
+  RemoveTree(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::IOError("create " + dir.string() + ": " + ec.message());
+  std::string json(definition_json);
+  if (Status s = WriteFileDurably(dir / "definition.json", json); !s.ok()) return s;
+  auto slot = impl_->MakeSlot(std::string(name), json, std::move(*def));
+  if (!slot.ok()) return slot.status();
+  {
+    std::lock_guard lock(impl_->mu_);
+    impl_->slots_.emplace(std::string(name), *slot);
+  }
+  (*slot)->Start();
+  return old ? PutOutcome::kReplaced : PutOutcome::kCreated;
+}
+
+Status IndexEngine::DeleteIndex(std::string_view name) {
+  std::lock_guard admin(impl_->admin_mu_);
+  std::shared_ptr<IndexSlot> slot = impl_->Find(name);
+  if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
+  {
+    std::lock_guard lock(impl_->mu_);
+    impl_->slots_.erase(slot->name());
+  }
+  slot->Stop();
+  RemoveTree(slot->dir());
+  return Status::Ok();
+}
+
+std::vector<std::string> IndexEngine::Names() const {
+  std::lock_guard lock(impl_->mu_);
+  std::vector<std::string> names;
+  for (const auto& [name, slot] : impl_->slots_) names.push_back(name);
+  return names;
+}
+
+Result<std::string> IndexEngine::Definition(std::string_view name) const {
+  auto slot = impl_->Find(name);
+  if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
+  return slot->definition_json();
+}
+
+Result<IndexProgress> IndexEngine::Progress(std::string_view name) const {
+  auto slot = impl_->Find(name);
+  if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
+  return slot->Progress();
+}
+
+std::vector<IndexProgress> IndexEngine::AllProgress() const {
+  std::vector<std::shared_ptr<IndexSlot>> slots;
+  {
+    std::lock_guard lock(impl_->mu_);
+    for (const auto& [name, slot] : impl_->slots_) slots.push_back(slot);
+  }
+  std::vector<IndexProgress> out;
+  for (const auto& s : slots) out.push_back(s->Progress());
+  return out;
+}
+
+Status IndexEngine::Pause(std::string_view name) {
+  auto slot = impl_->Find(name);
+  if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
+  slot->SetPaused(true);
+  return Status::Ok();
+}
+
+Status IndexEngine::Resume(std::string_view name) {
+  auto slot = impl_->Find(name);
+  if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
+  slot->SetPaused(false);
+  return Status::Ok();
+}
+
+Status IndexEngine::Reset(std::string_view name) {
+  auto slot = impl_->Find(name);
+  if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
+  slot->RequestReset();
+  return Status::Ok();
+}
+
+Result<IndexReader> IndexEngine::Reader(std::string_view name) const {
+  auto slot = impl_->Find(name);
+  if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
+  return slot->Reader();
+}
+
+bool IndexEngine::IsStale(const IndexReader& reader, uint64_t indexed_etag) const {
+  auto n = impl_->store_.CountChangesSince(reader.collection, indexed_etag, 1);
+  return !n.ok() || *n > 0;
+}
+
+uint64_t IndexEngine::AddProgressListener(ProgressListener listener) {
+  std::lock_guard lock(impl_->listeners_mu_);
+  uint64_t h = impl_->next_listener_++;
+  impl_->listeners_.emplace(h, std::move(listener));
+  return h;
+}
+
+void IndexEngine::RemoveProgressListener(uint64_t handle) {
+  std::lock_guard lock(impl_->listeners_mu_);
+  impl_->listeners_.erase(handle);
+}
+
+}  // namespace corvid::indexing

@@ -1,0 +1,127 @@
+// IndexEngine: the indexing facade. It owns every index — its definition,
+// its state on disk and one worker thread that pulls the index's collection
+// from the store's change feed — and reports progress, errors and
+// freshness. Index kinds (map/reduce now, search next) plug in through
+// index_kind.h; this engine knows nothing kind-specific beyond creating them.
+//
+// Thread safety: every public method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace corvid::storage {
+class DocumentStore;
+}
+namespace corvid::mapreduce {
+class MapReduceIndex;
+}
+
+namespace corvid::indexing {
+
+enum class PutOutcome { kCreated, kUnchanged, kReplaced };
+
+struct RecordedError {
+  uint64_t etag = 0;
+  std::string id;
+  std::string message;
+  std::chrono::system_clock::time_point at;
+};
+
+// What GET /admin/indexes reports for one index (API.md, Administration).
+struct IndexProgress {
+  std::string name;
+  std::string type;        // "mapreduce" | "search"
+  std::string collection;
+  std::string state;       // idle | indexing | paused | error
+  std::string state_message;  // why, when state is error
+  uint64_t last_indexed_etag = 0;
+  uint64_t backlog = 0;    // unprocessed changes of the collection
+  double progress = 1.0;   // processed / (processed + backlog) change-feed entries
+  bool stale = false;
+  double docs_per_sec = 0;  // documents processed in the last minute / time spent processing them
+  uint64_t entries = 0;
+  uint64_t error_count = 0;
+  std::vector<RecordedError> recent_errors;  // oldest first, at most kMaxRecentErrors
+  uint64_t last_batch_docs = 0;
+  double last_batch_ms = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t disk_bytes = 0;
+  // Totals since start-up, for /metrics.
+  uint64_t indexed_docs_total = 0;
+  uint64_t batches_total = 0;
+  double batch_ms_total = 0;
+};
+
+inline constexpr size_t kMaxRecentErrors = 500;
+
+struct EngineOptions {
+  size_t batch_max_docs = 8192;
+  size_t batch_max_bytes = size_t{32} << 20;
+};
+
+// A query's view of one index: keeps the index alive while it is read.
+struct IndexReader {
+  std::string name;
+  std::string type;
+  std::string collection;
+  uint64_t indexed_etag = 0;  // processed through this etag when the reader was taken
+  std::shared_ptr<const mapreduce::MapReduceIndex> mapreduce;  // set for "mapreduce"
+};
+
+class IndexEngine {
+ public:
+  using ProgressListener = std::function<void(const std::string& name, uint64_t indexed_etag)>;
+
+  // Opens every index defined under `dir` and starts its worker. The store
+  // must outlive the engine.
+  static Result<std::unique_ptr<IndexEngine>> Open(const std::string& dir, storage::DocumentStore& store,
+                                                   EngineOptions options = {});
+  // Stops every worker (the batch in progress finishes first).
+  ~IndexEngine();
+  IndexEngine(const IndexEngine&) = delete;
+  IndexEngine& operator=(const IndexEngine&) = delete;
+
+  // Creates the index, or replaces it (rebuilding from the store) when the
+  // definition differs; the same definition again is a no-op. Invalid
+  // names or definitions → InvalidArgument saying what is wrong.
+  Result<PutOutcome> PutIndex(std::string_view name, std::string_view definition_json);
+  // Stops the worker and removes the index and its files. NotFound if absent.
+  Status DeleteIndex(std::string_view name);
+
+  std::vector<std::string> Names() const;  // sorted
+  // The definition's JSON text as it was given.
+  Result<std::string> Definition(std::string_view name) const;
+  Result<IndexProgress> Progress(std::string_view name) const;
+  std::vector<IndexProgress> AllProgress() const;  // sorted by name
+
+  // Pause: the worker stops after its current batch. Resume: it goes on.
+  // Reset: drops the index's state and rebuilds it from the store.
+  Status Pause(std::string_view name);
+  Status Resume(std::string_view name);
+  Status Reset(std::string_view name);
+
+  // For queries.
+  Result<IndexReader> Reader(std::string_view name) const;
+  // True if the index's collection has changes after `indexed_etag`.
+  bool IsStale(const IndexReader& reader, uint64_t indexed_etag) const;
+  // Called on a worker thread after each batch (and after each catch-up
+  // with nothing to do for the collection). Must be cheap.
+  uint64_t AddProgressListener(ProgressListener listener);
+  void RemoveProgressListener(uint64_t handle);
+
+  class Impl;
+
+ private:
+  explicit IndexEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace corvid::indexing

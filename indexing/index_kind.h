@@ -1,0 +1,46 @@
+// IndexKind: what an index kind implements so the engine's worker can drive
+// it — apply a batch of changes durably, clear, and report its size. The
+// adapters for map/reduce (and later search) live in indexing/; the kinds'
+// own folders know nothing of the engine. Internal to indexing/.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/doc_change.h"
+#include "common/status.h"
+#include "indexing/index_engine.h"
+
+namespace corvid::indexing {
+
+class IndexKind {
+ public:
+  virtual ~IndexKind() = default;
+  // Durable etag the state covers; the worker resumes after it.
+  virtual uint64_t LastAppliedEtag() const = 0;
+  // Applies the batch and records `through_etag` in the same durable commit.
+  virtual Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
+                            std::vector<IndexError>& errors) = 0;
+  virtual Status Clear() = 0;
+  virtual uint64_t Entries() const = 0;
+  virtual uint64_t DiskBytes() const = 0;
+  virtual uint64_t MemoryBytes() const = 0;
+  // Fills the kind-specific part of a query reader.
+  virtual void FillReader(IndexReader& reader) const = 0;
+};
+
+// A compiled definition, ready to open its state.
+struct CompiledDefinition {
+  std::string type;
+  std::string collection;
+  // Opens (or creates) the state in `dir`.
+  std::function<Result<std::unique_ptr<IndexKind>>(const std::string& dir)> open;
+};
+
+// Validates and compiles a definition of any kind (dispatching on "type").
+Result<CompiledDefinition> CompileDefinition(std::string_view definition_json);
+
+}  // namespace corvid::indexing

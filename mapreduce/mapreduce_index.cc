@@ -1,0 +1,455 @@
+// Opening the index's LMDB environment and the write path: ApplyBatch maps
+// each changed document, retracts what its previous version emitted (read
+// from "docs"), adds its new entries, accumulates per-row deltas in memory,
+// and writes each touched row once, all in one durable write transaction.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "mapreduce/format.h"
+#include "mapreduce/index_impl.h"
+
+namespace corvid::mapreduce {
+namespace {
+
+constexpr size_t kMapSize = size_t(256) << 30;  // address space only; the file grows as needed
+
+MDB_val Val(std::string_view s) { return MDB_val{s.size(), const_cast<char*>(s.data())}; }
+std::string_view View(const MDB_val& v) { return std::string_view(static_cast<const char*>(v.mv_data), v.mv_size); }
+
+struct TxnGuard {
+  MDB_txn* txn = nullptr;
+  ~TxnGuard() {
+    if (txn) mdb_txn_abort(txn);
+  }
+};
+
+Status PutU64(MDB_txn* txn, MDB_dbi dbi, std::string_view key, uint64_t v) {
+  MDB_val k = Val(key), d{sizeof v, &v};
+  int rc = mdb_put(txn, dbi, &k, &d, 0);
+  return rc ? Status::IOError(LmdbError("put meta", rc)) : Status::Ok();
+}
+
+// Reads a u64/u32 meta value; false when absent or of the wrong size.
+bool GetMeta(MDB_txn* txn, MDB_dbi dbi, std::string_view key, uint64_t* v, size_t size) {
+  MDB_val k = Val(key), d;
+  if (mdb_get(txn, dbi, &k, &d) != 0 || d.mv_size != size) return false;
+  *v = 0;
+  std::memcpy(v, d.mv_data, size);
+  return true;
+}
+
+}  // namespace
+
+std::string LmdbError(std::string_view what, int rc) {
+  std::string s = "mapreduce index: ";
+  s += what;
+  s += ": ";
+  s += mdb_strerror(rc);
+  return s;
+}
+
+void EncodeDocRecord(const MappedDoc& mapped, size_t numeric, std::string* out) {
+  out->clear();
+  size_t n = mapped.entries();
+  if (n == 0) return;
+  format::PutVarint(*out, n);
+  for (size_t e = 0; e < n; ++e) {
+    std::string_view key = mapped.key(e);
+    format::PutVarint(*out, key.size());
+    out->append(key);
+    for (size_t r = 0; r < numeric; ++r) {
+      const NumInput& in = mapped.inputs[e * numeric + r];
+      out->push_back(char(in.kind));
+      if (in.kind == format::kNumInt) format::PutLE(*out, in.i);
+      else if (in.kind == format::kNumDouble) format::PutLE(*out, in.d);
+    }
+  }
+}
+
+Result<std::unique_ptr<MapReduceIndex>> MapReduceIndex::Open(const std::string& dir,
+                                                             std::shared_ptr<const Definition> definition) {
+  auto impl = std::dynamic_pointer_cast<const DefinitionImpl>(definition);
+  if (!impl) return Status::InvalidArgument("mapreduce index: definition was not made by Definition::Compile");
+  return MapReduceIndexImpl::OpenImpl(dir, std::move(impl));
+}
+
+MapReduceIndexImpl::~MapReduceIndexImpl() {
+  if (env_) mdb_env_close(env_);
+}
+
+Result<std::unique_ptr<MapReduceIndex>> MapReduceIndexImpl::OpenImpl(const std::string& dir,
+                                                                     std::shared_ptr<const DefinitionImpl> def) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IOError("mapreduce index: cannot create " + dir + ": " + ec.message());
+  std::unique_ptr<MapReduceIndexImpl> idx(new MapReduceIndexImpl());
+  idx->def_ = def;
+  idx->red_offset_.clear();
+  size_t off = 8;
+  for (const Reducer& r : def->reducers()) {
+    idx->red_offset_.push_back(off);
+    switch (r.kind) {
+      case ReducerKind::kCount: break;
+      case ReducerKind::kSum: case ReducerKind::kAvg: off += 40; break;
+      case ReducerKind::kMin: case ReducerKind::kMax: off += 1 + format::kOrderedNumberBytes; idx->has_minmax_ = true; break;
+    }
+  }
+  idx->row_bytes_ = off;
+
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    int rc = mdb_env_create(&idx->env_);
+    if (rc) return Status::IOError(LmdbError("env_create", rc));
+    mdb_env_set_maxdbs(idx->env_, 8);
+    mdb_env_set_mapsize(idx->env_, kMapSize);
+    rc = mdb_env_open(idx->env_, dir.c_str(), MDB_NOTLS | MDB_NORDAHEAD, 0644);
+    if (rc == 0) break;
+    mdb_env_close(idx->env_);
+    idx->env_ = nullptr;
+    if ((rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH) && attempt == 0) {
+      // Not an LMDB file we can read: wipe it, the index rebuilds from etag 0.
+      std::filesystem::remove(dir + "/data.mdb", ec);
+      std::filesystem::remove(dir + "/lock.mdb", ec);
+      continue;
+    }
+    return Status::IOError(LmdbError("open " + dir, rc));
+  }
+
+  TxnGuard g;
+  int rc = mdb_txn_begin(idx->env_, nullptr, 0, &g.txn);
+  if (rc) return Status::IOError(LmdbError("txn_begin", rc));
+  struct {
+    const char* name;
+    MDB_dbi* dbi;
+  } dbs[] = {{"meta", &idx->meta_}, {"rows", &idx->rows_}, {"docs", &idx->docs_}, {"minmax", &idx->minmax_}};
+  for (auto& d : dbs) {
+    rc = mdb_dbi_open(g.txn, d.name, MDB_CREATE, d.dbi);
+    if (rc) return Status::IOError(LmdbError(std::string("open db ") + d.name, rc));
+  }
+  uint64_t fmt = 0, fp = 0, etag = 0;
+  bool have_fmt = GetMeta(g.txn, idx->meta_, "format", &fmt, 4);
+  bool have_fp = GetMeta(g.txn, idx->meta_, "fingerprint", &fp, 8);
+  bool have_etag = GetMeta(g.txn, idx->meta_, "through_etag", &etag, 8);
+  if (!have_fmt || fmt != format::kFormatVersion || !have_fp || fp != def->Fingerprint() || !have_etag) {
+    // Fresh, foreign or stale state: start over from etag 0.
+    for (MDB_dbi dbi : {idx->rows_, idx->docs_, idx->minmax_, idx->meta_}) {
+      rc = mdb_drop(g.txn, dbi, 0);
+      if (rc) return Status::IOError(LmdbError("drop", rc));
+    }
+    uint32_t v = format::kFormatVersion;
+    MDB_val k = Val("format"), d{4, &v};
+    rc = mdb_put(g.txn, idx->meta_, &k, &d, 0);
+    if (rc) return Status::IOError(LmdbError("put meta", rc));
+    Status st = PutU64(g.txn, idx->meta_, "fingerprint", def->Fingerprint());
+    if (st.ok()) st = PutU64(g.txn, idx->meta_, "through_etag", 0);
+    if (!st.ok()) return st;
+    etag = 0;
+  }
+  rc = mdb_txn_commit(g.txn);
+  g.txn = nullptr;
+  if (rc) return Status::IOError(LmdbError("commit", rc));
+  idx->last_etag_.store(etag);
+  return std::unique_ptr<MapReduceIndex>(std::move(idx));
+}
+
+uint32_t MapReduceIndexImpl::DeltaIndex(std::string_view key) {
+  auto it = delta_index_.find(key);
+  if (it != delta_index_.end()) return it->second;
+  uint32_t idx = uint32_t(deltas_.size());
+  auto ins = delta_index_.emplace(std::string(key), idx).first;
+  delta_keys_.push_back(ins->first);
+  deltas_.emplace_back();
+  sum_deltas_.resize(sum_deltas_.size() + def_->numeric_reducers());
+  return idx;
+}
+
+Status MapReduceIndexImpl::BumpMinMax(MDB_txn* txn, size_t reducer, std::string_view key, const NumInput& in,
+                                      int sign) {
+  mm_key_.clear();
+  mm_key_.push_back(char(reducer));
+  mm_key_.append(key);
+  if (in.kind == format::kNumInt) format::PutOrderedInt(mm_key_, in.i);
+  else format::PutOrderedDouble(mm_key_, in.d);
+  MDB_val k = Val(mm_key_);
+  uint64_t one = 1;
+  MDB_val d{8, &one};
+  if (sign > 0) {
+    int rc = mdb_put(txn, minmax_, &k, &d, MDB_NOOVERWRITE);
+    if (rc == 0) return Status::Ok();
+    if (rc != MDB_KEYEXIST) return Status::IOError(LmdbError("put minmax", rc));
+    uint64_t n = format::GetLE<uint64_t>(static_cast<const char*>(d.mv_data)) + 1;
+    MDB_val nd{8, &n};
+    rc = mdb_put(txn, minmax_, &k, &nd, 0);
+    return rc ? Status::IOError(LmdbError("put minmax", rc)) : Status::Ok();
+  }
+  int rc = mdb_get(txn, minmax_, &k, &d);
+  if (rc == MDB_NOTFOUND) return Status::Corruption("mapreduce index: min/max entry missing for a retracted value");
+  if (rc) return Status::IOError(LmdbError("get minmax", rc));
+  uint64_t n = format::GetLE<uint64_t>(static_cast<const char*>(d.mv_data));
+  if (n <= 1) {
+    rc = mdb_del(txn, minmax_, &k, nullptr);
+  } else {
+    --n;
+    MDB_val nd{8, &n};
+    rc = mdb_put(txn, minmax_, &k, &nd, 0);
+  }
+  return rc ? Status::IOError(LmdbError("update minmax", rc)) : Status::Ok();
+}
+
+// Adds (sign +1) or retracts (-1) every entry of a DocRecord.
+Status MapReduceIndexImpl::ApplyEntries(MDB_txn* txn, std::string_view record, int sign) {
+  const char* p = record.data();
+  const char* end = p + record.size();
+  uint64_t n;
+  if (!format::GetVarint(p, end, &n)) return Status::Corruption("mapreduce index: bad document record");
+  const auto& reducers = def_->reducers();
+  size_t numeric = def_->numeric_reducers();
+  NumInput inputs[64];
+  std::vector<NumInput> big;
+  NumInput* in = inputs;
+  if (numeric > 64) {
+    big.resize(numeric);
+    in = big.data();
+  }
+  for (uint64_t e = 0; e < n; ++e) {
+    uint64_t klen;
+    if (!format::GetVarint(p, end, &klen) || uint64_t(end - p) < klen)
+      return Status::Corruption("mapreduce index: bad document record");
+    std::string_view key(p, klen);
+    p += klen;
+    for (size_t r = 0; r < numeric; ++r) {
+      if (p >= end) return Status::Corruption("mapreduce index: bad document record");
+      in[r] = NumInput();
+      in[r].kind = uint8_t(*p++);
+      if (in[r].kind == format::kNumInt || in[r].kind == format::kNumDouble) {
+        if (end - p < 8) return Status::Corruption("mapreduce index: bad document record");
+        if (in[r].kind == format::kNumInt) in[r].i = format::GetLE<int64_t>(p);
+        else in[r].d = format::GetLE<double>(p);
+        p += 8;
+      } else if (in[r].kind != format::kNumNone) {
+        return Status::Corruption("mapreduce index: bad document record");
+      }
+    }
+    uint32_t di = DeltaIndex(key);
+    deltas_[di].count += sign;
+    SumState* sums = &sum_deltas_[size_t(di) * numeric];
+    for (size_t r = 0; r < reducers.size(); ++r) {
+      const Reducer& red = reducers[r];
+      if (red.input < 0) continue;
+      const NumInput& x = in[red.input];
+      if (x.kind == format::kNumNone) continue;
+      if (red.kind == ReducerKind::kSum || red.kind == ReducerKind::kAvg) {
+        SumState& s = sums[red.input];
+        s.n += sign;
+        if (x.kind == format::kNumInt) {
+          s.isum += sign > 0 ? __int128(x.i) : -__int128(x.i);
+        } else {
+          s.dsum += sign > 0 ? x.d : -x.d;
+          s.nd += sign;
+        }
+      } else {
+        Status st = BumpMinMax(txn, r, key, x, sign);
+        if (!st.ok()) return st;
+        deltas_[di].minmax_dirty = true;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status MapReduceIndexImpl::RecomputeMinMax(MDB_txn* txn, size_t reducer, std::string_view key, char* slot) {
+  mm_key_.clear();
+  mm_key_.push_back(char(reducer));
+  mm_key_.append(key);
+  size_t prefix = mm_key_.size();
+  bool is_max = def_->reducers()[reducer].kind == ReducerKind::kMax;
+  if (is_max) mm_key_.append(format::kOrderedNumberBytes + 1, '\xff');
+  MDB_cursor* cur;
+  int rc = mdb_cursor_open(txn, minmax_, &cur);
+  if (rc) return Status::IOError(LmdbError("cursor_open", rc));
+  MDB_val k = Val(mm_key_), d;
+  rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
+  if (is_max) {
+    if (rc == 0) rc = mdb_cursor_get(cur, &k, &d, MDB_PREV);
+    else if (rc == MDB_NOTFOUND) rc = mdb_cursor_get(cur, &k, &d, MDB_LAST);
+  }
+  slot[0] = 0;
+  if (rc == 0) {
+    std::string_view found = View(k);
+    if (found.size() == prefix + format::kOrderedNumberBytes &&
+        std::memcmp(found.data(), mm_key_.data(), prefix) == 0) {
+      slot[0] = 1;
+      std::memcpy(slot + 1, found.data() + prefix, format::kOrderedNumberBytes);
+    }
+    rc = 0;
+  } else if (rc == MDB_NOTFOUND) {
+    rc = 0;
+  }
+  mdb_cursor_close(cur);
+  return rc ? Status::IOError(LmdbError("cursor_get", rc)) : Status::Ok();
+}
+
+Status MapReduceIndexImpl::FlushDeltas(MDB_txn* txn) {
+  // Write rows in key order (better B-tree locality).
+  std::vector<uint32_t> order(deltas_.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return delta_keys_[a] < delta_keys_[b]; });
+  const auto& reducers = def_->reducers();
+  size_t numeric = def_->numeric_reducers();
+  for (uint32_t di : order) {
+    const RowDelta& delta = deltas_[di];
+    std::string_view key = delta_keys_[di];
+    const SumState* sums = &sum_deltas_[size_t(di) * numeric];
+    bool sums_zero = true;
+    for (size_t r = 0; r < numeric; ++r)
+      if (sums[r].n != 0 || sums[r].isum != 0 || sums[r].dsum != 0 || sums[r].nd != 0) sums_zero = false;
+    if (delta.count == 0 && sums_zero && !delta.minmax_dirty) continue;
+    MDB_val k = Val(key), d;
+    int rc = mdb_get(txn, rows_, &k, &d);
+    if (rc == 0) {
+      if (d.mv_size != row_bytes_) return Status::Corruption("mapreduce index: row of the wrong size");
+      row_buf_.assign(static_cast<const char*>(d.mv_data), d.mv_size);
+    } else if (rc == MDB_NOTFOUND) {
+      row_buf_.assign(row_bytes_, '\0');
+    } else {
+      return Status::IOError(LmdbError("get row", rc));
+    }
+    char* row = row_buf_.data();
+    int64_t count = int64_t(format::GetLE<uint64_t>(row)) + delta.count;
+    if (count < 0) return Status::Corruption("mapreduce index: negative entry count");
+    if (count == 0) {
+      if (rc == 0) {
+        rc = mdb_del(txn, rows_, &k, nullptr);
+        if (rc) return Status::IOError(LmdbError("del row", rc));
+      }
+      continue;
+    }
+    uint64_t ucount = uint64_t(count);
+    std::memcpy(row, &ucount, 8);
+    for (size_t r = 0; r < reducers.size(); ++r) {
+      const Reducer& red = reducers[r];
+      char* slot = row + red_offset_[r];
+      if (red.kind == ReducerKind::kSum || red.kind == ReducerKind::kAvg) {
+        const SumState& dlt = sums[red.input];
+        __int128 isum;
+        double dsum;
+        int64_t n, nd;
+        std::memcpy(&isum, slot, 16);
+        std::memcpy(&dsum, slot + 16, 8);
+        std::memcpy(&n, slot + 24, 8);
+        std::memcpy(&nd, slot + 32, 8);
+        isum += dlt.isum;
+        n += dlt.n;
+        nd += dlt.nd;
+        dsum = nd == 0 ? 0.0 : dsum + dlt.dsum;  // exact again once no double is left
+        std::memcpy(slot, &isum, 16);
+        std::memcpy(slot + 16, &dsum, 8);
+        std::memcpy(slot + 24, &n, 8);
+        std::memcpy(slot + 32, &nd, 8);
+      } else if ((red.kind == ReducerKind::kMin || red.kind == ReducerKind::kMax) && delta.minmax_dirty) {
+        Status st = RecomputeMinMax(txn, r, key, slot);
+        if (!st.ok()) return st;
+      }
+    }
+    MDB_val nd{row_buf_.size(), row_buf_.data()};
+    rc = mdb_put(txn, rows_, &k, &nd, 0);
+    if (rc) return Status::IOError(LmdbError("put row", rc));
+  }
+  return Status::Ok();
+}
+
+Status MapReduceIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
+                                      std::vector<IndexError>& errors) {
+  delta_index_.clear();
+  delta_keys_.clear();
+  deltas_.clear();
+  sum_deltas_.clear();
+  size_t errors_before = errors.size();
+  TxnGuard g;
+  int rc = mdb_txn_begin(env_, nullptr, 0, &g.txn);
+  if (rc) return Status::IOError(LmdbError("txn_begin", rc));
+  size_t numeric = def_->numeric_reducers();
+  auto fail = [&](Status st) {
+    errors.resize(errors_before);
+    return st;
+  };
+  for (const DocChange& ch : batch) {
+    format::DocKey(ch.id, &doc_key_);
+    MDB_val k = Val(doc_key_), d;
+    rc = mdb_get(g.txn, docs_, &k, &d);
+    bool had = rc == 0;
+    if (rc != 0 && rc != MDB_NOTFOUND) return fail(Status::IOError(LmdbError("get doc", rc)));
+    if (had) old_rec_.assign(static_cast<const char*>(d.mv_data), d.mv_size);
+    new_rec_.clear();
+    if (!ch.deleted) {
+      if (!def_->MapDocument(ch.json, scratch_, &mapped_, &err_, &warn_)) {
+        errors.push_back(IndexError{ch.etag, std::string(ch.id), err_});
+      } else {
+        if (!warn_.empty()) errors.push_back(IndexError{ch.etag, std::string(ch.id), warn_});
+        EncodeDocRecord(mapped_, numeric, &new_rec_);
+      }
+    }
+    if (had && old_rec_ == new_rec_) continue;  // replay or an update that changes nothing here
+    if (had) {
+      Status st = ApplyEntries(g.txn, old_rec_, -1);
+      if (!st.ok()) return fail(st);
+    }
+    if (!new_rec_.empty()) {
+      Status st = ApplyEntries(g.txn, new_rec_, +1);
+      if (!st.ok()) return fail(st);
+      k = Val(doc_key_);
+      MDB_val v = Val(new_rec_);
+      rc = mdb_put(g.txn, docs_, &k, &v, 0);
+      if (rc) return fail(Status::IOError(LmdbError("put doc", rc)));
+    } else if (had) {
+      k = Val(doc_key_);
+      rc = mdb_del(g.txn, docs_, &k, nullptr);
+      if (rc) return fail(Status::IOError(LmdbError("del doc", rc)));
+    }
+  }
+  Status st = FlushDeltas(g.txn);
+  if (st.ok()) st = PutU64(g.txn, meta_, "through_etag", through_etag);
+  if (!st.ok()) return fail(st);
+  rc = mdb_txn_commit(g.txn);
+  g.txn = nullptr;
+  if (rc) return fail(Status::IOError(LmdbError("commit", rc)));
+  last_etag_.store(through_etag, std::memory_order_release);
+  return Status::Ok();
+}
+
+Status MapReduceIndexImpl::Clear() {
+  TxnGuard g;
+  int rc = mdb_txn_begin(env_, nullptr, 0, &g.txn);
+  if (rc) return Status::IOError(LmdbError("txn_begin", rc));
+  for (MDB_dbi dbi : {rows_, docs_, minmax_}) {
+    rc = mdb_drop(g.txn, dbi, 0);
+    if (rc) return Status::IOError(LmdbError("drop", rc));
+  }
+  Status st = PutU64(g.txn, meta_, "through_etag", 0);
+  if (!st.ok()) return st;
+  rc = mdb_txn_commit(g.txn);
+  g.txn = nullptr;
+  if (rc) return Status::IOError(LmdbError("commit", rc));
+  last_etag_.store(0, std::memory_order_release);
+  return Status::Ok();
+}
+
+uint64_t MapReduceIndexImpl::RowCount() const {
+  MDB_txn* txn;
+  if (mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn)) return 0;
+  MDB_stat st;
+  uint64_t n = mdb_stat(txn, rows_, &st) == 0 ? st.ms_entries : 0;
+  mdb_txn_abort(txn);
+  return n;
+}
+
+uint64_t MapReduceIndexImpl::DiskBytes() const {
+  MDB_envinfo info;
+  MDB_stat st;
+  if (mdb_env_info(env_, &info) || mdb_env_stat(env_, &st)) return 0;
+  return uint64_t(info.me_last_pgno + 1) * st.ms_psize;
+}
+
+}  // namespace corvid::mapreduce

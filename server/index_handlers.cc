@@ -1,0 +1,338 @@
+// The index endpoints of API.md: definitions (PUT/GET/DELETE /indexes),
+// aggregation results with read-your-writes waits, the admin progress
+// listing and controls, and GET /metrics.
+#include <ctime>
+
+#include "mapreduce/mapreduce_index.h"
+#include "server/router_internal.h"
+
+namespace corvid::server {
+
+using namespace detail;
+
+namespace {
+
+std::string IsoTime(std::chrono::system_clock::time_point t) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  std::time_t secs = std::time_t(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[80];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, int(ms % 1000));
+  return buf;
+}
+
+void WriteProgress(JsonWriter& w, const indexing::IndexProgress& p, const std::string* definition) {
+  w.StartObject();
+  w.Key("name");
+  WriteString(w, p.name);
+  w.Key("type");
+  WriteString(w, p.type);
+  w.Key("collection");
+  WriteString(w, p.collection);
+  if (definition) {
+    w.Key("definition");
+    w.RawValue(definition->data(), definition->size(), rapidjson::kObjectType);
+  }
+  w.Key("state");
+  WriteString(w, p.state);
+  if (!p.state_message.empty()) {
+    w.Key("stateMessage");
+    WriteString(w, p.state_message);
+  }
+  w.Key("lastIndexedEtag");
+  w.Uint64(p.last_indexed_etag);
+  w.Key("backlog");
+  w.Uint64(p.backlog);
+  w.Key("progress");
+  w.Double(p.progress);
+  w.Key("stale");
+  w.Bool(p.stale);
+  w.Key("docsPerSec");
+  w.Double(p.docs_per_sec);
+  w.Key("entries");
+  w.Uint64(p.entries);
+  w.Key("errors");
+  w.StartObject();
+  w.Key("count");
+  w.Uint64(p.error_count);
+  w.Key("recent");
+  w.StartArray();
+  for (const auto& e : p.recent_errors) {
+    w.StartObject();
+    w.Key("etag");
+    w.Uint64(e.etag);
+    w.Key("id");
+    WriteString(w, e.id);
+    w.Key("message");
+    WriteString(w, e.message);
+    w.Key("at");
+    WriteString(w, IsoTime(e.at));
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  w.Key("lastBatch");
+  w.StartObject();
+  w.Key("docs");
+  w.Uint64(p.last_batch_docs);
+  w.Key("ms");
+  w.Double(p.last_batch_ms);
+  w.EndObject();
+  w.Key("memoryBytes");
+  w.Uint64(p.memory_bytes);
+  w.Key("diskBytes");
+  w.Uint64(p.disk_bytes);
+  w.EndObject();
+}
+
+Response IndexNotFound(std::string_view name) {
+  return ErrorResponse(404, "not_found", "no index named '" + std::string(name) + "'");
+}
+
+}  // namespace
+
+void Router::State::DispatchIndexes(Request& req, const Target& t, Reply& reply) {
+  const auto& seg = t.segments;
+  const std::string& m = req.method;
+  if (!engine) return reply(ErrorResponse(404, "not_found", "indexing is not enabled"));
+
+  if (seg.size() == 1) {
+    if (m != "GET") return reply(MethodNotAllowed("GET"));
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    w.Key("indexes");
+    w.StartArray();
+    for (const auto& p : engine->AllProgress()) {
+      auto def = engine->Definition(p.name);
+      if (def.ok()) WriteProgress(w, p, &*def);
+    }
+    w.EndArray();
+    w.EndObject();
+    return reply(JsonResponse(200, buf));
+  }
+
+  const std::string& name = seg[1];
+  if (seg.size() == 2) {
+    if (m == "GET") {
+      auto p = engine->Progress(name);
+      auto def = engine->Definition(name);
+      if (!p.ok() || !def.ok()) return reply(IndexNotFound(name));
+      rapidjson::StringBuffer buf;
+      JsonWriter w(buf);
+      WriteProgress(w, *p, &*def);
+      return reply(JsonResponse(200, buf));
+    }
+    if (m == "PUT") {
+      if (!IsJsonContentType(req.content_type, false))
+        return reply(ErrorResponse(415, "unsupported_media_type", "Content-Type must be application/json"));
+      if (auto problem = ValidateJsonObject(req.body)) return reply(ProblemResponse(*problem));
+      auto outcome = engine->PutIndex(name, req.body);
+      if (!outcome.ok()) {
+        if (outcome.status().code() == StatusCode::kInvalidArgument)
+          return reply(ErrorResponse(400, "invalid_definition", outcome.status().message()));
+        return reply(FromStatus(outcome.status()));
+      }
+      const char* result = *outcome == indexing::PutOutcome::kCreated    ? "created"
+                           : *outcome == indexing::PutOutcome::kReplaced ? "replaced"
+                                                                          : "unchanged";
+      rapidjson::StringBuffer buf;
+      JsonWriter w(buf);
+      w.StartObject();
+      w.Key("name");
+      WriteString(w, name);
+      w.Key("result");
+      w.String(result);
+      w.EndObject();
+      return reply(JsonResponse(*outcome == indexing::PutOutcome::kCreated ? 201 : 200, buf));
+    }
+    if (m == "DELETE") {
+      Status s = engine->DeleteIndex(name);
+      if (!s.ok()) return reply(s.code() == StatusCode::kNotFound ? IndexNotFound(name) : FromStatus(s));
+      rapidjson::StringBuffer buf;
+      JsonWriter w(buf);
+      w.StartObject();
+      w.Key("name");
+      WriteString(w, name);
+      w.Key("deleted");
+      w.Bool(true);
+      w.EndObject();
+      return reply(JsonResponse(200, buf));
+    }
+    return reply(MethodNotAllowed("GET, PUT, DELETE"));
+  }
+
+  if (seg.size() == 3 && seg[2] == "results") {
+    if (m != "GET") return reply(MethodNotAllowed("GET"));
+    return Results(t, name, reply);
+  }
+  if (seg.size() == 3 && seg[2] == "search") {
+    if (m != "GET" && m != "POST") return reply(MethodNotAllowed("GET, POST"));
+    auto reader = engine->Reader(name);
+    if (!reader.ok()) return reply(IndexNotFound(name));
+    return reply(ErrorResponse(400, "invalid_argument",
+                               "index '" + name + "' is a " + reader->type + " index; search needs a search index"));
+  }
+  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + req.target.substr(0, 200)));
+}
+
+void Router::State::Results(const Target& t, const std::string& name, Reply& reply) {
+  const auto start = std::chrono::steady_clock::now();
+  auto reader = engine->Reader(name);
+  if (!reader.ok()) return reply(IndexNotFound(name));
+  if (reader->type != "mapreduce")
+    return reply(ErrorResponse(400, "invalid_argument",
+                               "index '" + name + "' is a " + reader->type + " index; results need a mapreduce index"));
+  uint64_t min_etag = 0, wait_ms = 0;
+  std::vector<std::pair<std::string, std::string>> params;
+  for (const auto& [k, v] : t.query) {
+    if (k == "minEtag" || k == "waitMs") {
+      uint64_t& out = k == "minEtag" ? min_etag : wait_ms;
+      if (!ParseUint(v, out))
+        return reply(ErrorResponse(400, "invalid_argument", k + " must be a non-negative integer"));
+      continue;
+    }
+    params.emplace_back(k, v);
+  }
+  wait_ms = std::min(wait_ms, kMaxWaitMs);
+
+  auto run = [self = shared_from_this(), name, params = std::move(params), start, reply = std::move(reply)] {
+    auto reader = self->engine->Reader(name);
+    if (!reader.ok() || !reader->mapreduce) return reply(IndexNotFound(name));
+    uint64_t before = reader->indexed_etag;
+    auto result = reader->mapreduce->Query(params);
+    if (!result.ok()) return reply(FromStatus(result.status()));
+    uint64_t index_etag = std::max(before, result->snapshot_etag);
+    bool stale = self->engine->IsStale(*reader, index_etag);
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    w.Key("rows");
+    w.RawValue(result->rows_json.data(), result->rows_json.size(), rapidjson::kArrayType);
+    w.Key("total");
+    w.Uint64(result->total);
+    w.Key("stale");
+    w.Bool(stale);
+    w.Key("indexEtag");
+    w.Uint64(index_etag);
+    w.Key("tookMs");
+    w.Double(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    w.EndObject();
+    reply(JsonResponse(200, buf));
+  };
+  if (min_etag == 0 || wait_ms == 0 || reader->indexed_etag >= min_etag) return run();
+
+  indexing::IndexEngine* eng = engine;
+  WaitThen(
+      std::chrono::milliseconds(wait_ms),
+      [eng, name, min_etag] {
+        auto r = eng->Reader(name);
+        return !r.ok() || r->indexed_etag >= min_etag;
+      },
+      [eng](std::function<void()> wake) {
+        return eng->AddProgressListener([wake](const std::string&, uint64_t) { wake(); });
+      },
+      [eng](uint64_t handle) { eng->RemoveProgressListener(handle); }, std::move(run));
+}
+
+void Router::State::DispatchAdmin(Request& req, const Target& t, Reply& reply) {
+  const auto& seg = t.segments;
+  const std::string& m = req.method;
+  if (seg.size() >= 2 && seg[1] == "indexes" && !engine)
+    return reply(ErrorResponse(404, "not_found", "indexing is not enabled"));
+  if (seg.size() == 2 && seg[1] == "indexes") {
+    if (m != "GET") return reply(MethodNotAllowed("GET"));
+    uint64_t last = store.LastEtag();
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    w.Key("lastEtag");
+    w.Uint64(last);
+    w.Key("indexes");
+    w.StartArray();
+    for (const auto& p : engine->AllProgress()) WriteProgress(w, p, nullptr);
+    w.EndArray();
+    w.EndObject();
+    return reply(JsonResponse(200, buf));
+  }
+  if (seg.size() == 4 && seg[1] == "indexes" &&
+      (seg[3] == "pause" || seg[3] == "resume" || seg[3] == "reset")) {
+    if (m != "POST") return reply(MethodNotAllowed("POST"));
+    const std::string& name = seg[2];
+    Status s = seg[3] == "pause" ? engine->Pause(name) : seg[3] == "resume" ? engine->Resume(name) : engine->Reset(name);
+    if (!s.ok()) return reply(s.code() == StatusCode::kNotFound ? IndexNotFound(name) : FromStatus(s));
+    auto p = engine->Progress(name);
+    if (!p.ok()) return reply(IndexNotFound(name));
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    WriteProgress(w, *p, nullptr);
+    return reply(JsonResponse(200, buf));
+  }
+  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + req.target.substr(0, 200)));
+}
+
+Response Router::State::MetricsText() const {
+  std::string out;
+  metrics.Render(out);
+  char line[512];  // one labelled sample
+  auto stats = store.GetStats();
+  auto metric = [&out](const char* name, const char* type, const char* help, uint64_t value) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+           std::to_string(value) + "\n";
+  };
+  metric("corvid_last_etag", "gauge", "The last etag given to a durable write.", store.LastEtag());
+  metric("corvid_store_commits_total", "counter", "Durable group-commit transactions.", stats.commits);
+  metric("corvid_store_write_requests_total", "counter", "Write requests handled by the transaction merger.",
+         stats.requests);
+  metric("corvid_store_written_documents_total", "counter", "Document writes (puts and deletes) committed.",
+         stats.ops);
+  metric("corvid_store_max_batch_requests", "gauge", "Largest number of requests in one group commit.",
+         stats.max_batch_requests);
+  out += "# HELP corvid_documents Live documents per collection.\n# TYPE corvid_documents gauge\n";
+  for (const auto& c : store.Collections()) {
+    std::string escaped;
+    for (char ch : c.name) {
+      if (ch == '\\' || ch == '"') escaped += '\\';
+      if (ch == '\n') { escaped += "\\n"; continue; }
+      escaped += ch;
+    }
+    out += "corvid_documents{collection=\"" + escaped + "\"} " + std::to_string(c.count) + "\n";
+  }
+  if (engine) {
+    auto all = engine->AllProgress();
+    struct Family { const char* name; const char* type; const char* help; };
+    const Family families[] = {
+        {"corvid_index_backlog", "gauge", "Unprocessed changes of the index's collection."},
+        {"corvid_index_last_indexed_etag", "gauge", "Etag the index has processed through."},
+        {"corvid_index_indexed_documents_total", "counter", "Documents processed since start-up."},
+        {"corvid_index_errors_total", "counter", "Documents that failed to index."},
+        {"corvid_index_batches_total", "counter", "Batches applied since start-up."},
+        {"corvid_index_batch_duration_seconds_total", "counter", "Time spent applying batches."},
+        {"corvid_index_entries", "gauge", "Live documents (search) or reduce rows (mapreduce)."},
+    };
+    for (const auto& f : families) {
+      out += std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.type + "\n";
+      for (const auto& p : all) {
+        double v = 0;
+        std::string_view n = f.name;
+        if (n == "corvid_index_backlog") v = double(p.backlog);
+        else if (n == "corvid_index_last_indexed_etag") v = double(p.last_indexed_etag);
+        else if (n == "corvid_index_indexed_documents_total") v = double(p.indexed_docs_total);
+        else if (n == "corvid_index_errors_total") v = double(p.error_count);
+        else if (n == "corvid_index_batches_total") v = double(p.batches_total);
+        else if (n == "corvid_index_batch_duration_seconds_total") v = p.batch_ms_total / 1000.0;
+        else v = double(p.entries);
+        std::snprintf(line, sizeof line, "%s{index=\"%s\"} %.17g\n", f.name, p.name.c_str(), v);
+        out += line;
+      }
+    }
+  }
+  Response r;
+  r.body = std::move(out);
+  r.content_type = "text/plain; version=0.0.4";
+  return r;
+}
+
+}  // namespace corvid::server

@@ -1,0 +1,227 @@
+// Internals shared by the router's handler files (router.cc: routing and
+// documents; index_handlers.cc: indexes, queries, admin; metrics.cc).
+// Internal to server/.
+#pragma once
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <atomic>
+#include <charconv>
+#include <mutex>
+#include <set>
+
+#include "indexing/index_engine.h"
+#include "server/json_input.h"
+#include "server/metrics.h"
+#include "server/router.h"
+#include "storage/document_store.h"
+
+namespace corvid::server {
+
+namespace detail {
+
+using storage::DocumentStore;
+using storage::WriteKind;
+using storage::WriteOp;
+using storage::WriteRequest;
+using storage::WriteResult;
+using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
+
+constexpr uint64_t kDefaultChangesLimit = 1000;
+constexpr uint64_t kMaxChangesLimit = 10000;
+constexpr uint64_t kMaxWaitMs = 60000;
+
+inline void WriteString(JsonWriter& w, std::string_view s) { w.String(s.data(), rapidjson::SizeType(s.size())); }
+
+inline Response JsonResponse(int status, const rapidjson::StringBuffer& buffer) {
+  Response r;
+  r.status = status;
+  r.body.assign(buffer.GetString(), buffer.GetSize());
+  return r;
+}
+
+inline int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Percent-decodes `in`; `plus_is_space` for query strings. False if a
+// %-escape is malformed.
+inline bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out) {
+  out.clear();
+  out.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    char c = in[i];
+    if (c == '%') {
+      if (i + 2 >= in.size()) return false;
+      int hi = HexValue(in[i + 1]), lo = HexValue(in[i + 2]);
+      if (hi < 0 || lo < 0) return false;
+      out.push_back(char(hi * 16 + lo));
+      i += 2;
+    } else if (c == '+' && plus_is_space) {
+      out.push_back(' ');
+    } else {
+      out.push_back(c);
+    }
+  }
+  return true;
+}
+
+struct Target {
+  std::vector<std::string> segments;  // decoded path segments
+  std::vector<std::pair<std::string, std::string>> query;
+
+  const std::string* Param(std::string_view name) const {
+    for (const auto& [k, v] : query)
+      if (k == name) return &v;
+    return nullptr;
+  }
+};
+
+inline std::optional<Target> ParseTarget(std::string_view target) {
+  Target t;
+  size_t q = target.find('?');
+  std::string_view path = target.substr(0, q);
+  std::string_view query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+  if (path.empty() || path[0] != '/') return std::nullopt;
+  path.remove_prefix(1);
+  while (true) {
+    size_t slash = path.find('/');
+    std::string seg;
+    if (!PercentDecode(path.substr(0, slash), false, seg)) return std::nullopt;
+    t.segments.push_back(std::move(seg));
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash + 1);
+  }
+  if (t.segments.size() == 1 && t.segments[0].empty()) t.segments.clear();  // "/"
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    size_t eq = pair.find('=');
+    std::string k, v;
+    if (!PercentDecode(pair.substr(0, eq), true, k)) return std::nullopt;
+    if (eq != std::string_view::npos && !PercentDecode(pair.substr(eq + 1), true, v)) return std::nullopt;
+    if (!k.empty()) t.query.emplace_back(std::move(k), std::move(v));
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return t;
+}
+
+// Parses a non-negative decimal integer parameter; false if malformed.
+inline bool ParseUint(std::string_view s, uint64_t& out) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+// An etag from a header value: "N", W/"N" or N. nullopt if malformed.
+inline std::optional<uint64_t> ParseEtagHeader(std::string_view v) {
+  while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+  while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
+  if (v.substr(0, 2) == "W/") v.remove_prefix(2);
+  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+  uint64_t etag;
+  if (!ParseUint(v, etag)) return std::nullopt;
+  return etag;
+}
+
+inline bool IsJsonContentType(std::string_view ct, bool allow_ndjson) {
+  if (ct.empty()) return true;  // a missing Content-Type is accepted
+  std::string_view base = ct.substr(0, ct.find(';'));
+  while (!base.empty() && base.back() == ' ') base.remove_suffix(1);
+  std::string lower(base);
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "application/json") return true;
+  return allow_ndjson && (lower == "application/x-ndjson" || lower == "application/ndjson");
+}
+
+// Constant-time comparison: the time taken does not depend on where the
+// strings differ (only on the length of `expected`).
+inline bool ConstantTimeEquals(std::string_view given, std::string_view expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff |= g ^ static_cast<unsigned char>(expected[i]);
+  }
+  return diff == 0;
+}
+
+inline Response FromStatus(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk: return Response{};
+    case StatusCode::kNotFound: return ErrorResponse(404, "not_found", s.message());
+    case StatusCode::kInvalidArgument: return ErrorResponse(400, "invalid_argument", s.message());
+    case StatusCode::kPreconditionFailed: return ErrorResponse(412, "precondition_failed", s.message());
+    case StatusCode::kBusy: return ErrorResponse(409, "conflict", s.message());
+    case StatusCode::kTooLarge: return ErrorResponse(413, "body_too_large", s.message());
+    case StatusCode::kShuttingDown: return ErrorResponse(503, "shutting_down", s.message());
+    default: return ErrorResponse(500, "internal", s.message());
+  }
+}
+
+inline Response MethodNotAllowed(std::string_view allow) {
+  Response r = ErrorResponse(405, "method_not_allowed", "method not allowed here; allowed: " + std::string(allow));
+  r.allow = std::string(allow);
+  return r;
+}
+
+inline Response ProblemResponse(const JsonProblem& p, std::optional<size_t> line = std::nullopt) {
+  std::string message = p.message;
+  if (line) message = "line " + std::to_string(*line) + ": " + message;
+  return ErrorResponse(400, p.code, message, p.offset, line);
+}
+
+
+}  // namespace detail
+
+// A request parked until something happens (a commit, an index catching
+// up) or its deadline passes; then `finish` runs once, on an I/O thread.
+struct Waiter {
+  std::atomic<bool> done{false};
+  std::mutex mu;
+  std::function<void()> unsubscribe;  // guarded by mu
+  std::function<void()> finish;
+};
+
+struct Router::State : std::enable_shared_from_this<Router::State> {
+  storage::DocumentStore& store;
+  indexing::IndexEngine* engine;  // may be null (tests of the document API)
+  Timers& timers;
+  RouterOptions options;
+  Metrics metrics;
+
+  std::mutex waiters_mu;
+  std::set<std::shared_ptr<Waiter>> waiters;  // guarded by waiters_mu
+
+  State(storage::DocumentStore& s, indexing::IndexEngine* e, Timers& t, RouterOptions o)
+      : store(s), engine(e), timers(t), options(std::move(o)) {}
+
+  // Runs `then` once `ready()` holds (checked whenever `subscribe`'s wake-up
+  // fires) or after `wait`, whichever comes first. `subscribe` registers a
+  // wake-up and returns its handle; `unsubscribe` removes it.
+  void WaitThen(std::chrono::milliseconds wait, std::function<bool()> ready,
+                const std::function<uint64_t(std::function<void()>)>& subscribe,
+                std::function<void(uint64_t)> unsubscribe, std::function<void()> then);
+  void Finish(const std::shared_ptr<Waiter>& w);
+
+  void Dispatch(Request& req, const detail::Target& t, Reply& reply);
+  Response Health() const;
+  Response Collections() const;
+  void Changes(const detail::Target& t, Reply& reply);
+  Response GetDoc(const Request& req, const std::string& coll, const std::string& id) const;
+  void PutDoc(Request& req, const std::string& coll, const std::string& id, Reply& reply);
+  void DeleteDoc(const Request& req, const std::string& coll, const std::string& id, Reply& reply);
+  void Bulk(Request& req, const std::string& coll, Reply& reply);
+
+  // index_handlers.cc
+  void DispatchIndexes(Request& req, const detail::Target& t, Reply& reply);
+  void DispatchAdmin(Request& req, const detail::Target& t, Reply& reply);
+  void Results(const detail::Target& t, const std::string& name, Reply& reply);
+  Response MetricsText() const;
+};
+
+}  // namespace corvid::server

@@ -1,0 +1,253 @@
+// Unit tests of the indexing engine with a real store and the map/reduce
+// kind: lifecycle, the worker following the change feed, progress and
+// errors, pause/resume/reset, persistence, and waits on progress.
+#include <catch2/catch.hpp>
+
+#include <rapidjson/document.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "indexing/index_engine.h"
+#include "mapreduce/mapreduce_index.h"
+#include "storage/document_store.h"
+
+using namespace corvid;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* kByMonth = R"json({"type":"mapreduce","collection":"users",
+  "map":{"month":"substr(createdAt, 0, 7)","score":"score"},
+  "groupBy":["month"],
+  "reduce":{"total":"sum(score)","users":"count()"}})json";
+
+struct Env {
+  std::filesystem::path dir;
+  std::unique_ptr<storage::DocumentStore> store;
+  std::unique_ptr<indexing::IndexEngine> engine;
+
+  Env() {
+    static std::atomic<int> counter{0};
+    dir = std::filesystem::temp_directory_path() /
+          ("corvid-engine-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(dir);
+    Open();
+  }
+  ~Env() {
+    Close();
+    std::filesystem::remove_all(dir);
+  }
+  void Open() {
+    storage::StoreOptions so;
+    so.map_size = size_t{1} << 30;
+    store = std::move(storage::DocumentStore::Open((dir / "store").string(), so)).value();
+    indexing::EngineOptions eo;
+    eo.batch_max_docs = 7;  // many small batches
+    engine = std::move(indexing::IndexEngine::Open((dir / "indexes").string(), *store, eo)).value();
+  }
+  void Close() {
+    engine.reset();
+    store.reset();
+  }
+
+  uint64_t Put(const std::string& coll, const std::string& id, const std::string& body) {
+    storage::WriteRequest req;
+    req.ops.push_back({storage::WriteKind::kPut, coll, id, body});
+    auto r = store->Write(std::move(req));
+    REQUIRE(r.status.ok());
+    return r.last_etag;
+  }
+  uint64_t Delete(const std::string& coll, const std::string& id) {
+    storage::WriteRequest req;
+    req.ops.push_back({storage::WriteKind::kDelete, coll, id, ""});
+    auto r = store->Write(std::move(req));
+    REQUIRE(r.status.ok());
+    return r.last_etag;
+  }
+
+  // Waits (bounded) until the index has processed through `etag`.
+  void WaitFor(const std::string& name, uint64_t etag) {
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto r = engine->Reader(name);
+      REQUIRE(r.ok());
+      if (r->indexed_etag >= etag) return;
+      std::this_thread::sleep_for(2ms);
+    }
+    FAIL("index " << name << " did not reach etag " << etag);
+  }
+
+  rapidjson::Document Rows(const std::string& name, std::vector<std::pair<std::string, std::string>> params = {}) {
+    auto r = engine->Reader(name);
+    REQUIRE(r.ok());
+    REQUIRE(r->mapreduce);
+    auto result = r->mapreduce->Query(params);
+    REQUIRE(result.ok());
+    rapidjson::Document d;
+    d.Parse(result->rows_json.c_str());
+    REQUIRE(d.IsArray());
+    return d;
+  }
+};
+
+std::string UserDoc(const std::string& month, int score) {
+  return R"({"createdAt":")" + month + R"(-15","score":)" + std::to_string(score) + "}";
+}
+
+}  // namespace
+
+TEST_CASE("an index follows its collection through inserts, updates and deletes", "[indexing]") {
+  Env env;
+  env.Put("users", "0", UserDoc("2024-01", 5));  // before the index exists
+  REQUIRE(env.engine->PutIndex("by_month", kByMonth).value() == indexing::PutOutcome::kCreated);
+  for (int i = 1; i <= 20; ++i) env.Put("users", std::to_string(i), UserDoc(i % 2 ? "2024-01" : "2024-02", i));
+  env.Put("other", "x", UserDoc("2024-01", 1000));  // another collection: ignored
+  uint64_t last = env.Put("users", "1", UserDoc("2024-03", 100));  // moves from 01 to 03
+  last = std::max(last, env.Delete("users", "2"));
+  env.WaitFor("by_month", last);
+
+  auto rows = env.Rows("by_month");
+  REQUIRE(rows.Size() == 3);
+  // 2024-01: docs 0 (5) and odd 3..19 (sum 99) ; 2024-02: even 4..20 (sum 108); 2024-03: doc 1 (100)
+  CHECK(std::string(rows[0]["month"].GetString()) == "2024-01");
+  CHECK(rows[0]["total"].GetInt64() == 5 + 99);
+  CHECK(rows[0]["users"].GetInt64() == 10);
+  CHECK(rows[1]["total"].GetInt64() == 108);
+  CHECK(rows[1]["users"].GetInt64() == 9);
+  CHECK(rows[2]["total"].GetInt64() == 100);
+
+  auto p = env.engine->Progress("by_month");
+  REQUIRE(p.ok());
+  CHECK(p->state == "idle");
+  CHECK(p->backlog == 0);
+  CHECK(p->progress == 1.0);
+  CHECK_FALSE(p->stale);
+  CHECK(p->entries == 3);
+  CHECK(p->last_indexed_etag >= last);
+  CHECK(p->collection == "users");
+  CHECK(p->type == "mapreduce");
+  CHECK(p->indexed_docs_total >= 21);
+  CHECK(p->disk_bytes > 0);
+}
+
+TEST_CASE("definitions: create, unchanged, replace, delete, invalid", "[indexing]") {
+  Env env;
+  CHECK(env.engine->PutIndex("a", kByMonth).value() == indexing::PutOutcome::kCreated);
+  // Same meaning, other key order and spacing: unchanged.
+  const char* reordered = R"json({"collection":"users","type":"mapreduce","groupBy":["month"],
+    "reduce":{"users":"count()","total":"sum(score)"},"map":{"score":"score","month":"substr(createdAt, 0, 7)"}})json";
+  CHECK(env.engine->PutIndex("a", reordered).value() == indexing::PutOutcome::kUnchanged);
+
+  uint64_t e = env.Put("users", "1", UserDoc("2024-05", 7));
+  env.WaitFor("a", e);
+  CHECK(env.Rows("a")[0]["total"].GetInt64() == 7);
+
+  const char* by_year = R"json({"type":"mapreduce","collection":"users",
+    "map":{"year":"substr(createdAt, 0, 4)","score":"score"},"groupBy":["year"],"reduce":{"best":"max(score)"}})json";
+  CHECK(env.engine->PutIndex("a", by_year).value() == indexing::PutOutcome::kReplaced);
+  env.WaitFor("a", e);
+  auto rows = env.Rows("a");
+  REQUIRE(rows.Size() == 1);
+  CHECK(std::string(rows[0]["year"].GetString()) == "2024");
+  CHECK(rows[0]["best"].GetInt64() == 7);
+
+  CHECK(env.engine->Names() == std::vector<std::string>{"a"});
+  CHECK(env.engine->DeleteIndex("a").ok());
+  CHECK(env.engine->DeleteIndex("a").code() == StatusCode::kNotFound);
+  CHECK(env.engine->Reader("a").status().code() == StatusCode::kNotFound);
+  CHECK_FALSE(std::filesystem::exists(env.dir / "indexes" / "a"));
+
+  CHECK(env.engine->PutIndex("bad/name", kByMonth).status().code() == StatusCode::kInvalidArgument);
+  CHECK(env.engine->PutIndex(".hidden", kByMonth).status().code() == StatusCode::kInvalidArgument);
+  CHECK(env.engine->PutIndex("x", R"({"type":"nope","collection":"c"})").status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(env.engine->PutIndex("x", R"({"collection":"c"})").status().code() == StatusCode::kInvalidArgument);
+  CHECK(env.engine->PutIndex("x", "[]").status().code() == StatusCode::kInvalidArgument);
+  CHECK(env.engine->Names().empty());
+}
+
+TEST_CASE("indexes and their progress survive a restart", "[indexing]") {
+  Env env;
+  REQUIRE(env.engine->PutIndex("m", kByMonth).ok());
+  uint64_t e = 0;
+  for (int i = 0; i < 30; ++i) e = env.Put("users", std::to_string(i), UserDoc("2023-12", 1));
+  env.WaitFor("m", e);
+  env.Close();
+  env.Open();
+  CHECK(env.engine->Names() == std::vector<std::string>{"m"});
+  auto r = env.engine->Reader("m");
+  REQUIRE(r.ok());
+  CHECK(r->indexed_etag >= e);  // resumed from its durable etag, not from 0
+  CHECK(env.Rows("m")[0]["users"].GetInt64() == 30);
+  e = env.Put("users", "new", UserDoc("2023-12", 1));
+  env.WaitFor("m", e);
+  CHECK(env.Rows("m")[0]["users"].GetInt64() == 31);
+}
+
+TEST_CASE("pause holds the index back; resume catches up; reset rebuilds", "[indexing]") {
+  Env env;
+  REQUIRE(env.engine->PutIndex("m", kByMonth).ok());
+  uint64_t e = env.Put("users", "a", UserDoc("2024-01", 1));
+  env.WaitFor("m", e);
+  REQUIRE(env.engine->Pause("m").ok());
+  std::this_thread::sleep_for(20ms);  // let a batch in flight (if any) finish
+  for (int i = 0; i < 5; ++i) e = env.Put("users", "p" + std::to_string(i), UserDoc("2024-01", 1));
+  std::this_thread::sleep_for(50ms);
+  auto p = env.engine->Progress("m");
+  CHECK(p->state == "paused");
+  CHECK(p->backlog == 5);
+  CHECK(p->stale);
+  CHECK(env.Rows("m")[0]["users"].GetInt64() == 1);
+
+  REQUIRE(env.engine->Resume("m").ok());
+  env.WaitFor("m", e);
+  CHECK(env.Rows("m")[0]["users"].GetInt64() == 6);
+
+  REQUIRE(env.engine->Reset("m").ok());
+  // After a reset the index rebuilds from etag 0 to the same answer.
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto pr = env.engine->Progress("m");
+    if (pr->batches_total > 0 && !pr->stale && pr->entries == 1 && env.Rows("m")[0]["users"].GetInt64() == 6) break;
+    std::this_thread::sleep_for(5ms);
+  }
+  CHECK(env.Rows("m")[0]["users"].GetInt64() == 6);
+  CHECK(env.engine->Pause("zzz").code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("documents that fail to map are recorded as index errors", "[indexing]") {
+  Env env;
+  REQUIRE(env.engine->PutIndex("m", kByMonth).ok());
+  env.Put("users", "ok", UserDoc("2024-01", 3));
+  uint64_t e = env.Put("users", "bad", R"({"createdAt":"2024-01-02","score":"lots"})");
+  env.WaitFor("m", e);
+  auto p = env.engine->Progress("m");
+  REQUIRE(p.ok());
+  CHECK(p->error_count >= 1);
+  REQUIRE_FALSE(p->recent_errors.empty());
+  CHECK(p->recent_errors.back().id == "bad");
+  CHECK(p->recent_errors.back().etag == e);
+  CHECK_FALSE(p->recent_errors.back().message.empty());
+  CHECK(env.Rows("m")[0]["total"].GetInt64() == 3);
+}
+
+TEST_CASE("progress listeners hear every batch", "[indexing]") {
+  Env env;
+  REQUIRE(env.engine->PutIndex("m", kByMonth).ok());
+  std::atomic<uint64_t> heard{0};
+  uint64_t h = env.engine->AddProgressListener([&](const std::string& name, uint64_t etag) {
+    if (name == "m") heard = std::max(heard.load(), etag);
+  });
+  uint64_t e = env.Put("users", "1", UserDoc("2024-01", 1));
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (heard.load() < e && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  CHECK(heard.load() >= e);
+  env.engine->RemoveProgressListener(h);
+  // A write to another collection still advances the index's etag.
+  uint64_t e2 = env.Put("elsewhere", "1", "{}");
+  env.WaitFor("m", e2);
+  auto r = env.engine->Reader("m");
+  CHECK_FALSE(env.engine->IsStale(*r, r->indexed_etag));
+}
