@@ -3,6 +3,9 @@
 // listing and controls, and GET /metrics.
 #include <ctime>
 
+#include <rapidjson/document.h>
+
+#include "analyzers/analyzer.h"
 #include "mapreduce/mapreduce_index.h"
 #include "server/router_internal.h"
 
@@ -237,9 +240,67 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
       [eng](uint64_t handle) { eng->RemoveProgressListener(handle); }, std::move(run));
 }
 
+namespace {
+
+// POST /admin/analyze {"analyzer": name, "text": "..."}: the terms an index
+// with that analyzer stores, with positions and UTF-8 byte offsets.
+Response Analyze(const Request& req) {
+  if (!IsJsonContentType(req.content_type, false))
+    return ErrorResponse(415, "unsupported_media_type", "Content-Type must be application/json");
+  if (auto problem = ValidateJsonObject(req.body)) return ProblemResponse(*problem);
+  rapidjson::Document doc;
+  doc.Parse(req.body.data(), req.body.size());
+  auto name = doc.FindMember("analyzer");
+  auto text = doc.FindMember("text");
+  if (name == doc.MemberEnd() || !name->value.IsString())
+    return ErrorResponse(400, "invalid_argument", "analyzer: required string");
+  if (text == doc.MemberEnd() || !text->value.IsString())
+    return ErrorResponse(400, "invalid_argument", "text: required string");
+  auto analyzer = analyzers::FindAnalyzer(std::string_view(name->value.GetString(), name->value.GetStringLength()));
+  if (!analyzer.ok())
+    return ErrorResponse(400, "invalid_argument",
+                         "analyzer: unknown analyzer '" + std::string(name->value.GetString()) + "'");
+  class Sink : public analyzers::TokenSink {
+   public:
+    explicit Sink(JsonWriter& w) : w_(w) {}
+    void OnToken(const analyzers::Token& t) override {
+      w_.StartObject();
+      w_.Key("term");
+      WriteString(w_, t.term);
+      w_.Key("position");
+      w_.Uint(t.position);
+      w_.Key("start");
+      w_.Uint(t.start);
+      w_.Key("end");
+      w_.Uint(t.end);
+      w_.EndObject();
+    }
+
+   private:
+    JsonWriter& w_;
+  };
+  rapidjson::StringBuffer buf;
+  JsonWriter w(buf);
+  w.StartObject();
+  w.Key("tokens");
+  w.StartArray();
+  Sink sink(w);
+  Status s = (*analyzer)->Analyze(std::string_view(text->value.GetString(), text->value.GetStringLength()), sink);
+  if (!s.ok()) return FromStatus(s);
+  w.EndArray();
+  w.EndObject();
+  return JsonResponse(200, buf);
+}
+
+}  // namespace
+
 void Router::State::DispatchAdmin(Request& req, const Target& t, Reply& reply) {
   const auto& seg = t.segments;
   const std::string& m = req.method;
+  if (seg.size() == 2 && seg[1] == "analyze") {
+    if (m != "POST") return reply(MethodNotAllowed("POST"));
+    return reply(Analyze(req));
+  }
   if (seg.size() >= 2 && seg[1] == "indexes" && !engine)
     return reply(ErrorResponse(404, "not_found", "indexing is not enabled"));
   if (seg.size() == 2 && seg[1] == "indexes") {
