@@ -1,0 +1,172 @@
+// TermNormalizer: nfkc_cf on UTF-8 through ICU's Normalizer2::normalizeUTF8
+// into a reused buffer (no allocation per term once warm), the folding
+// transform, and the ICU-only reference versions the tests compare with.
+#include "analyzers/term_normalizer.h"
+
+#include <unicode/bytestream.h>
+#include <unicode/uchar.h>
+#include <unicode/ustring.h>
+#include <unicode/utf8.h>
+
+namespace corvid::analyzers::internal {
+namespace {
+
+constexpr char kReplacementUtf8[] = "\xEF\xBF\xBD";  // U+FFFD
+
+// Appends to a std::string, so a buffer cleared and reused keeps capacity.
+class StringAppendSink : public icu::ByteSink {
+ public:
+  explicit StringAppendSink(std::string* out) : out_(out) {}
+  void Append(const char* bytes, int32_t n) override { out_->append(bytes, n); }
+
+ private:
+  std::string* out_;
+};
+
+bool IsWellFormedUtf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  const auto n = static_cast<int32_t>(s.size());
+  int32_t i = 0;
+  while (i < n) {
+    if (p[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    UChar32 c;
+    U8_NEXT(p, i, n, c);
+    if (c < 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TermNormalizer::TermNormalizer() {
+  UErrorCode status = U_ZERO_ERROR;
+  nfkc_cf_ = icu::Normalizer2::getNFKCCasefoldInstance(status);
+  if (U_SUCCESS(status)) nfd_ = icu::Normalizer2::getNFDInstance(status);
+  if (U_SUCCESS(status)) nfc_ = icu::Normalizer2::getNFCInstance(status);
+  if (U_FAILURE(status)) {
+    init_status_ = Status::Internal(std::string("ICU Normalizer2: ") + u_errorName(status));
+  }
+  buffer_.reserve(256);
+}
+
+Status TermNormalizer::Normalize(std::string_view segment, bool fold,
+                                 std::string_view* term) {
+  UErrorCode status = U_ZERO_ERROR;
+  buffer_.clear();
+  if (IsWellFormedUtf8(segment)) {
+    StringAppendSink sink(&buffer_);
+    nfkc_cf_->normalizeUTF8(0, icu::StringPiece(segment.data(), static_cast<int32_t>(segment.size())),
+                            sink, nullptr, status);
+  } else {
+    // ICU's UTF-8 normalizer copies ill-formed bytes through; go via UTF-16,
+    // where fromUTF8 substitutes U+FFFD, so the rule "reads as U+FFFD" holds.
+    utf16_a_ = icu::UnicodeString::fromUTF8(
+        icu::StringPiece(segment.data(), static_cast<int32_t>(segment.size())));
+    nfkc_cf_->normalize(utf16_a_, utf16_b_, status);
+    if (U_SUCCESS(status)) {
+      StringAppendSink sink(&buffer_);
+      utf16_b_.toUTF8(sink);
+    }
+  }
+  if (U_FAILURE(status)) {
+    return Status::Internal(std::string("ICU nfkc_cf: ") + u_errorName(status));
+  }
+  if (fold && !buffer_.empty()) {
+    Status s = Fold();
+    if (!s.ok()) return s;
+  }
+  *term = buffer_;
+  return Status::Ok();
+}
+
+Status TermNormalizer::Fold() {
+  // Only non-ASCII text can change: ASCII has no marks or decompositions.
+  bool ascii = true;
+  for (char c : buffer_) ascii &= static_cast<uint8_t>(c) < 0x80;
+  if (ascii) return Status::Ok();
+  UErrorCode status = U_ZERO_ERROR;
+  utf16_a_.remove();
+  {
+    // Decode into utf16_a_'s own storage to keep its capacity.
+    const int32_t cap = static_cast<int32_t>(buffer_.size()) + 1;
+    UChar* dst = utf16_a_.getBuffer(cap);
+    int32_t len = 0;
+    u_strFromUTF8WithSub(dst, cap, &len, buffer_.data(), static_cast<int32_t>(buffer_.size()),
+                         0xFFFD, nullptr, &status);
+    utf16_a_.releaseBuffer(U_SUCCESS(status) ? len : 0);
+  }
+  if (U_SUCCESS(status)) nfd_->normalize(utf16_a_, utf16_b_, status);
+  if (U_FAILURE(status)) {
+    return Status::Internal(std::string("ICU NFD: ") + u_errorName(status));
+  }
+  utf16_a_.remove();
+  for (int32_t i = 0; i < utf16_b_.length();) {
+    const UChar32 c = utf16_b_.char32At(i);
+    if (u_charType(c) != U_NON_SPACING_MARK) utf16_a_.append(c);
+    i += U16_LENGTH(c);
+  }
+  nfc_->normalize(utf16_a_, utf16_b_, status);
+  if (U_FAILURE(status)) {
+    return Status::Internal(std::string("ICU NFC: ") + u_errorName(status));
+  }
+  buffer_.clear();
+  StringAppendSink sink(&buffer_);
+  utf16_b_.toUTF8(sink);
+  return Status::Ok();
+}
+
+Status TermNormalizer::NormalizeWithIcuOnly(std::string_view segment, bool fold,
+                                            std::string* term) {
+  UErrorCode status = U_ZERO_ERROR;
+  icu::UnicodeString text = icu::UnicodeString::fromUTF8(
+      icu::StringPiece(segment.data(), static_cast<int32_t>(segment.size())));
+  icu::UnicodeString normalized = nfkc_cf_->normalize(text, status);
+  if (U_FAILURE(status)) {
+    return Status::Internal(std::string("ICU nfkc_cf: ") + u_errorName(status));
+  }
+  if (fold) {
+    if (fold_transliterator_ == nullptr) {
+      fold_transliterator_.reset(icu::Transliterator::createInstance(
+          "NFD; [:Nonspacing Mark:] Remove; NFC", UTRANS_FORWARD, status));
+      if (U_FAILURE(status) || fold_transliterator_ == nullptr) {
+        fold_transliterator_.reset();
+        return Status::Internal(std::string("ICU Transliterator: ") + u_errorName(status));
+      }
+    }
+    fold_transliterator_->transliterate(normalized);
+  }
+  term->clear();
+  normalized.toUTF8String(*term);
+  return Status::Ok();
+}
+
+std::string_view TermNormalizer::RepairUtf8(std::string_view text) {
+  if (IsWellFormedUtf8(text)) return text;
+  const auto* p = reinterpret_cast<const uint8_t*>(text.data());
+  const auto n = static_cast<int32_t>(text.size());
+  buffer_.clear();
+  int32_t i = 0;
+  while (i < n) {
+    const int32_t begin = i;
+    UChar32 c;
+    U8_NEXT(p, i, n, c);
+    if (c < 0) {
+      buffer_.append(kReplacementUtf8, 3);
+    } else {
+      buffer_.append(text.data() + begin, static_cast<size_t>(i - begin));
+    }
+  }
+  return buffer_;
+}
+
+void TermNormalizer::Trim(size_t keep) {
+  if (buffer_.capacity() > keep) {
+    std::string().swap(buffer_);
+    buffer_.reserve(256);
+  }
+}
+
+}  // namespace corvid::analyzers::internal
