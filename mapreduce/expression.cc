@@ -545,7 +545,7 @@ class Parser {
     if (info->fn == Func::kUnwind) {
       if (!opt_.allow_unwind) return Status::InvalidArgument(At("unwind is only allowed in map expressions", n->offset));
       bool nested = false;
-      VisitNodes(*n->args[0], [&](Node& c) { nested |= c.kind == NodeKind::kCall && c.fn == Func::kUnwind; });
+      VisitNodes(*n->args[0], [&](Node& c) { nested |= c.kind == NodeKind::kUnwind; });
       if (nested) return Status::InvalidArgument(At("unwind cannot be nested", n->offset));
       n->kind = NodeKind::kUnwind;
     }
