@@ -201,14 +201,17 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
   }
   wait_ms = std::min(wait_ms, kMaxWaitMs);
 
-  auto run = [self = shared_from_this(), name, params = std::move(params), start, reply = std::move(reply)] {
+  auto run = [self = shared_from_this(), name, params = std::move(params), start, min_etag,
+              reply = std::move(reply)] {
     auto reader = self->engine->Reader(name);
     if (!reader.ok() || !reader->mapreduce) return reply(IndexNotFound(name));
     uint64_t before = reader->indexed_etag;
     auto result = reader->mapreduce->Query(params);
     if (!result.ok()) return reply(FromStatus(result.status()));
     uint64_t index_etag = std::max(before, result->snapshot_etag);
-    bool stale = self->engine->IsStale(*reader, index_etag);
+    // Stale: the collection has unprocessed changes, or the minEtag the
+    // client asked for was not reached within waitMs.
+    bool stale = index_etag < min_etag || self->engine->IsStale(*reader, index_etag);
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);
     w.StartObject();
