@@ -26,6 +26,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "indexing/error_log.h"
 #include "indexing/index_kind.h"
 #include "storage/document_store.h"
 
@@ -133,8 +134,11 @@ class IndexSlot {
         kind_(std::move(kind)),
         store_(store),
         options_(options),
-        on_progress_(std::move(on_progress)) {
+        on_progress_(std::move(on_progress)),
+        error_log_(dir_ / "errors.log") {
     indexed_etag_ = kind_->LastAppliedEtag();
+    errors_.assign(error_log_.recent().begin(), error_log_.recent().end());
+    error_count_ = error_log_.count();
   }
 
   ~IndexSlot() { Stop(); }
@@ -245,6 +249,7 @@ class IndexSlot {
         reset_requested_ = false;
         lock.unlock();
         Status s = kind_->Clear();
+        error_log_.Clear();
         lock.lock();
         if (!s.ok()) {
           Fail(s.ToString());
@@ -299,25 +304,31 @@ class IndexSlot {
     auto start = Clock::now();
     Status s = kind_->ApplyBatch(changes, through, errors);
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    const size_t docs = changes.size();
     batch->reset();  // release the snapshot before anything else
-    std::unique_lock lock(mu_);
     if (!s.ok()) {
+      std::lock_guard lock(mu_);
       Fail("applying a batch: " + s.ToString());
       return;
     }
-    failure_.clear();
+    std::vector<RecordedError> recorded;
+    recorded.reserve(errors.size());
     auto now_sys = std::chrono::system_clock::now();
-    for (auto& e : errors) {
-      ++error_count_;
-      errors_.push_back(RecordedError{e.etag, std::move(e.id), std::move(e.message), now_sys});
+    for (auto& e : errors) recorded.push_back(RecordedError{e.etag, std::move(e.id), std::move(e.message), now_sys});
+    error_log_.Append(recorded);  // file I/O outside the lock; only this thread touches the log
+    std::unique_lock lock(mu_);
+    failure_.clear();
+    error_count_ = error_log_.count();
+    for (auto& e : recorded) {
+      errors_.push_back(std::move(e));
       if (errors_.size() > kMaxRecentErrors) errors_.pop_front();
     }
     auto now = Clock::now();
-    window_.push_back(BatchStat{now, changes.size(), ms});
+    window_.push_back(BatchStat{now, docs, ms});
     while (!window_.empty() && window_.front().end < now - kRateWindow) window_.pop_front();
-    last_batch_docs_ = changes.size();
+    last_batch_docs_ = docs;
     last_batch_ms_ = ms;
-    docs_total_ += changes.size();
+    docs_total_ += docs;
     ++batches_total_;
     batch_ms_total_ += ms;
     lock.unlock();
@@ -338,6 +349,7 @@ class IndexSlot {
   storage::DocumentStore& store_;
   const EngineOptions options_;
   const std::function<void(const std::string&, uint64_t)> on_progress_;
+  ErrorLog error_log_;  // worker thread only (and the constructor)
 
   // Processed through this etag: every change of the collection up to it
   // is in the kind's state (durably, or it had nothing for the collection).

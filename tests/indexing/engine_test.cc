@@ -231,6 +231,30 @@ TEST_CASE("documents that fail to map are recorded as index errors", "[indexing]
   CHECK(p->recent_errors.back().etag == e);
   CHECK_FALSE(p->recent_errors.back().message.empty());
   CHECK(env.Rows("m")[0]["total"].GetInt64() == 3);
+
+  // Errors survive a restart (the document is not re-indexed to find them again).
+  const uint64_t count = p->error_count;
+  env.Close();
+  env.Open();
+  auto again = env.engine->Progress("m");
+  REQUIRE(again.ok());
+  CHECK(again->error_count == count);
+  REQUIRE_FALSE(again->recent_errors.empty());
+  CHECK(again->recent_errors.back().id == "bad");
+  CHECK(again->recent_errors.back().message == p->recent_errors.back().message);
+  // A reset forgets them, and rebuilding finds the bad document again.
+  REQUIRE(env.engine->Pause("m").ok());
+  REQUIRE(env.engine->Reset("m").ok());
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < deadline && env.engine->Progress("m")->last_indexed_etag != 0)
+    std::this_thread::sleep_for(2ms);
+  auto cleared = env.engine->Progress("m");
+  CHECK(cleared->last_indexed_etag == 0);
+  CHECK(cleared->error_count == 0);
+  CHECK(cleared->recent_errors.empty());
+  REQUIRE(env.engine->Resume("m").ok());
+  env.WaitFor("m", e);
+  CHECK(env.engine->Progress("m")->error_count == count);
 }
 
 TEST_CASE("progress listeners hear every batch", "[indexing]") {

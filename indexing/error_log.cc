@@ -1,0 +1,99 @@
+// ErrorLog: NDJSON persistence of index errors (format in error_log.h).
+#include "indexing/error_log.h"
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <fstream>
+
+namespace corvid::indexing {
+
+namespace {
+
+constexpr uint64_t kCompactAfterLines = 10 * kMaxRecentErrors;
+
+std::string EncodeLine(const RecordedError& e) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartObject();
+  w.Key("etag");
+  w.Uint64(e.etag);
+  w.Key("id");
+  w.String(e.id.data(), rapidjson::SizeType(e.id.size()));
+  w.Key("message");
+  w.String(e.message.data(), rapidjson::SizeType(e.message.size()));
+  w.Key("at");
+  w.Int64(std::chrono::duration_cast<std::chrono::milliseconds>(e.at.time_since_epoch()).count());
+  w.EndObject();
+  std::string line(buf.GetString(), buf.GetSize());
+  line.push_back('\n');
+  return line;
+}
+
+}  // namespace
+
+ErrorLog::ErrorLog(std::filesystem::path path) : path_(std::move(path)) {
+  std::ifstream in(path_);
+  std::string line;
+  while (std::getline(in, line)) {
+    rapidjson::Document d;
+    d.Parse(line.data(), line.size());
+    if (d.HasParseError() || !d.IsObject()) continue;  // a torn last line
+    ++lines_in_file_;
+    if (d.HasMember("dropped") && d["dropped"].IsUint64()) {
+      count_ += d["dropped"].GetUint64();
+      continue;
+    }
+    if (!d.HasMember("etag") || !d["etag"].IsUint64() || !d.HasMember("id") || !d["id"].IsString() ||
+        !d.HasMember("message") || !d["message"].IsString() || !d.HasMember("at") || !d["at"].IsInt64())
+      continue;
+    RecordedError e;
+    e.etag = d["etag"].GetUint64();
+    e.id = d["id"].GetString();
+    e.message = d["message"].GetString();
+    e.at = std::chrono::system_clock::time_point(std::chrono::milliseconds(d["at"].GetInt64()));
+    ++count_;
+    recent_.push_back(std::move(e));
+    if (recent_.size() > kMaxRecentErrors) recent_.pop_front();
+  }
+}
+
+void ErrorLog::Append(std::span<const RecordedError> errors) {
+  if (errors.empty()) return;
+  std::string text;
+  for (const auto& e : errors) {
+    text += EncodeLine(e);
+    ++count_;
+    recent_.push_back(e);
+    if (recent_.size() > kMaxRecentErrors) recent_.pop_front();
+  }
+  std::ofstream out(path_, std::ios::app | std::ios::binary);
+  out << text;
+  lines_in_file_ += errors.size();
+  out.close();
+  if (lines_in_file_ > kCompactAfterLines) Compact();
+}
+
+void ErrorLog::Compact() {
+  std::filesystem::path tmp = path_;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
+    out << "{\"dropped\":" << (count_ - recent_.size()) << "}\n";
+    for (const auto& e : recent_) out << EncodeLine(e);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path_, ec);
+  if (!ec) lines_in_file_ = recent_.size() + 1;
+}
+
+void ErrorLog::Clear() {
+  count_ = 0;
+  lines_in_file_ = 0;
+  recent_.clear();
+  std::error_code ec;
+  std::filesystem::remove(path_, ec);
+}
+
+}  // namespace corvid::indexing
