@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "common/utf8.h"
+
 namespace corvid::server {
 
 namespace {
@@ -92,10 +94,14 @@ std::optional<JsonProblem> ValidateJsonObject(std::string_view text, ObjectField
   ObjectFields scratch;
   if (fields) *fields = ObjectFields{};
   Handler handler(fields ? fields : &scratch);
+  // Validating UTF-8 up front (ASCII runs eight bytes at a time) is much
+  // faster than RapidJSON's byte-by-byte check inside strings, and also
+  // catches invalid bytes outside strings.
+  if (size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos)
+    return JsonProblem{"invalid_utf8", "invalid UTF-8 at offset " + std::to_string(bad), bad};
   rapidjson::Reader reader;
   rapidjson::MemoryStream stream(text.data(), text.size());
-  constexpr unsigned kFlags = rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag |
-                              rapidjson::kParseNumbersAsStringsFlag;
+  constexpr unsigned kFlags = rapidjson::kParseIterativeFlag | rapidjson::kParseNumbersAsStringsFlag;
   rapidjson::ParseResult ok = reader.Parse<kFlags>(stream, handler);
   if (handler.too_deep) {
     return JsonProblem{"too_deep",
@@ -104,10 +110,9 @@ std::optional<JsonProblem> ValidateJsonObject(std::string_view text, ObjectField
                        ok.Offset()};
   }
   if (!ok) {
-    const bool utf8 = ok.Code() == rapidjson::kParseErrorStringInvalidEncoding;
-    std::string message = utf8 ? "invalid UTF-8 in a string" : rapidjson::GetParseError_En(ok.Code());
+    std::string message = rapidjson::GetParseError_En(ok.Code());
     message += " at offset " + std::to_string(ok.Offset());
-    return JsonProblem{utf8 ? "invalid_utf8" : "invalid_json", std::move(message), ok.Offset()};
+    return JsonProblem{"invalid_json", std::move(message), ok.Offset()};
   }
   if (!handler.root_is_object)
     return JsonProblem{"not_an_object", "the JSON value must be an object", size_t{0}};

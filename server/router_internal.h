@@ -10,6 +10,7 @@
 #include <charconv>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "indexing/index_engine.h"
 #include "server/json_input.h"
@@ -221,6 +222,9 @@ struct Router::State : std::enable_shared_from_this<Router::State> {
   void DispatchIndexes(Request& req, const detail::Target& t, Reply& reply);
   void DispatchAdmin(Request& req, const detail::Target& t, Reply& reply);
   void Results(const detail::Target& t, const std::string& name, Reply& reply);
+  void Search(const Request& req, const detail::Target& t, const std::string& name, Reply& reply);
+  // Runs `then` once index `name` has processed through min_etag, or after wait_ms.
+  void WaitForIndex(const std::string& name, uint64_t min_etag, uint64_t wait_ms, std::function<void()> then);
   Response MetricsText() const;
 };
 

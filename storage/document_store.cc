@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <future>
 
+#include "common/utf8.h"
 #include "storage/format.h"
 #include "storage/store_impl.h"
 
@@ -35,32 +36,6 @@ ReadTxn::ReadTxn(MDB_env* env) {
 }
 
 namespace {
-
-// Returns the number of bytes of a valid UTF-8 prefix; == s.size() if valid.
-bool IsValidUtf8(std::string_view s) {
-  size_t i = 0, n = s.size();
-  auto u = reinterpret_cast<const unsigned char*>(s.data());
-  while (i < n) {
-    unsigned char c = u[i];
-    if (c < 0x80) { ++i; continue; }
-    int len;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-    else return false;
-    if (i + len > n) return false;
-    for (int k = 1; k < len; ++k) {
-      if ((u[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (u[i + k] & 0x3F);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-      return false;
-    i += len;
-  }
-  return true;
-}
 
 Status DecodeBody(const fmt::DocView& view, std::string& out) {
   if (!(view.flags & fmt::kFlagZstd)) {

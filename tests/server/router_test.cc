@@ -218,6 +218,35 @@ TEST_CASE("router: bulk is atomic and names the bad line", "[server]") {
   CHECK(std::string(s["error"]["code"].GetString()) == "invalid_json");
   CHECK(s["error"]["line"].GetUint64() == 3);
   CHECK(ErrorCode(fx.Call("POST", "/docs/c/_bulk", "\n\n")) == "empty_body");
+
+  // Bodies over 4 MiB are parsed in two halves on two threads: line
+  // numbers and "first bad line wins" must not change.
+  std::string big;
+  const int kLines = 40000;
+  for (int i = 1; i <= kLines; ++i) big += "{\"id\":\"b" + std::to_string(i) + "\",\"pad\":\"" + std::string(100, 'x') + "\"}\n";
+  REQUIRE(big.size() > (size_t{4} << 20));
+  std::string bad_late = big, bad_both = big;
+  auto break_line = [](std::string& text, int line) {
+    size_t pos = 0;
+    for (int i = 1; i < line; ++i) pos = text.find('\n', pos) + 1;
+    text[pos] = '[';  // not an object any more... and not valid JSON
+  };
+  break_line(bad_late, 39000);
+  break_line(bad_both, 39000);
+  break_line(bad_both, 1234);
+  auto late = Parse(fx.Call("POST", "/docs/big/_bulk", bad_late).body);
+  CHECK(late["error"]["line"].GetUint64() == 39000);
+  auto both = Parse(fx.Call("POST", "/docs/big/_bulk", bad_both).body);
+  CHECK(both["error"]["line"].GetUint64() == 1234);
+  CHECK(fx.Call("GET", "/docs/big/b1").status == 404);
+  Response whole = fx.Call("POST", "/docs/big/_bulk", big);
+  REQUIRE(whole.status == 200);
+  auto w = Parse(whole.body);
+  CHECK(w["count"].GetUint64() == kLines);
+  CHECK(w["lastEtag"].GetUint64() - w["firstEtag"].GetUint64() + 1 == kLines);
+  CHECK(fx.Call("GET", "/docs/big/b" + std::to_string(kLines)).status == 200);
+  auto changes = Parse(fx.Call("GET", "/changes?since=" + std::to_string(w["lastEtag"].GetUint64() - 1)).body);
+  CHECK(std::string(changes["results"][0]["id"].GetString()) == "b" + std::to_string(kLines));  // line order = etag order
   CHECK(fx.Call("POST", "/docs/c/_bulk", "{\"id\":\"1\"}", "text/csv").status == 415);
 }
 

@@ -1,0 +1,53 @@
+// UTF-8 validation shared by the store (ids, names) and the server (request
+// bodies). Strict RFC 3629: no overlongs, no surrogates, nothing above
+// U+10FFFF. Runs of ASCII are checked eight bytes at a time.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace corvid {
+
+// Returns the byte offset of the first invalid sequence, or
+// std::string_view::npos when `s` is valid UTF-8.
+inline size_t FindInvalidUtf8(std::string_view s) {
+  const auto* u = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    // Skip ASCII a word at a time.
+    while (i + 8 <= n) {
+      uint64_t w;
+      std::memcpy(&w, u + i, 8);
+      if (w & 0x8080808080808080ull) break;
+      i += 8;
+    }
+    if (i >= n) break;
+    unsigned char c = u[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int len;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+    else return i;
+    if (i + len > n) return i;
+    for (int k = 1; k < len; ++k) {
+      if ((u[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (u[i + k] & 0x3F);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+inline bool IsValidUtf8(std::string_view s) { return FindInvalidUtf8(s) == std::string_view::npos; }
+
+}  // namespace corvid
