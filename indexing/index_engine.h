@@ -23,6 +23,9 @@ class DocumentStore;
 namespace corvid::mapreduce {
 class MapReduceIndex;
 }
+namespace corvid::postings {
+class SearchIndex;
+}
 
 namespace corvid::indexing {
 
@@ -74,6 +77,7 @@ struct IndexReader {
   std::string collection;
   uint64_t indexed_etag = 0;  // processed through this etag when the reader was taken
   std::shared_ptr<const mapreduce::MapReduceIndex> mapreduce;  // set for "mapreduce"
+  std::shared_ptr<const postings::SearchIndex> search;         // set for "search"
 };
 
 class IndexEngine {

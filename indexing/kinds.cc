@@ -4,6 +4,7 @@
 
 #include "indexing/index_kind.h"
 #include "mapreduce/mapreduce_index.h"
+#include "postings/search_index.h"
 
 namespace corvid::indexing {
 
@@ -25,6 +26,24 @@ class MapReduceKind : public IndexKind {
 
  private:
   std::shared_ptr<mapreduce::MapReduceIndex> index_;
+};
+
+class SearchKind : public IndexKind {
+ public:
+  explicit SearchKind(std::shared_ptr<postings::SearchIndex> index) : index_(std::move(index)) {}
+  uint64_t LastAppliedEtag() const override { return index_->LastAppliedEtag(); }
+  Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
+                    std::vector<IndexError>& errors) override {
+    return index_->ApplyBatch(batch, through_etag, errors);
+  }
+  Status Clear() override { return index_->Clear(); }
+  uint64_t Entries() const override { return index_->LiveDocuments(); }
+  uint64_t DiskBytes() const override { return index_->DiskBytes(); }
+  uint64_t MemoryBytes() const override { return index_->MemoryBytes(); }
+  void FillReader(IndexReader& reader) const override { reader.search = index_; }
+
+ private:
+  std::shared_ptr<postings::SearchIndex> index_;
 };
 
 }  // namespace
@@ -52,7 +71,20 @@ Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
     };
     return out;
   }
-  if (t == "search") return Status::InvalidArgument("type: \"search\" indexes are not available yet");
+  if (t == "search") {
+    auto def = postings::SearchDefinition::Compile(definition_json);
+    if (!def.ok()) return def.status();
+    CompiledDefinition out;
+    out.type = "search";
+    out.collection = (*def)->collection();
+    out.open = [def = *def](const std::string& dir) -> Result<std::unique_ptr<IndexKind>> {
+      auto index = postings::SearchIndex::Open(dir, def);
+      if (!index.ok()) return index.status();
+      return std::unique_ptr<IndexKind>(
+          std::make_unique<SearchKind>(std::shared_ptr<postings::SearchIndex>(std::move(*index))));
+    };
+    return out;
+  }
   return Status::InvalidArgument("type: unknown index type '" + std::string(t) + "' (expected \"mapreduce\" or \"search\")");
 }
 

@@ -7,6 +7,7 @@
 
 #include "analyzers/analyzer.h"
 #include "mapreduce/mapreduce_index.h"
+#include "postings/search_index.h"
 #include "server/router_internal.h"
 
 namespace corvid::server {
@@ -173,10 +174,7 @@ void Router::State::DispatchIndexes(Request& req, const Target& t, Reply& reply)
   }
   if (seg.size() == 3 && seg[2] == "search") {
     if (m != "GET" && m != "POST") return reply(MethodNotAllowed("GET, POST"));
-    auto reader = engine->Reader(name);
-    if (!reader.ok()) return reply(IndexNotFound(name));
-    return reply(ErrorResponse(400, "invalid_argument",
-                               "index '" + name + "' is a " + reader->type + " index; search needs a search index"));
+    return Search(req, t, name, reply);
   }
   reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + req.target.substr(0, 200)));
 }
@@ -230,6 +228,160 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
   };
   if (min_etag == 0 || wait_ms == 0 || reader->indexed_etag >= min_etag) return run();
 
+  WaitForIndex(name, min_etag, wait_ms, std::move(run));
+}
+
+namespace {
+
+std::vector<std::string> SplitList(std::string_view s) {
+  std::vector<std::string> out;
+  while (!s.empty()) {
+    size_t comma = s.find(',');
+    std::string_view item = s.substr(0, comma);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (!item.empty()) out.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+// The search parameters, from the query string (GET) or a JSON body (POST).
+struct SearchParams {
+  postings::SearchRequest request;
+  uint64_t min_etag = 0;
+  uint64_t wait_ms = 0;
+};
+
+constexpr uint64_t kMaxSearchLimit = 10000;
+
+// Applies one parameter given as text; returns an error message or "".
+std::string ApplySearchParam(SearchParams& p, std::string_view key, std::string_view value) {
+  auto as_uint = [&](uint64_t& out, uint64_t max) -> std::string {
+    if (!ParseUint(value, out)) return std::string(key) + " must be a non-negative integer";
+    out = std::min(out, max);
+    return "";
+  };
+  uint64_t n = 0;
+  if (key == "q") p.request.q = value;
+  else if (key == "filter") p.request.filter = value;
+  else if (key == "sort") p.request.sort = value;
+  else if (key == "limit") { if (auto e = as_uint(n, kMaxSearchLimit); !e.empty()) return e; p.request.limit = n; }
+  else if (key == "offset") { if (auto e = as_uint(n, UINT32_MAX); !e.empty()) return e; p.request.offset = n; }
+  else if (key == "fields") p.request.fields = SplitList(value);
+  else if (key == "highlight") p.request.highlight = SplitList(value);
+  else if (key == "facets") p.request.facets = SplitList(value);
+  else if (key == "minEtag") return as_uint(p.min_etag, UINT64_MAX);
+  else if (key == "waitMs") return as_uint(p.wait_ms, kMaxWaitMs);
+  else if (key == "op") {
+    std::string lower(value);
+    for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "or") p.request.op = postings::DefaultOperator::kOr;
+    else if (lower == "and") p.request.op = postings::DefaultOperator::kAnd;
+    else return "op must be \"or\" or \"and\"";
+  } else {
+    return "unknown parameter '" + std::string(key) + "'";
+  }
+  return "";
+}
+
+// Reads the POST body's keys: strings, numbers, or arrays of strings for
+// the list parameters.
+std::string ParseSearchBody(const std::string& body, SearchParams& p) {
+  rapidjson::Document d;
+  d.Parse(body.data(), body.size());
+  if (d.HasParseError() || !d.IsObject()) return "the body must be a JSON object";
+  for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it) {
+    std::string_view key(it->name.GetString(), it->name.GetStringLength());
+    const auto& v = it->value;
+    std::string text;
+    if (v.IsString()) {
+      text.assign(v.GetString(), v.GetStringLength());
+    } else if (v.IsUint64()) {
+      text = std::to_string(v.GetUint64());
+    } else if (v.IsArray() && (key == "fields" || key == "highlight" || key == "facets")) {
+      for (const auto& item : v.GetArray()) {
+        if (!item.IsString()) return std::string(key) + " must be a list of strings";
+        if (!text.empty()) text += ',';
+        text.append(item.GetString(), item.GetStringLength());
+      }
+    } else if (v.IsNull()) {
+      continue;
+    } else {
+      return std::string(key) + ": unexpected type";
+    }
+    if (auto e = ApplySearchParam(p, key, text); !e.empty()) return e;
+  }
+  return "";
+}
+
+}  // namespace
+
+void Router::State::Search(const Request& req, const Target& t, const std::string& name, Reply& reply) {
+  const auto start = std::chrono::steady_clock::now();
+  auto reader = engine->Reader(name);
+  if (!reader.ok()) return reply(IndexNotFound(name));
+  if (reader->type != "search")
+    return reply(ErrorResponse(400, "invalid_argument",
+                               "index '" + name + "' is a " + reader->type + " index; search needs a search index"));
+  SearchParams params;
+  for (const auto& [k, v] : t.query) {
+    if (auto e = ApplySearchParam(params, k, v); !e.empty()) return reply(ErrorResponse(400, "invalid_argument", e));
+  }
+  if (req.method == "POST" && !IsBlank(req.body)) {
+    if (!IsJsonContentType(req.content_type, false))
+      return reply(ErrorResponse(415, "unsupported_media_type", "Content-Type must be application/json"));
+    if (auto problem = ValidateJsonObject(req.body)) return reply(ProblemResponse(*problem));
+    if (auto e = ParseSearchBody(req.body, params); !e.empty()) return reply(ErrorResponse(400, "invalid_argument", e));
+  }
+  storage::DocumentStore* st = &store;
+  std::string collection = reader->collection;
+  params.request.fetch_document = [st, collection](std::string_view id) -> std::optional<std::string> {
+    auto doc = st->Get(collection, id);
+    if (!doc.ok()) return std::nullopt;
+    return std::move(doc->body);
+  };
+  const uint64_t min_etag = params.min_etag, wait_ms = params.wait_ms;
+  auto run = [self = shared_from_this(), name, request = std::move(params.request), start, min_etag,
+              reply = std::move(reply)] {
+    auto reader = self->engine->Reader(name);
+    if (!reader.ok() || !reader->search) return reply(IndexNotFound(name));
+    uint64_t before = reader->indexed_etag;
+    auto result = reader->search->Search(request);
+    if (!result.ok()) {
+      if (result.status().code() == StatusCode::kInvalidArgument)
+        return reply(ErrorResponse(400, "invalid_query", result.status().message()));
+      return reply(FromStatus(result.status()));
+    }
+    uint64_t index_etag = std::max(before, result->snapshot_etag);
+    bool stale = index_etag < min_etag || self->engine->IsStale(*reader, index_etag);
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    w.Key("total");
+    w.Uint64(result->total);
+    w.Key("hits");
+    w.RawValue(result->hits_json.data(), result->hits_json.size(), rapidjson::kArrayType);
+    if (!result->facets_json.empty()) {
+      w.Key("facets");
+      w.RawValue(result->facets_json.data(), result->facets_json.size(), rapidjson::kObjectType);
+    }
+    w.Key("stale");
+    w.Bool(stale);
+    w.Key("indexEtag");
+    w.Uint64(index_etag);
+    w.Key("tookMs");
+    w.Double(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    w.EndObject();
+    reply(JsonResponse(200, buf));
+  };
+  if (min_etag == 0 || wait_ms == 0 || reader->indexed_etag >= min_etag) return run();
+  WaitForIndex(name, min_etag, wait_ms, std::move(run));
+}
+
+void Router::State::WaitForIndex(const std::string& name, uint64_t min_etag, uint64_t wait_ms,
+                                 std::function<void()> then) {
   indexing::IndexEngine* eng = engine;
   WaitThen(
       std::chrono::milliseconds(wait_ms),
@@ -240,7 +392,7 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
       [eng](std::function<void()> wake) {
         return eng->AddProgressListener([wake](const std::string&, uint64_t) { wake(); });
       },
-      [eng](uint64_t handle) { eng->RemoveProgressListener(handle); }, std::move(run));
+      [eng](uint64_t handle) { eng->RemoveProgressListener(handle); }, std::move(then));
 }
 
 namespace {

@@ -1,0 +1,242 @@
+// SearchDefinition::Compile: validation of "type": "search" definitions,
+// every error naming its field, and ISO-8601 date parsing for date fields.
+#include "postings/definition.h"
+
+#include <rapidjson/error/en.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace corvid::postings {
+namespace {
+
+Status Invalid(std::string_view field, std::string_view message) {
+  std::string m(field);
+  m += ": ";
+  m += message;
+  return Status::InvalidArgument(std::move(m));
+}
+
+std::vector<std::string> SplitPath(std::string_view s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t dot = s.find('.', start);
+    out.emplace_back(s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return out;
+}
+
+int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const unsigned yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + static_cast<int64_t>(doe) - 719468;
+}
+
+bool Digits(std::string_view s, size_t pos, size_t n, int* out) {
+  if (pos + n > s.size()) return false;
+  int v = 0;
+  for (size_t i = 0; i < n; ++i) {
+    char c = s[pos + i];
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+uint64_t Fnv1a(std::string_view s, uint64_t h) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::optional<double> ParseIsoDate(std::string_view s) {
+  int y = 0, mo = 1, d = 1, h = 0, mi = 0, sec = 0;
+  double frac = 0;
+  if (!Digits(s, 0, 4, &y)) return std::nullopt;
+  size_t p = 4;
+  auto done = [&]() -> std::optional<double> {
+    static const int kDays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (mo < 1 || mo > 12 || d < 1 || d > kDays[mo - 1] || h > 23 || mi > 59 || sec > 60) return std::nullopt;
+    bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (mo == 2 && d == 29 && !leap) return std::nullopt;
+    double days = static_cast<double>(DaysFromCivil(y, mo, d));
+    return days * 86400000.0 + h * 3600000.0 + mi * 60000.0 + sec * 1000.0 + frac;
+  };
+  if (p == s.size()) return done();
+  if (s[p] != '-' || !Digits(s, p + 1, 2, &mo)) return std::nullopt;
+  p += 3;
+  if (p == s.size()) return done();
+  if (s[p] != '-' || !Digits(s, p + 1, 2, &d)) return std::nullopt;
+  p += 3;
+  if (p == s.size()) return done();
+  if ((s[p] != 'T' && s[p] != 't' && s[p] != ' ') || !Digits(s, p + 1, 2, &h) || p + 3 >= s.size() || s[p + 3] != ':' ||
+      !Digits(s, p + 4, 2, &mi))
+    return std::nullopt;
+  p += 6;
+  if (p < s.size() && s[p] == ':') {
+    if (!Digits(s, p + 1, 2, &sec)) return std::nullopt;
+    p += 3;
+    if (p < s.size() && (s[p] == '.' || s[p] == ',')) {
+      ++p;
+      double scale = 100;
+      size_t n = 0;
+      while (p < s.size() && s[p] >= '0' && s[p] <= '9') {
+        frac += (s[p] - '0') * scale;
+        scale /= 10;
+        ++p;
+        ++n;
+      }
+      if (n == 0) return std::nullopt;
+    }
+  }
+  double offset_ms = 0;
+  if (p < s.size()) {
+    if (s[p] == 'Z' || s[p] == 'z') {
+      ++p;
+    } else if (s[p] == '+' || s[p] == '-') {
+      int oh = 0, om = 0;
+      int sign = s[p] == '-' ? -1 : 1;
+      if (!Digits(s, p + 1, 2, &oh)) return std::nullopt;
+      p += 3;
+      if (p < s.size() && s[p] == ':') ++p;
+      if (p < s.size()) {
+        if (!Digits(s, p, 2, &om)) return std::nullopt;
+        p += 2;
+      }
+      if (oh > 23 || om > 59) return std::nullopt;
+      offset_ms = sign * (oh * 3600000.0 + om * 60000.0);
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (p != s.size()) return std::nullopt;
+  auto v = done();
+  if (!v) return v;
+  return *v - offset_ms;
+}
+
+const FieldDef* SearchDefinitionImpl::Find(std::string_view name) const {
+  auto it = std::lower_bound(fields_.begin(), fields_.end(), name,
+                             [](const FieldDef& f, std::string_view n) { return f.name < n; });
+  if (it == fields_.end() || it->name != name) return nullptr;
+  return &*it;
+}
+
+Result<std::shared_ptr<const SearchDefinition>> SearchDefinition::Compile(std::string_view definition_json) {
+  auto r = SearchDefinitionImpl::CompileImpl(definition_json);
+  if (!r.ok()) return r.status();
+  return std::shared_ptr<const SearchDefinition>(std::move(r).value());
+}
+
+Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::CompileImpl(std::string_view json) {
+  rapidjson::Document d;
+  d.Parse(json.data(), json.size());
+  if (d.HasParseError())
+    return Invalid("definition", std::string("invalid JSON (") + rapidjson::GetParseError_En(d.GetParseError()) +
+                                     ") at offset " + std::to_string(d.GetErrorOffset()));
+  if (!d.IsObject()) return Invalid("definition", "must be a JSON object");
+  auto def = std::make_shared<SearchDefinitionImpl>();
+  for (const auto& m : d.GetObject()) {
+    std::string_view k(m.name.GetString(), m.name.GetStringLength());
+    if (k != "type" && k != "collection" && k != "fields" && k != "store")
+      return Invalid(k, "unknown key (expected type, collection, fields, store)");
+  }
+  auto type = d.FindMember("type");
+  if (type == d.MemberEnd() || !type->value.IsString() || std::string_view(type->value.GetString()) != "search")
+    return Invalid("type", "must be \"search\"");
+  auto coll = d.FindMember("collection");
+  if (coll == d.MemberEnd() || !coll->value.IsString() || coll->value.GetStringLength() == 0)
+    return Invalid("collection", "must be a non-empty string");
+  def->collection_.assign(coll->value.GetString(), coll->value.GetStringLength());
+  auto fields = d.FindMember("fields");
+  if (fields == d.MemberEnd() || !fields->value.IsObject() || fields->value.MemberCount() == 0)
+    return Invalid("fields", "must be a non-empty object of field path -> options");
+  for (const auto& f : fields->value.GetObject()) {
+    FieldDef fd;
+    fd.name.assign(f.name.GetString(), f.name.GetStringLength());
+    std::string where = "fields." + fd.name;
+    if (fd.name.empty()) return Invalid("fields", "a field path must not be empty");
+    fd.path = SplitPath(fd.name);
+    for (const auto& c : fd.path)
+      if (c.empty()) return Invalid(where, "a dotted path must not have empty components");
+    if (fd.name[0] == '_') return Invalid(where, "field names starting with '_' are reserved");
+    if (!f.value.IsObject()) return Invalid(where, "must be an object such as {\"analyzer\": \"standard\"} or {\"type\": \"number\"}");
+    std::string type_name = "text";
+    bool has_analyzer = false;
+    for (const auto& o : f.value.GetObject()) {
+      std::string_view k(o.name.GetString(), o.name.GetStringLength());
+      if (k == "type") {
+        if (!o.value.IsString()) return Invalid(where + ".type", "must be \"text\", \"number\" or \"date\"");
+        type_name.assign(o.value.GetString(), o.value.GetStringLength());
+        if (type_name != "text" && type_name != "number" && type_name != "date")
+          return Invalid(where + ".type", "unknown type '" + type_name + "' (expected text, number or date)");
+      } else if (k == "analyzer") {
+        if (!o.value.IsString()) return Invalid(where + ".analyzer", "must be a string");
+        fd.analyzer_name.assign(o.value.GetString(), o.value.GetStringLength());
+        has_analyzer = true;
+      } else if (k == "boost") {
+        if (!o.value.IsNumber() || !(o.value.GetDouble() > 0) || !std::isfinite(o.value.GetDouble()))
+          return Invalid(where + ".boost", "must be a number > 0");
+        fd.boost = o.value.GetDouble();
+      } else if (k == "facet") {
+        if (!o.value.IsBool()) return Invalid(where + ".facet", "must be true or false");
+        fd.facet = o.value.GetBool();
+      } else {
+        return Invalid(where + "." + std::string(k), "unknown option (expected analyzer, boost, facet or type)");
+      }
+    }
+    if (type_name == "text") {
+      fd.kind = FieldKind::kText;
+      if (!has_analyzer) fd.analyzer_name = "standard";
+      auto a = analyzers::FindAnalyzer(fd.analyzer_name);
+      if (!a.ok()) return Invalid(where + ".analyzer", "unknown analyzer '" + fd.analyzer_name + "'");
+      fd.analyzer = *a;
+    } else {
+      fd.kind = type_name == "number" ? FieldKind::kNumber : FieldKind::kDate;
+      if (has_analyzer || fd.facet || fd.boost != 1.0)
+        return Invalid(where, "a " + type_name + " field takes no analyzer, boost or facet");
+    }
+    def->fields_.push_back(std::move(fd));
+  }
+  std::sort(def->fields_.begin(), def->fields_.end(), [](const FieldDef& a, const FieldDef& b) { return a.name < b.name; });
+  for (size_t i = 1; i < def->fields_.size(); ++i)
+    if (def->fields_[i].name == def->fields_[i - 1].name) return Invalid("fields." + def->fields_[i].name, "duplicate field");
+  auto store = d.FindMember("store");
+  if (store != d.MemberEnd()) {
+    if (store->value.IsString() && std::string_view(store->value.GetString()) == "*") {
+      def->store_all_ = true;
+    } else if (store->value.IsArray()) {
+      for (const auto& s : store->value.GetArray()) {
+        if (!s.IsString() || s.GetStringLength() == 0) return Invalid("store", "must be \"*\" or an array of field paths");
+        def->store_.emplace_back(s.GetString(), s.GetStringLength());
+      }
+    } else {
+      return Invalid("store", "must be \"*\" or an array of field paths");
+    }
+  }
+  std::string canon = "search|" + def->collection_ + "|";
+  uint32_t text_slots = 0, numeric_slots = 0;
+  for (auto& f : def->fields_) {
+    f.slot = f.kind == FieldKind::kText ? text_slots++ : numeric_slots++;
+    canon += f.name + ":" + std::to_string(static_cast<int>(f.kind)) + ":" + f.analyzer_name + ":" +
+             std::to_string(f.boost) + ":" + (f.facet ? "1" : "0") + ";";
+  }
+  for (auto& f : def->fields_) (f.kind == FieldKind::kText ? def->text_ : def->numeric_).push_back(&f);
+  canon += def->store_all_ ? "*" : "";
+  for (auto& s : def->store_) canon += s + ",";
+  def->fingerprint_ = Fnv1a(canon);
+  return std::shared_ptr<const SearchDefinitionImpl>(std::move(def));
+}
+
+}  // namespace corvid::postings

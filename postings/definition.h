@@ -1,0 +1,87 @@
+// The compiled search definition (API.md "Search index") and the extraction
+// of a document's field values along dotted paths, arrays flattened.
+// Internal to postings/; the facade is search_index.h.
+#pragma once
+
+#include <rapidjson/document.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "analyzers/analyzer.h"
+#include "postings/search_index.h"
+
+namespace corvid::postings {
+
+enum class FieldKind { kText, kNumber, kDate };
+
+// Positions of consecutive elements of an array-valued text field are
+// separated by this gap (Lucene's position_increment_gap), so a phrase never
+// matches across two elements unless its slop is at least this large.
+inline constexpr uint32_t kArrayPositionGap = 100;
+
+struct FieldDef {
+  std::string name;               // the dotted path as written in the definition
+  std::vector<std::string> path;  // its components
+  FieldKind kind = FieldKind::kText;
+  const analyzers::Analyzer* analyzer = nullptr;  // text fields only
+  std::string analyzer_name;
+  double boost = 1.0;
+  bool facet = false;
+  uint32_t slot = 0;  // index among text fields (kText) or numeric fields (kNumber/kDate)
+};
+
+class SearchDefinitionImpl final : public SearchDefinition {
+ public:
+  static Result<std::shared_ptr<const SearchDefinitionImpl>> CompileImpl(std::string_view json);
+
+  const std::string& collection() const override { return collection_; }
+  uint64_t Fingerprint() const override { return fingerprint_; }
+
+  // Fields sorted by name. text_fields()[slot] / numeric_fields()[slot].
+  const std::vector<FieldDef>& fields() const { return fields_; }
+  const std::vector<const FieldDef*>& text_fields() const { return text_; }
+  const std::vector<const FieldDef*>& numeric_fields() const { return numeric_; }
+  const FieldDef* Find(std::string_view name) const;
+  bool store_all() const { return store_all_; }
+  const std::vector<std::string>& store() const { return store_; }
+
+ private:
+  std::string collection_;
+  std::vector<FieldDef> fields_;
+  std::vector<const FieldDef*> text_;
+  std::vector<const FieldDef*> numeric_;
+  bool store_all_ = false;
+  std::vector<std::string> store_;
+  uint64_t fingerprint_ = 0;
+};
+
+// Calls fn(const rapidjson::Value&) for every value at `path` in `doc`,
+// descending into arrays at every level (so [[1,2],3] yields 1, 2, 3).
+template <typename Fn>
+void ForEachValue(const rapidjson::Value& v, const std::vector<std::string>& path, size_t i, Fn&& fn) {
+  if (v.IsArray()) {
+    for (const auto& e : v.GetArray()) ForEachValue(e, path, i, fn);
+    return;
+  }
+  if (i == path.size()) {
+    fn(v);
+    return;
+  }
+  if (!v.IsObject()) return;
+  auto m = v.FindMember(rapidjson::StringRef(path[i].data(), path[i].size()));
+  if (m == v.MemberEnd()) return;
+  ForEachValue(m->value, path, i + 1, fn);
+}
+
+// Parses an ISO-8601 date or date-time (YYYY, YYYY-MM, YYYY-MM-DD,
+// YYYY-MM-DDTHH:MM[:SS[.fff…]][Z|±HH:MM|±HHMM]; a space may replace 'T') into
+// milliseconds since the Unix epoch, UTC (no zone means UTC). nullopt if malformed.
+std::optional<double> ParseIsoDate(std::string_view s);
+
+// FNV-1a, used for definition fingerprints.
+uint64_t Fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull);
+
+}  // namespace corvid::postings

@@ -1,0 +1,144 @@
+// Checksum, crash-safe writes and memory maps for postings/ files.
+#include "postings/file_util.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace corvid::postings {
+namespace {
+
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull;
+constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4Full;
+constexpr uint64_t kP3 = 0x165667B19E3779F9ull;
+
+inline uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t Round(uint64_t acc, uint64_t in) {
+  acc += in * kP2;
+  acc = Rotl(acc, 31);
+  return acc * kP1;
+}
+
+Status Errno(const std::string& what) { return Status::IOError(what + ": " + std::strerror(errno)); }
+
+}  // namespace
+
+// Four accumulators over 32-byte stripes (XXH64's round function), then the
+// tail bytes one 8-byte word (zero padded) at a time, then a final avalanche
+// mixed with the length.
+uint64_t Checksum64(const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t a = kP1 + kP2, b = kP2, c = 0, d = 0 - kP1;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    uint64_t w[4];
+    std::memcpy(w, p + i, 32);
+    a = Round(a, w[0]);
+    b = Round(b, w[1]);
+    c = Round(c, w[2]);
+    d = Round(d, w[3]);
+  }
+  uint64_t h = Rotl(a, 1) + Rotl(b, 7) + Rotl(c, 12) + Rotl(d, 18) + n;
+  for (; i < n; i += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, std::min<size_t>(8, n - i));
+    h ^= Round(0, w);
+    h = Rotl(h, 27) * kP1 + kP3;
+  }
+  h ^= h >> 33;
+  h *= kP2;
+  h ^= h >> 29;
+  h *= kP3;
+  h ^= h >> 32;
+  return h;
+}
+
+Status FsyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return Errno("open " + dir);
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Errno("fsync " + dir);
+  return Status::Ok();
+}
+
+Status WriteFileAtomic(const std::string& dir, const std::string& name, std::string_view data) {
+  std::string tmp = dir + "/" + name + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("open " + tmp);
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t w = ::write(fd, data.data() + off, data.size() - off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      Status s = Errno("write " + tmp);
+      ::close(fd);
+      return s;
+    }
+    off += static_cast<size_t>(w);
+  }
+  if (::fdatasync(fd) != 0) {
+    Status s = Errno("fsync " + tmp);
+    ::close(fd);
+    return s;
+  }
+  ::close(fd);
+  std::string final_path = dir + "/" + name;
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return Errno("rename " + tmp);
+  return FsyncDir(dir);
+}
+
+Status ReadWholeFile(const std::string& path, std::string* out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? Status::NotFound(path) : Errno("open " + path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return Errno("stat " + path);
+  }
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t off = 0;
+  while (off < out->size()) {
+    ssize_t r = ::read(fd, out->data() + off, out->size() - off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      ::close(fd);
+      return Errno("read " + path);
+    }
+    off += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  return Status::Ok();
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr && size_ > 0) ::munmap(const_cast<char*>(data_), size_);
+}
+
+Result<MappedFile> MappedFile::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("open " + path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return Errno("stat " + path);
+  }
+  MappedFile m;
+  m.size_ = static_cast<size_t>(st.st_size);
+  if (m.size_ > 0) {
+    void* p = ::mmap(nullptr, m.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      m.size_ = 0;
+      return Errno("mmap " + path);
+    }
+    m.data_ = static_cast<const char*>(p);
+  }
+  ::close(fd);
+  return m;
+}
+
+}  // namespace corvid::postings

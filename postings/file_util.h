@@ -1,0 +1,79 @@
+// Small file and encoding helpers shared by the segment and manifest
+// encoders: a 64-bit checksum, LEB128 varints, crash-safe whole-file writes
+// (write, fsync, rename, fsync the directory) and read-only memory maps.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace corvid::postings {
+
+// Checksum64: a 4-lane multiply-rotate hash over 8-byte little-endian words
+// (exact definition in file_util.cc). Not cryptographic; detects torn and
+// corrupted files. Stable across versions: changing it is a format change.
+uint64_t Checksum64(const void* data, size_t n);
+
+inline void PutVarint(std::string& out, uint32_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+// Decodes a varint at p (no bounds check: callers decode only data whose
+// checksum was verified and whose structure was written by PutVarint).
+inline const uint8_t* GetVarint(const uint8_t* p, uint32_t* v) {
+  uint32_t r = 0;
+  int shift = 0;
+  while (*p & 0x80) {
+    r |= static_cast<uint32_t>(*p & 0x7f) << shift;
+    shift += 7;
+    ++p;
+  }
+  *v = r | (static_cast<uint32_t>(*p) << shift);
+  return p + 1;
+}
+
+template <typename T>
+void PutFixed(std::string& out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.append(b, sizeof(T));
+}
+template <typename T>
+T GetFixed(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// Writes `data` to dir/name crash-safely: dir/name.tmp, fsync, rename over
+// dir/name, fsync dir. On error dir/name is unchanged.
+Status WriteFileAtomic(const std::string& dir, const std::string& name, std::string_view data);
+Status ReadWholeFile(const std::string& path, std::string* out);
+Status FsyncDir(const std::string& dir);
+
+// A read-only private memory map of a whole file. Movable, not copyable.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  ~MappedFile();
+  MappedFile(MappedFile&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr; o.size_ = 0; }
+  MappedFile& operator=(MappedFile&&) = delete;
+  MappedFile(const MappedFile&) = delete;
+  static Result<MappedFile> Open(const std::string& path);
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace corvid::postings

@@ -1,0 +1,558 @@
+// SearchIndexImpl: the index worker's side of a search index — turning
+// batches into segment files, deletes into per-segment bitmaps, the
+// crash-safe manifest, the tiered merge policy — and publication of
+// reader snapshots. Queries run in searcher.cc.
+//
+// Manifest file "MANIFEST", version 1 (little-endian), rewritten whole by
+// WriteFileAtomic (tmp, fsync, rename, fsync dir) after every batch/merge:
+//    0  char[8] magic "CVDMAN01"
+//    8  u32 version (1), u32 0
+//   16  u64 definition fingerprint
+//   24  u64 lastIndexedEtag the listed segments cover
+//   32  u64 next segment id
+//   40  u32 segment count, u32 0
+//   48  per segment: u64 id, u32 doc_count, u32 n, n bytes: the deleted doc
+//       numbers as a portable-format roaring bitmap (RoaringFormatSpec)
+//   end u64 Checksum64 of every preceding byte
+// Segment i lives in "seg-<id as 16 hex digits>.cvs" (format: segment.cc).
+// Files the manifest does not name (a crash between writing a segment and
+// the manifest, or after a merge) are deleted on Open. Any invalid file
+// makes Open wipe the directory and start from etag 0.
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
+
+#include "postings/snapshot.h"
+
+namespace corvid::postings {
+namespace {
+
+constexpr char kManifestMagic[8] = {'C', 'V', 'D', 'M', 'A', 'N', '0', '1'};
+constexpr uint32_t kManifestVersion = 1;
+constexpr const char* kManifestName = "MANIFEST";
+// Tiered merge policy: a level holds segments within a factor of
+// kMergeFactor in live size; kMergeFactor segments of a level are merged
+// into one of the next. Segments over kMaxDeletedFraction deleted are
+// rewritten alone to purge deletes.
+constexpr uint64_t kMergeFactor = 10;
+constexpr uint64_t kFloorDocs = 1000;
+constexpr double kMaxDeletedFraction = 0.3;
+
+std::string SegmentName(uint64_t id) {
+  char b[40];
+  snprintf(b, sizeof b, "seg-%016llx.cvs", static_cast<unsigned long long>(id));
+  return b;
+}
+
+struct DocLoc {
+  uint64_t segment;
+  uint32_t doc;
+};
+
+// Collects the tokens of one value of one text field into the builder.
+class BuildSink final : public analyzers::TokenSink {
+ public:
+  BuildSink(SegmentBuilder& b, uint32_t field, uint32_t doc) : b_(b), field_(field), doc_(doc) {}
+  void OnToken(const analyzers::Token& t) override {
+    uint32_t p = base_ + t.position;
+    b_.AddToken(field_, doc_, t.term, p);
+    ++count_;
+    next_base_ = std::max(next_base_, p + 1 + kArrayPositionGap);
+  }
+  void NextValue() { base_ = next_base_; }
+  uint32_t count() const { return count_; }
+
+ private:
+  SegmentBuilder& b_;
+  uint32_t field_, doc_;
+  uint32_t base_ = 0, next_base_ = 0, count_ = 0;
+};
+
+uint64_t Level(uint64_t live) {
+  uint64_t level = 0;
+  for (uint64_t s = std::max(live, kFloorDocs) / kFloorDocs; s >= kMergeFactor; s /= kMergeFactor) ++level;
+  return level;
+}
+
+class SearchIndexImpl final : public SearchIndex {
+ public:
+  SearchIndexImpl(std::string dir, std::shared_ptr<const SearchDefinitionImpl> def) : dir_(std::move(dir)), def_(std::move(def)) {}
+
+  Status Init();
+  uint64_t LastAppliedEtag() const override { return Current()->etag; }
+  Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag, std::vector<IndexError>& errors) override;
+  Status Clear() override;
+  uint64_t LiveDocuments() const override { return Current()->live_docs; }
+  uint64_t DiskBytes() const override { return disk_bytes_.load(); }
+  uint64_t MemoryBytes() const override { return memory_bytes_.load(); }
+  Result<SearchResult> Search(const SearchRequest& request) const override { return RunSearch(*Current(), request); }
+
+ private:
+  std::shared_ptr<const Snapshot> Current() const {
+    std::lock_guard<std::mutex> l(snap_mu_);
+    return snap_;
+  }
+  void Publish(std::shared_ptr<const Snapshot> s) {
+    uint64_t disk = 0, mem = 0;
+    for (const auto& seg : s->segments) {
+      disk += seg.segment->file_bytes();
+      mem += roaring_bitmap_size_in_bytes(seg.deleted.get());
+    }
+    mem += ids_.size() * 64;
+    disk_bytes_ = disk;
+    memory_bytes_ = mem;
+    std::lock_guard<std::mutex> l(snap_mu_);
+    snap_ = std::move(s);
+  }
+  std::shared_ptr<Snapshot> EmptySnapshot() const {
+    auto s = std::make_shared<Snapshot>();
+    s->def = def_;
+    s->sum_len.assign(def_->text_fields().size(), 0);
+    s->with_tokens.assign(def_->text_fields().size(), 0);
+    return s;
+  }
+  static void Recount(Snapshot& s);
+  SegmentState MakeState(uint64_t id, std::shared_ptr<const Segment> seg, Bitmap deleted) const;
+  Status WriteManifest(const Snapshot& s) const;
+  Status LoadManifest();
+  void WipeFiles();
+  void RemoveUnreferenced(const Snapshot& s);
+  Status IndexDocument(SegmentBuilder& b, const DocChange& c, std::vector<IndexError>& errors) const;
+  Status MaybeMerge();
+  Status Merge(std::vector<size_t> which);
+  Result<std::shared_ptr<const Segment>> WriteSegment(const SegmentBuilder& b, uint64_t id);
+
+  const std::string dir_;
+  const std::shared_ptr<const SearchDefinitionImpl> def_;
+  mutable std::mutex snap_mu_;
+  std::shared_ptr<const Snapshot> snap_;  // guarded by snap_mu_
+  // Worker-owned (ApplyBatch/Clear are serialized by the caller):
+  std::unordered_map<std::string, DocLoc> ids_;  // live id -> its segment and doc number
+  uint64_t next_segment_id_ = 1;
+  std::atomic<uint64_t> disk_bytes_{0}, memory_bytes_{0};
+};
+
+void SearchIndexImpl::Recount(Snapshot& s) {
+  std::fill(s.sum_len.begin(), s.sum_len.end(), 0);
+  std::fill(s.with_tokens.begin(), s.with_tokens.end(), 0);
+  s.live_docs = 0;
+  for (const auto& seg : s.segments) {
+    s.live_docs += seg.live();
+    for (size_t f = 0; f < s.sum_len.size(); ++f) {
+      s.sum_len[f] += seg.live_sum_len[f];
+      s.with_tokens[f] += seg.live_with_tokens[f];
+    }
+  }
+}
+
+SegmentState SearchIndexImpl::MakeState(uint64_t id, std::shared_ptr<const Segment> seg, Bitmap deleted) const {
+  SegmentState st;
+  st.id = id;
+  st.segment = std::move(seg);
+  const uint32_t n = st.segment->doc_count();
+  roaring_bitmap_remove_range(deleted.get(), n, uint64_t{1} << 32);  // ignore nonsense beyond doc_count
+  st.deleted_count = roaring_bitmap_get_cardinality(deleted.get());
+  const size_t nf = def_->text_fields().size();
+  st.live_sum_len.assign(nf, 0);
+  st.live_with_tokens.assign(nf, 0);
+  for (size_t f = 0; f < nf; ++f) {
+    const uint32_t* len = st.segment->lengths(static_cast<uint32_t>(f));
+    for (uint32_t d = 0; d < n; ++d) {
+      st.live_sum_len[f] += len[d];
+      st.live_with_tokens[f] += len[d] > 0;
+    }
+  }
+  roaring_uint32_iterator_t it;
+  roaring_init_iterator(deleted.get(), &it);
+  for (; it.has_value; roaring_advance_uint32_iterator(&it)) {
+    for (size_t f = 0; f < nf; ++f) {
+      uint32_t l = st.segment->lengths(static_cast<uint32_t>(f))[it.current_value];
+      st.live_sum_len[f] -= l;
+      st.live_with_tokens[f] -= l > 0;
+    }
+  }
+  st.deleted = std::shared_ptr<const roaring_bitmap_t>(deleted.release(), RoaringDeleter());
+  return st;
+}
+
+Status SearchIndexImpl::WriteManifest(const Snapshot& s) const {
+  std::string out(kManifestMagic, 8);
+  PutFixed<uint32_t>(out, kManifestVersion);
+  PutFixed<uint32_t>(out, 0);
+  PutFixed<uint64_t>(out, def_->Fingerprint());
+  PutFixed<uint64_t>(out, s.etag);
+  PutFixed<uint64_t>(out, next_segment_id_);
+  PutFixed<uint32_t>(out, static_cast<uint32_t>(s.segments.size()));
+  PutFixed<uint32_t>(out, 0);
+  for (const auto& seg : s.segments) {
+    PutFixed<uint64_t>(out, seg.id);
+    PutFixed<uint32_t>(out, seg.segment->doc_count());
+    size_t n = roaring_bitmap_portable_size_in_bytes(seg.deleted.get());
+    PutFixed<uint32_t>(out, static_cast<uint32_t>(n));
+    size_t at = out.size();
+    out.resize(at + n);
+    roaring_bitmap_portable_serialize(seg.deleted.get(), out.data() + at);
+  }
+  PutFixed<uint64_t>(out, Checksum64(out.data(), out.size()));
+  return WriteFileAtomic(dir_, kManifestName, out);
+}
+
+void SearchIndexImpl::WipeFiles() {
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return;
+  while (dirent* e = ::readdir(d)) {
+    std::string_view n(e->d_name);
+    if (n.starts_with("seg-") || n.starts_with("MANIFEST")) ::unlink((dir_ + "/" + std::string(n)).c_str());
+  }
+  ::closedir(d);
+  (void)FsyncDir(dir_);
+}
+
+void SearchIndexImpl::RemoveUnreferenced(const Snapshot& s) {
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> doomed;
+  while (dirent* e = ::readdir(d)) {
+    std::string n(e->d_name);
+    bool keep = n == kManifestName;
+    for (const auto& seg : s.segments) keep = keep || n == SegmentName(seg.id);
+    if (!keep && (n.starts_with("seg-") || n.starts_with("MANIFEST"))) doomed.push_back(n);
+  }
+  ::closedir(d);
+  for (const auto& n : doomed) ::unlink((dir_ + "/" + n).c_str());
+}
+
+Status SearchIndexImpl::LoadManifest() {
+  std::string m;
+  Status st = ReadWholeFile(dir_ + "/" + kManifestName, &m);
+  if (!st.ok()) return st;
+  auto bad = [](const char* why) { return Status::Corruption(std::string("MANIFEST: ") + why); };
+  if (m.size() < 56 || std::memcmp(m.data(), kManifestMagic, 8) != 0) return bad("not a manifest");
+  if (GetFixed<uint32_t>(m.data() + 8) != kManifestVersion) return bad("unknown version");
+  if (Checksum64(m.data(), m.size() - 8) != GetFixed<uint64_t>(m.data() + m.size() - 8)) return bad("checksum mismatch");
+  if (GetFixed<uint64_t>(m.data() + 16) != def_->Fingerprint()) return bad("written for another definition");
+  auto snap = EmptySnapshot();
+  snap->etag = GetFixed<uint64_t>(m.data() + 24);
+  next_segment_id_ = GetFixed<uint64_t>(m.data() + 32);
+  uint32_t count = GetFixed<uint32_t>(m.data() + 40);
+  size_t p = 48;
+  const size_t end = m.size() - 8;
+  const auto nt = static_cast<uint32_t>(def_->text_fields().size());
+  const auto nn = static_cast<uint32_t>(def_->numeric_fields().size());
+  for (uint32_t i = 0; i < count; ++i) {
+    if (p + 16 > end) return bad("truncated");
+    uint64_t id = GetFixed<uint64_t>(m.data() + p);
+    uint32_t docs = GetFixed<uint32_t>(m.data() + p + 8);
+    uint32_t n = GetFixed<uint32_t>(m.data() + p + 12);
+    p += 16;
+    if (p + n > end) return bad("truncated");
+    Bitmap del(roaring_bitmap_portable_deserialize_safe(m.data() + p, n));
+    if (!del) return bad("bad deleted-docs bitmap");
+    p += n;
+    auto seg = Segment::Open(dir_ + "/" + SegmentName(id), def_->Fingerprint(), nt, nn);
+    if (!seg.ok()) return seg.status();
+    if ((*seg)->doc_count() != docs) return bad("segment doc count differs");
+    snap->segments.push_back(MakeState(id, std::move(seg).value(), std::move(del)));
+  }
+  if (p != end) return bad("trailing bytes");
+  for (const auto& s : snap->segments) {
+    for (uint32_t d = 0; d < s.segment->doc_count(); ++d) {
+      if (roaring_bitmap_contains(s.deleted.get(), d)) continue;
+      ids_[std::string(s.segment->id(d))] = DocLoc{s.id, d};
+    }
+    next_segment_id_ = std::max(next_segment_id_, s.id + 1);
+  }
+  Recount(*snap);
+  RemoveUnreferenced(*snap);
+  Publish(std::move(snap));
+  return Status::Ok();
+}
+
+Status SearchIndexImpl::Init() {
+  ::mkdir(dir_.c_str(), 0755);
+  struct stat sb;
+  if (::stat(dir_.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) return Status::IOError("cannot create directory " + dir_);
+  Status st = LoadManifest();
+  if (st.ok()) return st;
+  // Missing, unknown, corrupt or for another definition: rebuild from 0.
+  ids_.clear();
+  next_segment_id_ = 1;
+  WipeFiles();
+  auto empty = EmptySnapshot();
+  Status w = WriteManifest(*empty);
+  if (!w.ok()) return w;
+  Publish(std::move(empty));
+  return Status::Ok();
+}
+
+Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std::vector<IndexError>& errors) const {
+  rapidjson::Document d;
+  d.Parse(c.json.data(), c.json.size());
+  if (d.HasParseError() || !d.IsObject()) {
+    errors.push_back(IndexError{c.etag, std::string(c.id), "not a JSON object; document skipped"});
+    return Status::Ok();
+  }
+  const uint32_t doc = b.AddDoc(c.id);
+  char numbuf[64];
+  for (const FieldDef& f : def_->fields()) {
+    if (f.kind == FieldKind::kText) {
+      BuildSink sink(b, f.slot, doc);
+      Status st = Status::Ok();
+      ForEachValue(d, f.path, 0, [&](const rapidjson::Value& v) {
+        std::string_view text;
+        if (v.IsString()) {
+          text = std::string_view(v.GetString(), v.GetStringLength());
+        } else if (v.IsBool()) {
+          text = v.GetBool() ? "true" : "false";
+        } else if (v.IsInt64()) {
+          text = std::string_view(numbuf, snprintf(numbuf, sizeof numbuf, "%lld", static_cast<long long>(v.GetInt64())));
+        } else if (v.IsUint64()) {
+          text = std::string_view(numbuf, snprintf(numbuf, sizeof numbuf, "%llu", static_cast<unsigned long long>(v.GetUint64())));
+        } else if (v.IsDouble()) {
+          text = std::string_view(numbuf, snprintf(numbuf, sizeof numbuf, "%.17g", v.GetDouble()));
+        } else {
+          return;  // null, objects: nothing to index
+        }
+        Status s = f.analyzer->Analyze(text, sink);
+        if (!s.ok() && st.ok()) st = s;
+        sink.NextValue();
+      });
+      if (!st.ok()) errors.push_back(IndexError{c.etag, std::string(c.id), "fields." + f.name + ": " + st.message()});
+      b.SetLength(f.slot, doc, sink.count());
+    } else {
+      bool reported = false;
+      ForEachValue(d, f.path, 0, [&](const rapidjson::Value& v) {
+        std::optional<double> x;
+        if (v.IsNumber()) {
+          x = v.GetDouble();
+        } else if (f.kind == FieldKind::kDate && v.IsString()) {
+          x = ParseIsoDate(std::string_view(v.GetString(), v.GetStringLength()));
+        }
+        if (v.IsNull()) return;
+        if (!x || !std::isfinite(*x)) {
+          if (!reported)
+            errors.push_back(IndexError{c.etag, std::string(c.id),
+                                        "fields." + f.name + ": not a " + (f.kind == FieldKind::kDate ? "date" : "number") +
+                                            "; value skipped"});
+          reported = true;
+          return;
+        }
+        b.AddNumber(f.slot, doc, *x);
+      });
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<const Segment>> SearchIndexImpl::WriteSegment(const SegmentBuilder& b, uint64_t id) {
+  std::string image = b.Encode(def_->Fingerprint());
+  std::string name = SegmentName(id);
+  Status st = WriteFileAtomic(dir_, name, image);
+  if (!st.ok()) return st;
+  image.clear();
+  image.shrink_to_fit();
+  return Segment::Open(dir_ + "/" + name, def_->Fingerprint(), static_cast<uint32_t>(def_->text_fields().size()),
+                       static_cast<uint32_t>(def_->numeric_fields().size()));
+}
+
+Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag, std::vector<IndexError>& errors) {
+  auto cur = Current();
+  // The last change of each id wins; earlier ones in the batch are moot.
+  std::unordered_map<std::string_view, size_t> last;
+  last.reserve(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) last[batch[i].id] = i;
+  SegmentBuilder b(static_cast<uint32_t>(def_->text_fields().size()), static_cast<uint32_t>(def_->numeric_fields().size()));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (last[batch[i].id] != i || batch[i].deleted) continue;
+    Status st = IndexDocument(b, batch[i], errors);
+    if (!st.ok()) return st;
+  }
+  // Deletes: the previous version of every id in the batch.
+  std::unordered_map<uint64_t, std::vector<uint32_t>> dels;
+  for (const auto& [id, i] : last) {
+    auto it = ids_.find(std::string(id));
+    if (it != ids_.end()) dels[it->second.segment].push_back(it->second.doc);
+  }
+  auto next = std::make_shared<Snapshot>(*cur);
+  next->etag = std::max(cur->etag, through_etag);
+  for (auto& s : next->segments) {
+    auto it = dels.find(s.id);
+    if (it == dels.end()) continue;
+    Bitmap del(roaring_bitmap_copy(s.deleted.get()));
+    roaring_bitmap_add_many(del.get(), it->second.size(), it->second.data());
+    s = MakeState(s.id, s.segment, std::move(del));
+  }
+  uint64_t new_id = 0;
+  if (b.doc_count() > 0) {
+    new_id = next_segment_id_++;
+    auto seg = WriteSegment(b, new_id);
+    if (!seg.ok()) return seg.status();
+    next->segments.push_back(MakeState(new_id, std::move(seg).value(), NewBitmap()));
+  }
+  // Fully deleted segments leave the manifest.
+  std::erase_if(next->segments, [](const SegmentState& s) { return s.live() == 0; });
+  Recount(*next);
+  Status st = WriteManifest(*next);
+  if (!st.ok()) {
+    if (new_id != 0) ::unlink((dir_ + "/" + SegmentName(new_id)).c_str());
+    return st;
+  }
+  for (const auto& [id, i] : last) ids_.erase(std::string(id));
+  if (new_id != 0) {
+    const auto& seg = *next->segments.back().segment;
+    for (uint32_t d = 0; d < seg.doc_count(); ++d) ids_[std::string(seg.id(d))] = DocLoc{new_id, d};
+  }
+  std::vector<uint64_t> before;
+  for (const auto& s : cur->segments) before.push_back(s.id);
+  Publish(next);
+  for (uint64_t id : before) {
+    bool gone = std::none_of(next->segments.begin(), next->segments.end(), [&](const SegmentState& s) { return s.id == id; });
+    if (gone) ::unlink((dir_ + "/" + SegmentName(id)).c_str());  // mapped readers keep their pages
+  }
+  // The batch is durable; a failed merge only leaves more segments.
+  (void)MaybeMerge();
+  return Status::Ok();
+}
+
+Status SearchIndexImpl::MaybeMerge() {
+  for (int round = 0; round < 64; ++round) {
+    auto cur = Current();
+    const auto& segs = cur->segments;
+    std::vector<size_t> pick;
+    for (size_t i = 0; i < segs.size() && pick.empty(); ++i) {
+      double frac = static_cast<double>(segs[i].deleted_count) / segs[i].segment->doc_count();
+      if (segs[i].deleted_count > 0 && frac > kMaxDeletedFraction) pick.push_back(i);
+    }
+    if (pick.empty()) {
+      std::unordered_map<uint64_t, std::vector<size_t>> levels;
+      for (size_t i = 0; i < segs.size(); ++i) levels[Level(segs[i].live())].push_back(i);
+      uint64_t best = UINT64_MAX;
+      for (auto& [lvl, v] : levels)
+        if (v.size() >= kMergeFactor && lvl < best) best = lvl;
+      if (best == UINT64_MAX) return Status::Ok();
+      auto& v = levels[best];
+      std::sort(v.begin(), v.end(), [&](size_t a, size_t b) { return segs[a].live() < segs[b].live(); });
+      pick.assign(v.begin(), v.begin() + kMergeFactor);
+      std::sort(pick.begin(), pick.end());
+    }
+    Status st = Merge(pick);
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+Status SearchIndexImpl::Merge(std::vector<size_t> which) {
+  auto cur = Current();
+  const auto nt = static_cast<uint32_t>(def_->text_fields().size());
+  const auto nn = static_cast<uint32_t>(def_->numeric_fields().size());
+  SegmentBuilder b(nt, nn);
+  std::vector<std::vector<uint32_t>> remap(which.size());
+  constexpr uint32_t kGone = UINT32_MAX;
+  for (size_t k = 0; k < which.size(); ++k) {
+    const SegmentState& s = cur->segments[which[k]];
+    const Segment& seg = *s.segment;
+    remap[k].assign(seg.doc_count(), kGone);
+    for (uint32_t d = 0; d < seg.doc_count(); ++d) {
+      if (roaring_bitmap_contains(s.deleted.get(), d)) continue;
+      uint32_t nd = b.AddDoc(seg.id(d));
+      remap[k][d] = nd;
+      for (uint32_t f = 0; f < nt; ++f) b.SetLength(f, nd, seg.lengths(f)[d]);
+    }
+    for (uint32_t n = 0; n < nn; ++n)
+      for (const NumEntry& e : seg.sorted(n))
+        if (remap[k][e.doc] != kGone) b.AddNumber(n, remap[k][e.doc], e.value);
+  }
+  std::vector<uint32_t> pos, docs, out_docs, out_tfs;
+  for (uint32_t f = 0; f < nt; ++f) {
+    for (size_t k = 0; k < which.size(); ++k) {
+      const Segment& seg = *cur->segments[which[k]].segment;
+      for (uint32_t ti = 0; ti < seg.term_count(f); ++ti) {
+        const TermEntry& e = seg.entry(f, ti);
+        auto bm = seg.Postings(f, ti);
+        if (!bm) return Status::Corruption("bad bitmap in segment");
+        docs.resize(e.doc_freq);
+        roaring_bitmap_to_uint32_array(bm.get(), docs.data());
+        TfArray tfs = seg.Tfs(f, ti);
+        std::string_view term = seg.term(f, ti);
+        // One sequential pass over the term's positions; live postings
+        // are collected and added in one call.
+        const uint8_t* p = seg.PositionsStart(f, ti);
+        out_docs.clear();
+        out_tfs.clear();
+        pos.clear();
+        for (uint32_t r = 0; r < e.doc_freq; ++r) {
+          const uint32_t tf = tfs[r];
+          const uint32_t nd = remap[k][docs[r]];
+          uint32_t acc = 0, v;
+          if (nd == kGone) {
+            for (uint32_t t = tf; t > 0; --t) p = GetVarint(p, &v);
+            continue;
+          }
+          out_docs.push_back(nd);
+          out_tfs.push_back(tf);
+          for (uint32_t t = tf; t > 0; --t) {
+            p = GetVarint(p, &v);
+            acc += v;
+            pos.push_back(acc);
+          }
+        }
+        if (!out_docs.empty()) b.AddPostings(f, term, out_docs, out_tfs, pos);
+      }
+    }
+  }
+  uint64_t new_id = next_segment_id_++;
+  std::shared_ptr<const Segment> merged;
+  if (b.doc_count() > 0) {
+    auto seg = WriteSegment(b, new_id);
+    if (!seg.ok()) return seg.status();
+    merged = std::move(seg).value();
+  }
+  auto next = std::make_shared<Snapshot>(*cur);
+  std::vector<uint64_t> removed;
+  for (size_t k = which.size(); k-- > 0;) {
+    removed.push_back(next->segments[which[k]].id);
+    next->segments.erase(next->segments.begin() + static_cast<std::ptrdiff_t>(which[k]));
+  }
+  if (merged) next->segments.push_back(MakeState(new_id, merged, NewBitmap()));
+  Recount(*next);
+  Status st = WriteManifest(*next);
+  if (!st.ok()) {
+    ::unlink((dir_ + "/" + SegmentName(new_id)).c_str());
+    return st;
+  }
+  if (merged)
+    for (uint32_t d = 0; d < merged->doc_count(); ++d) ids_[std::string(merged->id(d))] = DocLoc{new_id, d};
+  Publish(next);
+  for (uint64_t id : removed) ::unlink((dir_ + "/" + SegmentName(id)).c_str());
+  return Status::Ok();
+}
+
+Status SearchIndexImpl::Clear() {
+  auto empty = EmptySnapshot();
+  Status st = WriteManifest(*empty);
+  if (!st.ok()) return st;
+  ids_.clear();
+  Publish(empty);
+  RemoveUnreferenced(*empty);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SearchIndex>> SearchIndex::Open(const std::string& dir, std::shared_ptr<const SearchDefinition> definition) {
+  auto def = std::dynamic_pointer_cast<const SearchDefinitionImpl>(definition);
+  if (!def) return Status::InvalidArgument("not a search definition compiled by SearchDefinition::Compile");
+  auto idx = std::make_unique<SearchIndexImpl>(dir, std::move(def));
+  Status st = idx->Init();
+  if (!st.ok()) return st;
+  return std::unique_ptr<SearchIndex>(std::move(idx));
+}
+
+}  // namespace corvid::postings

@@ -1,0 +1,88 @@
+// The search index kind: a compiled search definition and the inverted
+// index it maintains — per field and term a roaring bitmap of document
+// numbers with term frequencies and positions, per document the field
+// lengths for BM25, number/date columns for ranges and sorting, keyword
+// columns for facets — and the query engine over it (API.md, "Search").
+//
+// Thread safety: ApplyBatch/Clear are called by one thread at a time (the
+// index worker). Search and the accessors may run concurrently with them;
+// a search reads a ref-counted snapshot and sees only whole batches.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/doc_change.h"
+#include "common/status.h"
+
+namespace corvid::postings {
+
+// A validated search definition (API.md "Search index"):
+//   {"type": "search", "collection": "...",
+//    "fields": {path: {"analyzer": name, "boost": x, "facet": bool} | {"type": "number"|"date"}},
+//    "store": [paths] | "*"}
+class SearchDefinition {
+ public:
+  // Errors are InvalidArgument naming the field: "fields.body.analyzer: unknown analyzer 'englsh'".
+  static Result<std::shared_ptr<const SearchDefinition>> Compile(std::string_view definition_json);
+  virtual ~SearchDefinition() = default;
+  virtual const std::string& collection() const = 0;
+  virtual uint64_t Fingerprint() const = 0;
+};
+
+enum class DefaultOperator { kOr, kAnd };
+
+struct SearchRequest {
+  std::string q;       // Lucene classic syntax; empty or "*" matches every document
+  std::string filter;  // same syntax; restricts matches without scoring
+  size_t limit = 10;
+  size_t offset = 0;
+  std::string sort;    // "", or comma-separated [-]field / _score
+  std::optional<std::vector<std::string>> fields;  // stored fields to return; nullopt: the definition's "store"
+  std::vector<std::string> highlight;              // text fields to highlight
+  std::vector<std::string> facets;                 // keyword fields to count values of
+  DefaultOperator op = DefaultOperator::kOr;
+  // Returns a document's current JSON from the store (for stored fields
+  // and highlighting), or nullopt if it is gone.
+  std::function<std::optional<std::string>(std::string_view id)> fetch_document;
+};
+
+struct SearchResult {
+  std::string hits_json;    // JSON array: [{"id","score","fields"?,"highlights"?}, ...]
+  std::string facets_json;  // JSON object {"field": {"value": count}} or empty if no facets asked
+  uint64_t total = 0;       // exact number of matching documents
+  uint64_t snapshot_etag = 0;
+};
+
+class SearchIndex {
+ public:
+  // Opens or creates the index in `dir`. Files written for another
+  // definition, in an unknown format, or failing their checksum are
+  // discarded: the index rebuilds from etag 0 rather than crash.
+  static Result<std::unique_ptr<SearchIndex>> Open(const std::string& dir,
+                                                   std::shared_ptr<const SearchDefinition> definition);
+  virtual ~SearchIndex() = default;
+
+  virtual uint64_t LastAppliedEtag() const = 0;
+  // Same contract as mapreduce::MapReduceIndex::ApplyBatch: durable with
+  // `through_etag`, idempotent per document, bad documents reported in
+  // `errors` and skipped.
+  virtual Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
+                            std::vector<IndexError>& errors) = 0;
+  virtual Status Clear() = 0;
+  virtual uint64_t LiveDocuments() const = 0;
+  virtual uint64_t DiskBytes() const = 0;
+  virtual uint64_t MemoryBytes() const = 0;
+
+  // Syntax errors → InvalidArgument whose message holds "at offset N";
+  // unknown fields in sort/facets/highlight → InvalidArgument.
+  virtual Result<SearchResult> Search(const SearchRequest& request) const = 0;
+};
+
+}  // namespace corvid::postings

@@ -1,0 +1,1087 @@
+// The searcher: compiles a parsed query against a snapshot (field
+// resolution, analysis, prefix/fuzzy expansion over the term dictionaries,
+// global BM25 statistics over live documents), evaluates its boolean
+// structure per segment with roaring bitmap algebra, scores matches with
+// BM25 exactly as API.md defines it, and renders hits, facets, stored
+// fields and highlights.
+//
+// Scoring rules (the oracle in tests/postings follows the same ones):
+// - A term leaf scores idf*tf/(tf + k1*(1-b+b*len/avglen)) * field boost *
+//   product of the query boosts above it; a bare word scores the sum over
+//   the text fields it matches.
+// - A query word that a field's analyzer turns into several tokens is a
+//   phrase (slop 0) in that field; one that yields no token in any field is
+//   dropped from its boolean (as Lucene does); a boolean left empty matches
+//   nothing.
+// - A phrase scores the sum of the BM25 of its distinct terms (each with its
+//   own tf in the document), in documents where the phrase matches. With
+//   slop s it matches when positions p_i of each phrase term i exist with
+//   max(p_i - r_i) - min(p_i - r_i) <= s (r_i: the term's position in the
+//   query; positions chosen independently per term).
+// - Prefix and fuzzy leaves expand to the matching terms of the dictionary
+//   and score the sum of the BM25 of the expanded terms the document has.
+// - Ranges and numeric equality match without scoring (0).
+// - A boolean scores the sum of its matching required and optional clauses.
+// - Ties in score (or in sort keys) are broken by document id, ascending
+//   bytewise.
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <set>
+#include <unordered_set>
+
+#include "postings/query_parser.h"
+#include "postings/snapshot.h"
+
+namespace corvid::postings {
+namespace {
+
+constexpr double kK1 = 1.2;
+constexpr double kB = 0.75;
+// Flat disjunctions of more terms than this are scored term-at-a-time.
+constexpr size_t kMaxScoreTerms = 16;
+
+Status Bad(const std::string& msg) { return Status::InvalidArgument(msg); }
+
+class VectorSink final : public analyzers::TokenSink {
+ public:
+  void OnToken(const analyzers::Token& t) override {
+    terms.emplace_back(t.term);
+    positions.push_back(t.position);
+  }
+  std::vector<std::string> terms;
+  std::vector<uint32_t> positions;
+};
+
+// One alternative of a leaf: a term or a phrase in one text field.
+struct Alt {
+  uint32_t field = 0;
+  std::vector<std::string> terms;  // in query order; one for a term
+  std::vector<uint32_t> rel;       // query positions, relative to the first
+  uint32_t slop = 0;
+  std::vector<std::string> score_terms;  // distinct terms
+  std::vector<double> idf;               // per score term
+  double weight = 1.0;                   // field boost * query boosts
+  std::vector<std::vector<int64_t>> seg_terms;        // [segment][i] dictionary index of terms[i] or -1
+  std::vector<std::vector<int64_t>> seg_score_terms;  // [segment][i] for score_terms
+};
+
+struct CNode {
+  enum class Kind { kBool, kLeaf, kNumRange, kTermRange, kAll, kNone, kDropped };
+  Kind kind = Kind::kNone;
+  int id = 0;
+  std::vector<std::pair<Occur, std::unique_ptr<CNode>>> clauses;
+  std::vector<Alt> alts;
+  uint32_t slot = 0;  // numeric slot or text field
+  double lo = -HUGE_VAL, hi = HUGE_VAL;
+  bool lo_incl = true, hi_incl = true;
+  std::string slo, shi;
+  bool lo_open = true, hi_open = true;
+};
+
+double Bm25(double idf, uint32_t tf, uint32_t len, double avglen) {
+  return idf * tf / (tf + kK1 * (1 - kB + kB * len / avglen));
+}
+
+Result<double> ParseNumberOrDate(const FieldDef& f, std::string_view s, size_t offset) {
+  if (f.kind == FieldKind::kDate) {
+    if (auto d = ParseIsoDate(s)) return *d;
+  }
+  double v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec == std::errc() && r.ptr == s.data() + s.size() && std::isfinite(v)) return v;
+  return Bad("field '" + f.name + "' expects a " + (f.kind == FieldKind::kDate ? "date" : "number") + ", not '" +
+             std::string(s) + "' at offset " + std::to_string(offset));
+}
+
+class Compiler {
+ public:
+  Compiler(const Snapshot& snap) : snap_(snap), def_(*snap.def) {}
+  int node_count() const { return next_id_; }
+
+  Result<std::unique_ptr<CNode>> Compile(const QueryNode& q, double boost) {
+    boost *= q.boost;
+    auto n = std::make_unique<CNode>();
+    n->id = next_id_++;
+    using K = QueryNode::Kind;
+    switch (q.kind) {
+      case K::kMatchAll:
+        n->kind = CNode::Kind::kAll;
+        return n;
+      case K::kBool: {
+        n->kind = CNode::Kind::kBool;
+        for (const auto& [occ, c] : q.clauses) {
+          auto cc = Compile(*c, boost);
+          if (!cc.ok()) return cc;
+          if ((*cc)->kind == CNode::Kind::kDropped) continue;
+          n->clauses.emplace_back(occ, std::move(cc).value());
+        }
+        if (n->clauses.empty()) n->kind = CNode::Kind::kDropped;
+        return n;
+      }
+      default:
+        break;
+    }
+    std::vector<const FieldDef*> fields;
+    if (q.field.empty()) {
+      if (q.kind == K::kRange) return Bad("a range needs a field at offset " + std::to_string(q.offset));
+      fields = def_.text_fields();
+    } else {
+      const FieldDef* f = def_.Find(q.field);
+      if (f == nullptr) return Bad("unknown field '" + q.field + "' at offset " + std::to_string(q.offset));
+      fields.push_back(f);
+    }
+    if (fields.size() == 1 && fields[0]->kind != FieldKind::kText) {
+      const FieldDef& f = *fields[0];
+      n->kind = CNode::Kind::kNumRange;
+      n->slot = f.slot;
+      if (q.kind == K::kTerm || q.kind == K::kPhrase) {
+        auto v = ParseNumberOrDate(f, q.text, q.offset);
+        if (!v.ok()) return v.status();
+        n->lo = n->hi = *v;
+        return n;
+      }
+      if (q.kind != K::kRange)
+        return Bad("field '" + f.name + "' takes a value or a range, not a prefix or fuzzy term at offset " + std::to_string(q.offset));
+      if (!q.lo_open) {
+        auto v = ParseNumberOrDate(f, q.lo, q.offset);
+        if (!v.ok()) return v.status();
+        n->lo = *v;
+        n->lo_incl = q.lo_incl;
+      }
+      if (!q.hi_open) {
+        auto v = ParseNumberOrDate(f, q.hi, q.offset);
+        if (!v.ok()) return v.status();
+        n->hi = *v;
+        n->hi_incl = q.hi_incl;
+      }
+      return n;
+    }
+    if (q.kind == K::kRange) {
+      n->kind = CNode::Kind::kTermRange;
+      n->slot = fields[0]->slot;
+      n->slo = q.lo;
+      n->shi = q.hi;
+      n->lo_open = q.lo_open;
+      n->hi_open = q.hi_open;
+      n->lo_incl = q.lo_incl;
+      n->hi_incl = q.hi_incl;
+      return n;
+    }
+    n->kind = CNode::Kind::kLeaf;
+    bool any_tokens = false;
+    for (const FieldDef* f : fields) {
+      double w = boost * f->boost;
+      if (q.kind == K::kTerm || q.kind == K::kPhrase) {
+        VectorSink sink;
+        Status st = f->analyzer->Analyze(q.text, sink);
+        if (!st.ok()) return st;
+        if (sink.terms.empty()) continue;
+        any_tokens = true;
+        Alt a;
+        a.field = f->slot;
+        a.weight = w;
+        a.slop = q.kind == K::kPhrase ? q.slop : 0;
+        for (size_t i = 0; i < sink.terms.size(); ++i) {
+          a.terms.push_back(sink.terms[i]);
+          a.rel.push_back(sink.positions[i] - sink.positions[0]);
+        }
+        AddAlt(*n, std::move(a));
+      } else {
+        std::string t = NormalizeMultiTermText(*f, q.text);
+        any_tokens = true;
+        std::set<std::string> expanded;
+        for (const auto& s : snap_.segments) {
+          const Segment& seg = *s.segment;
+          if (q.kind == K::kPrefix) {
+            for (uint32_t i = seg.LowerBound(f->slot, t); i < seg.term_count(f->slot); ++i) {
+              std::string_view term = seg.term(f->slot, i);
+              if (!term.starts_with(t)) break;
+              expanded.emplace(term);
+            }
+          } else {
+            for (uint32_t i = 0; i < seg.term_count(f->slot); ++i) {
+              std::string_view term = seg.term(f->slot, i);
+              if (EditDistance(term, t, q.edits) <= q.edits) expanded.emplace(term);
+            }
+          }
+        }
+        for (const auto& e : expanded) {
+          Alt a;
+          a.field = f->slot;
+          a.weight = w;
+          a.terms.push_back(e);
+          a.rel.push_back(0);
+          AddAlt(*n, std::move(a));
+        }
+      }
+    }
+    if (!any_tokens) n->kind = CNode::Kind::kDropped;
+    return n;
+  }
+
+ private:
+  void AddAlt(CNode& n, Alt a) {
+    for (const auto& t : a.terms)
+      if (std::find(a.score_terms.begin(), a.score_terms.end(), t) == a.score_terms.end()) a.score_terms.push_back(t);
+    const size_t ns = snap_.segments.size();
+    a.seg_terms.resize(ns);
+    a.seg_score_terms.resize(ns);
+    std::vector<uint64_t> df(a.score_terms.size(), 0);
+    for (size_t k = 0; k < ns; ++k) {
+      const SegmentState& s = snap_.segments[k];
+      for (const auto& t : a.terms) a.seg_terms[k].push_back(s.segment->FindTerm(a.field, t));
+      for (size_t i = 0; i < a.score_terms.size(); ++i) {
+        int64_t ti = s.segment->FindTerm(a.field, a.score_terms[i]);
+        a.seg_score_terms[k].push_back(ti);
+        if (ti < 0) continue;
+        uint64_t n = s.segment->entry(a.field, static_cast<uint32_t>(ti)).doc_freq;
+        if (s.deleted_count > 0) {
+          auto bm = s.segment->Postings(a.field, static_cast<uint32_t>(ti));
+          n -= roaring_bitmap_and_cardinality(bm.get(), s.deleted.get());
+        }
+        df[i] += n;
+      }
+    }
+    const double N = static_cast<double>(snap_.with_tokens[a.field]);
+    for (uint64_t n : df) a.idf.push_back(std::log(1.0 + (N - n + 0.5) / (n + 0.5)));
+    n.alts.push_back(std::move(a));
+  }
+
+  const Snapshot& snap_;
+  const SearchDefinitionImpl& def_;
+  int next_id_ = 0;
+};
+
+// Iterates one posting list in doc order with its rank (for term
+// frequencies) and block-skipping Advance.
+class PostingCursor {
+ public:
+  PostingCursor(const Segment& seg, uint32_t field, uint32_t ti) : seg_(seg), field_(field), ti_(ti) {
+    bm_ = seg.Postings(field, ti);
+    blocks_ = seg.Blocks(field, ti);
+    nblocks_ = (seg.entry(field, ti).doc_freq + kPostingBlock - 1) / kPostingBlock;
+    tfs_ = seg.Tfs(field, ti);
+    roaring_init_iterator(bm_.get(), &it_);
+  }
+  bool valid() const { return it_.has_value; }
+  uint32_t doc() const { return it_.current_value; }
+  uint32_t rank() const { return rank_; }
+  uint32_t tf() const { return tfs_[rank_]; }
+  void Next() {
+    roaring_advance_uint32_iterator(&it_);
+    ++rank_;
+  }
+  // Moves to the first posting >= target.
+  void Advance(uint32_t target) {
+    if (!it_.has_value || it_.current_value >= target) return;
+    uint32_t b = rank_ / kPostingBlock;
+    if (blocks_[b].last_doc < target) {
+      uint32_t nb = b + 1;
+      while (nb < nblocks_ && blocks_[nb].last_doc < target) ++nb;
+      roaring_move_uint32_iterator_equalorlarger(&it_, blocks_[nb - 1].last_doc + 1);
+      rank_ = nb * kPostingBlock;
+      if (nb == nblocks_) return;
+    }
+    while (it_.has_value && it_.current_value < target) Next();
+  }
+  // Decodes the positions of the current posting. Sequential calls (rank
+  // increasing within a block) continue from the previous decode point
+  // instead of re-walking the block from its skip entry.
+  void Positions(std::vector<uint32_t>& out) {
+    const uint32_t block = rank_ / kPostingBlock;
+    if (pos_ptr_ == nullptr || pos_rank_ > rank_ || pos_rank_ / kPostingBlock != block) {
+      const TermEntry& e = seg_.entry(field_, ti_);
+      uint32_t off;
+      std::memcpy(&off, seg_.PositionsStart(field_, ti_) - e.pos_off + e.skip_off + 4 * uint64_t{block}, 4);
+      pos_ptr_ = seg_.PositionsStart(field_, ti_) + off;
+      pos_rank_ = block * kPostingBlock;
+    }
+    uint32_t v;
+    for (; pos_rank_ < rank_; ++pos_rank_)
+      for (uint32_t k = tfs_[pos_rank_]; k > 0; --k) pos_ptr_ = GetVarint(pos_ptr_, &v);
+    out.clear();
+    uint32_t acc = 0;
+    for (uint32_t k = tfs_[rank_]; k > 0; --k) {
+      pos_ptr_ = GetVarint(pos_ptr_, &v);
+      acc += v;
+      out.push_back(acc);
+    }
+    ++pos_rank_;
+  }
+
+ private:
+  const Segment& seg_;
+  uint32_t field_, ti_;
+  ConstBitmap bm_;
+  roaring_uint32_iterator_t it_;
+  const BlockMax* blocks_;
+  uint32_t nblocks_;
+  TfArray tfs_;
+  uint32_t rank_ = 0;
+  const uint8_t* pos_ptr_ = nullptr;  // start of posting pos_rank_'s positions
+  uint32_t pos_rank_ = 0;
+};
+
+// True if the phrase matches given each term's positions (see the rules above).
+bool PhraseMatches(const std::vector<std::vector<uint32_t>>& pos, const std::vector<uint32_t>& rel, uint32_t slop) {
+  for (size_t i = 0; i < pos.size(); ++i) {
+    for (uint32_t p : pos[i]) {
+      int64_t anchor = static_cast<int64_t>(p) - rel[i];  // candidate minimum of p_j - r_j
+      bool all = true;
+      for (size_t j = 0; j < pos.size() && all; ++j) {
+        // some p_j with anchor <= p_j - r_j <= anchor + slop
+        int64_t lo = anchor + rel[j];
+        if (lo + static_cast<int64_t>(slop) < 0) { all = false; break; }
+        auto it = std::lower_bound(pos[j].begin(), pos[j].end(), static_cast<uint32_t>(std::max<int64_t>(lo, 0)));
+        all = it != pos[j].end() && static_cast<int64_t>(*it) <= lo + slop;
+      }
+      if (all) return true;
+    }
+  }
+  return false;
+}
+
+// Per-segment evaluation state.
+struct SegEval {
+  const SegmentState* s = nullptr;
+  std::vector<ConstBitmap> node_bm;                // by node id
+  std::vector<std::vector<ConstBitmap>> alt_bm;    // by node id, alt index
+};
+
+ConstBitmap Owned(Bitmap b) { return ConstBitmap(b.release()); }
+
+ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
+  const auto& ti = a.seg_terms[k];
+  for (int64_t t : ti)
+    if (t < 0) return Owned(NewBitmap());
+  if (ti.size() == 1) return seg.Postings(a.field, static_cast<uint32_t>(ti[0]));
+  Bitmap cand(roaring_bitmap_copy(seg.Postings(a.field, static_cast<uint32_t>(ti[0])).get()));
+  for (size_t i = 1; i < ti.size(); ++i) roaring_bitmap_and_inplace(cand.get(), seg.Postings(a.field, static_cast<uint32_t>(ti[i])).get());
+  Bitmap out = NewBitmap();
+  std::vector<PostingCursor> cur;
+  for (int64_t t : ti) cur.emplace_back(seg, a.field, static_cast<uint32_t>(t));
+  std::vector<std::vector<uint32_t>> pos(ti.size());
+  roaring_uint32_iterator_t it;
+  roaring_init_iterator(cand.get(), &it);
+  for (; it.has_value; roaring_advance_uint32_iterator(&it)) {
+    uint32_t d = it.current_value;
+    for (size_t i = 0; i < cur.size(); ++i) {
+      cur[i].Advance(d);
+      cur[i].Positions(pos[i]);
+    }
+    if (PhraseMatches(pos, a.rel, a.slop)) roaring_bitmap_add(out.get(), d);
+  }
+  return Owned(std::move(out));
+}
+
+const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
+  const Segment& seg = *ev.s->segment;
+  Bitmap out;
+  switch (n.kind) {
+    case CNode::Kind::kAll:
+      out.reset(roaring_bitmap_from_range(0, seg.doc_count(), 1));
+      break;
+    case CNode::Kind::kNone:
+    case CNode::Kind::kDropped:
+      out = NewBitmap();
+      break;
+    case CNode::Kind::kBool: {
+      std::vector<const roaring_bitmap_t*> must, should, not_;
+      for (const auto& [occ, c] : n.clauses) {
+        const roaring_bitmap_t* b = Eval(*c, k, ev);
+        (occ == Occur::kMust ? must : occ == Occur::kShould ? should : not_).push_back(b);
+      }
+      if (!must.empty()) {
+        out.reset(roaring_bitmap_copy(must[0]));
+        for (size_t i = 1; i < must.size(); ++i) roaring_bitmap_and_inplace(out.get(), must[i]);
+      } else if (!should.empty()) {
+        out.reset(roaring_bitmap_or_many(should.size(), should.data()));
+      } else {
+        out.reset(roaring_bitmap_from_range(0, seg.doc_count(), 1));
+      }
+      for (auto* b : not_) roaring_bitmap_andnot_inplace(out.get(), b);
+      break;
+    }
+    case CNode::Kind::kLeaf: {
+      auto& alts = ev.alt_bm[n.id];
+      std::vector<const roaring_bitmap_t*> parts;
+      for (const Alt& a : n.alts) {
+        alts.push_back(EvalAlt(a, k, seg));
+        parts.push_back(alts.back().get());
+      }
+      out.reset(parts.empty() ? roaring_bitmap_create() : roaring_bitmap_or_many(parts.size(), parts.data()));
+      break;
+    }
+    case CNode::Kind::kNumRange: {
+      out = NewBitmap();
+      auto sorted = seg.sorted(n.slot);
+      auto lo = std::lower_bound(sorted.begin(), sorted.end(), n.lo, [&](const NumEntry& e, double v) {
+        return n.lo_incl ? e.value < v : e.value <= v;
+      });
+      std::vector<uint32_t> docs;
+      for (auto it = lo; it != sorted.end(); ++it) {
+        if (n.hi_incl ? it->value > n.hi : it->value >= n.hi) break;
+        docs.push_back(it->doc);
+      }
+      roaring_bitmap_add_many(out.get(), docs.size(), docs.data());
+      break;
+    }
+    case CNode::Kind::kTermRange: {
+      std::vector<ConstBitmap> keep;
+      std::vector<const roaring_bitmap_t*> parts;
+      uint32_t i = n.lo_open ? 0 : seg.LowerBound(n.slot, n.slo);
+      for (; i < seg.term_count(n.slot); ++i) {
+        std::string_view t = seg.term(n.slot, i);
+        if (!n.lo_open && !n.lo_incl && t == n.slo) continue;
+        if (!n.hi_open && (n.hi_incl ? t > n.shi : t >= n.shi)) break;
+        keep.push_back(seg.Postings(n.slot, i));
+        parts.push_back(keep.back().get());
+      }
+      out.reset(parts.empty() ? roaring_bitmap_create() : roaring_bitmap_or_many(parts.size(), parts.data()));
+      break;
+    }
+  }
+  ev.node_bm[n.id] = Owned(std::move(out));
+  return ev.node_bm[n.id].get();
+}
+
+// Adds the BM25 contributions of `n` to scores[], where docs[] is the
+// segment's sorted final matches and `anc` the docs where every ancestor matches.
+void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, const Snapshot& snap, SegEval& ev,
+           const std::vector<uint32_t>& docs, std::vector<double>& scores) {
+  if (n.kind == CNode::Kind::kBool) {
+    Bitmap a2(roaring_bitmap_and(anc, ev.node_bm[n.id].get()));
+    if (roaring_bitmap_is_empty(a2.get())) return;
+    for (const auto& [occ, c] : n.clauses)
+      if (occ != Occur::kMustNot) Score(*c, a2.get(), k, snap, ev, docs, scores);
+    return;
+  }
+  if (n.kind != CNode::Kind::kLeaf) return;
+  const Segment& seg = *ev.s->segment;
+  std::vector<uint32_t> eff;
+  for (size_t ai = 0; ai < n.alts.size(); ++ai) {
+    const Alt& a = n.alts[ai];
+    Bitmap e(roaring_bitmap_and(anc, ev.alt_bm[n.id][ai].get()));
+    uint64_t c = roaring_bitmap_get_cardinality(e.get());
+    if (c == 0) continue;
+    eff.resize(c);
+    roaring_bitmap_to_uint32_array(e.get(), eff.data());
+    const double avg = static_cast<double>(snap.sum_len[a.field]) / snap.with_tokens[a.field];
+    const uint32_t* lens = seg.lengths(a.field);
+    for (size_t i = 0; i < a.score_terms.size(); ++i) {
+      int64_t ti = a.seg_score_terms[k][i];
+      if (ti < 0) continue;
+      PostingCursor cur(seg, a.field, static_cast<uint32_t>(ti));
+      size_t j = 0;
+      const double w = a.weight;
+      for (uint32_t d : eff) {
+        cur.Advance(d);
+        while (docs[j] < d) ++j;
+        if (!cur.valid() || cur.doc() != d) continue;
+        scores[j] += w * Bm25(a.idf[i], cur.tf(), lens[d], avg);
+      }
+    }
+  }
+}
+
+struct SortKey {
+  const FieldDef* field = nullptr;  // nullptr: _score
+  bool desc = true;
+};
+
+struct Hit {
+  double score;
+  uint32_t seg;
+  uint32_t doc;
+  std::string_view id;
+  std::vector<double> num;            // per sort key (numeric)
+  std::vector<std::string_view> str;  // per sort key (keyword)
+  std::vector<bool> missing;
+};
+
+void CollectLeafTerms(const CNode& n, bool negated, std::map<uint32_t, std::set<std::string>>& out) {
+  if (n.kind == CNode::Kind::kBool) {
+    for (const auto& [occ, c] : n.clauses) CollectLeafTerms(*c, negated || occ == Occur::kMustNot, out);
+    return;
+  }
+  if (n.kind != CNode::Kind::kLeaf || negated) return;
+  for (const Alt& a : n.alts) out[a.field].insert(a.terms.begin(), a.terms.end());
+}
+
+class HighlightSink final : public analyzers::TokenSink {
+ public:
+  explicit HighlightSink(const std::set<std::string>& terms) : terms_(terms) {}
+  void OnToken(const analyzers::Token& t) override {
+    if (terms_.count(std::string(t.term))) spans.emplace_back(t.start, t.end);
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> spans;
+
+ private:
+  const std::set<std::string>& terms_;
+};
+
+// Fragments of ~kContext bytes each side of matched tokens, merged when
+// they overlap, snapped to UTF-8 boundaries; at most kMaxFragments.
+void Fragments(std::string_view text, const std::vector<std::pair<uint32_t, uint32_t>>& spans, std::vector<std::string>& out) {
+  constexpr uint32_t kContext = 60;
+  constexpr size_t kMaxFragments = 5;
+  auto snap_back = [&](uint32_t p) {
+    while (p > 0 && p < text.size() && (static_cast<unsigned char>(text[p]) & 0xC0) == 0x80) --p;
+    return p;
+  };
+  size_t i = 0;
+  while (i < spans.size() && out.size() < kMaxFragments) {
+    uint32_t start = snap_back(spans[i].first > kContext ? spans[i].first - kContext : 0);
+    size_t j = i;
+    uint32_t end = std::min<uint32_t>(static_cast<uint32_t>(text.size()), spans[i].second + kContext);
+    while (j + 1 < spans.size() && spans[j + 1].first < end) {
+      ++j;
+      end = std::min<uint32_t>(static_cast<uint32_t>(text.size()), spans[j].second + kContext);
+    }
+    end = snap_back(end);
+    if (end < spans[j].second) end = spans[j].second;
+    std::string frag;
+    if (start > 0) frag += "…";
+    uint32_t p = start;
+    for (size_t m = i; m <= j; ++m) {
+      frag.append(text.substr(p, spans[m].first - p));
+      frag += "<em>";
+      frag.append(text.substr(spans[m].first, spans[m].second - spans[m].first));
+      frag += "</em>";
+      p = spans[m].second;
+    }
+    frag.append(text.substr(p, end - p));
+    if (end < text.size()) frag += "…";
+    out.push_back(std::move(frag));
+    i = j + 1;
+  }
+}
+
+const rapidjson::Value* ValueAt(const rapidjson::Value& doc, std::string_view path) {
+  const rapidjson::Value* v = &doc;
+  size_t start = 0;
+  while (true) {
+    size_t dot = path.find('.', start);
+    std::string_view comp = path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    if (!v->IsObject()) return nullptr;
+    auto m = v->FindMember(rapidjson::StringRef(comp.data(), comp.size()));
+    if (m == v->MemberEnd()) return nullptr;
+    v = &m->value;
+    if (dot == std::string_view::npos) return v;
+    start = dot + 1;
+  }
+}
+
+
+// Top-k by (score desc, id asc); the heap's front is the worst kept entry.
+struct TopEntry {
+  double score;
+  uint32_t seg, doc;
+  std::string_view id;
+};
+inline bool Better(const TopEntry& a, const TopEntry& b) { return a.score != b.score ? a.score > b.score : a.id < b.id; }
+
+class TopK {
+ public:
+  explicit TopK(size_t k) : k_(k) {}
+  // Returns true if the threshold may have changed.
+  bool Offer(const TopEntry& e) {
+    if (k_ == 0) return false;
+    if (heap_.size() < k_) {
+      heap_.push_back(e);
+      std::push_heap(heap_.begin(), heap_.end(), Better);
+      return heap_.size() == k_;
+    }
+    if (!Better(e, heap_.front())) return false;
+    std::pop_heap(heap_.begin(), heap_.end(), Better);
+    heap_.back() = e;
+    std::push_heap(heap_.begin(), heap_.end(), Better);
+    return true;
+  }
+  // A document scoring below this cannot enter.
+  double threshold() const { return heap_.size() < k_ ? -HUGE_VAL : heap_.front().score; }
+  std::vector<TopEntry> Sorted() && {
+    std::sort(heap_.begin(), heap_.end(), Better);
+    return std::move(heap_);
+  }
+
+ private:
+  size_t k_;
+  std::vector<TopEntry> heap_;
+};
+
+// The alternatives whose single terms make up the whole score, if the query
+// is a flat disjunction: one leaf, or a boolean of optional leaves (and any
+// prohibited clauses, which only remove documents). Otherwise false.
+bool FlatTerms(const CNode& root, std::vector<const Alt*>& out) {
+  auto leaf = [&](const CNode& n) {
+    if (n.kind != CNode::Kind::kLeaf) return false;
+    for (const Alt& a : n.alts)
+      if (a.terms.size() != 1) return false;
+    for (const Alt& a : n.alts) out.push_back(&a);
+    return true;
+  };
+  if (root.kind == CNode::Kind::kLeaf) return leaf(root);
+  if (root.kind != CNode::Kind::kBool) return false;
+  bool any = false;
+  for (const auto& [occ, c] : root.clauses) {
+    if (occ == Occur::kMustNot) continue;
+    if (occ == Occur::kMust || !leaf(*c)) return false;
+    any = true;
+  }
+  return any;
+}
+
+// MaxScore with block-max bounds over the posting lists of `alts` in
+// segment k: only documents that can still enter `top` are fully scored.
+// Each document's score is summed in alternative order, so it is
+// bit-identical to the exhaustive path (Score).
+void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapshot& snap, const roaring_bitmap_t* final_bm,
+                     TopK& top) {
+  const SegmentState& st = snap.segments[k];
+  const Segment& seg = *st.segment;
+  struct T {
+    std::unique_ptr<PostingCursor> cur;
+    double widf, ub, avg;
+    const BlockMax* blocks;
+    const uint32_t* lens;
+    size_t order;
+  };
+  std::vector<T> ts;
+  for (size_t o = 0; o < alts.size(); ++o) {
+    const Alt& a = *alts[o];
+    int64_t ti = a.seg_score_terms[k][0];
+    if (ti < 0) continue;
+    T t;
+    t.cur = std::make_unique<PostingCursor>(seg, a.field, static_cast<uint32_t>(ti));
+    t.widf = a.weight * a.idf[0];
+    t.avg = static_cast<double>(snap.sum_len[a.field]) / snap.with_tokens[a.field];
+    t.blocks = seg.Blocks(a.field, static_cast<uint32_t>(ti));
+    t.lens = seg.lengths(a.field);
+    t.order = o;
+    t.ub = 0;
+    uint32_t nb = (seg.entry(a.field, static_cast<uint32_t>(ti)).doc_freq + kPostingBlock - 1) / kPostingBlock;
+    for (uint32_t b = 0; b < nb; ++b) {
+      const BlockMax& bm = t.blocks[b];
+      t.ub = std::max(t.ub, t.widf * bm.max_tf / (bm.max_tf + kK1 * (1 - kB + kB * bm.min_len / t.avg)));
+    }
+    t.ub = t.ub * (1 + 1e-9) + 1e-300;  // never below a rounded actual score
+    ts.push_back(std::move(t));
+  }
+  if (ts.empty()) return;
+  std::sort(ts.begin(), ts.end(), [](const T& a, const T& b) { return a.ub < b.ub; });
+  const size_t n = ts.size();
+  std::vector<double> prefix(n + 1, 0.0);
+  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + ts[i].ub;
+  std::vector<double> contrib(alts.size(), 0.0);
+  size_t first_ess = 0;
+  auto recompute = [&] {
+    double th = top.threshold();
+    first_ess = 0;
+    while (first_ess < n && prefix[first_ess + 1] < th) ++first_ess;
+  };
+  recompute();
+  while (first_ess < n) {
+    uint32_t d = UINT32_MAX;
+    for (size_t i = first_ess; i < n; ++i)
+      if (ts[i].cur->valid()) d = std::min(d, ts[i].cur->doc());
+    if (d == UINT32_MAX) break;
+    double partial = 0;
+    std::fill(contrib.begin(), contrib.end(), 0.0);
+    for (size_t i = first_ess; i < n; ++i) {
+      T& t = ts[i];
+      if (!t.cur->valid() || t.cur->doc() != d) continue;
+      uint32_t tf = t.cur->tf();
+      double c = t.widf * tf / (tf + kK1 * (1 - kB + kB * t.lens[d] / t.avg));
+      contrib[t.order] = c;
+      partial += c;
+      t.cur->Next();
+    }
+    if (!roaring_bitmap_contains(final_bm, d)) continue;
+    const double th = top.threshold();
+    bool pruned = false;
+    for (size_t i = first_ess; i-- > 0;) {
+      if (partial + prefix[i + 1] < th) {
+        pruned = true;
+        break;
+      }
+      T& t = ts[i];
+      t.cur->Advance(d);
+      if (!t.cur->valid() || t.cur->doc() != d) continue;
+      uint32_t tf = t.cur->tf();
+      double c = t.widf * tf / (tf + kK1 * (1 - kB + kB * t.lens[d] / t.avg));
+      contrib[t.order] = c;
+      partial += c;
+    }
+    if (pruned) continue;
+    double score = 0;
+    for (double c : contrib) score += c;
+    if (top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)})) recompute();
+  }
+}
+
+
+// Term-at-a-time for flat disjunctions of many terms (prefix and fuzzy
+// expansions): accumulates every posting into a dense per-segment array,
+// each document's contributions added in alternative order (bit-identical to
+// Score), then offers the final matches to `top`.
+void AccumulateSegment(const std::vector<const Alt*>& alts, size_t k, const Snapshot& snap, const roaring_bitmap_t* final_bm,
+                       TopK& top) {
+  const Segment& seg = *snap.segments[k].segment;
+  std::vector<double> acc(seg.doc_count(), 0.0);
+  uint32_t buf[256];
+  for (const Alt* a : alts) {
+    int64_t ti = a->seg_score_terms[k][0];
+    if (ti < 0) continue;
+    const double avg = static_cast<double>(snap.sum_len[a->field]) / snap.with_tokens[a->field];
+    const double widf = a->weight * a->idf[0];
+    const uint32_t* lens = seg.lengths(a->field);
+    auto bm = seg.Postings(a->field, static_cast<uint32_t>(ti));
+    TfArray tfs = seg.Tfs(a->field, static_cast<uint32_t>(ti));
+    roaring_uint32_iterator_t it;
+    roaring_init_iterator(bm.get(), &it);
+    uint32_t rank = 0;
+    while (uint32_t got = roaring_read_uint32_iterator(&it, buf, 256)) {
+      for (uint32_t i = 0; i < got; ++i, ++rank) {
+        const uint32_t d = buf[i];
+        const uint32_t tf = tfs[rank];
+        acc[d] += widf * tf / (tf + kK1 * (1 - kB + kB * lens[d] / avg));
+      }
+    }
+  }
+  roaring_uint32_iterator_t it;
+  roaring_init_iterator(final_bm, &it);
+  while (uint32_t got = roaring_read_uint32_iterator(&it, buf, 256)) {
+    for (uint32_t i = 0; i < got; ++i) {
+      const uint32_t d = buf[i];
+      if (acc[d] < top.threshold()) continue;
+      top.Offer(TopEntry{acc[d], static_cast<uint32_t>(k), d, seg.id(d)});
+    }
+  }
+}
+
+}  // namespace
+
+std::string NormalizeMultiTermText(const FieldDef& field, std::string_view text) {
+  if (field.analyzer_name == "keyword") return std::string(text);
+  static const analyzers::Analyzer* standard = [] {
+    auto a = analyzers::FindAnalyzer("standard");
+    return a.ok() ? *a : nullptr;
+  }();
+  if (standard == nullptr) return std::string(text);
+  VectorSink sink;
+  if (!standard->Analyze(text, sink).ok() || sink.terms.size() != 1) return std::string(text);
+  return sink.terms[0];
+}
+
+uint32_t EditDistance(std::string_view a8, std::string_view b8, uint32_t max) {
+  auto decode = [](std::string_view s, std::u32string& out) {
+    out.clear();
+    for (size_t i = 0; i < s.size();) {
+      unsigned char c = s[i];
+      uint32_t cp;
+      size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+      cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
+      for (size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
+      out.push_back(cp);
+      i += n;
+    }
+  };
+  thread_local std::u32string a, b;
+  decode(a8, a);
+  decode(b8, b);
+  const size_t n = a.size(), m = b.size();
+  if ((n > m ? n - m : m - n) > max) return max + 1;
+  thread_local std::vector<uint32_t> d;
+  d.assign((n + 1) * (m + 1), 0);
+  auto at = [&](size_t i, size_t j) -> uint32_t& { return d[i * (m + 1) + j]; };
+  for (size_t i = 0; i <= n; ++i) at(i, 0) = static_cast<uint32_t>(i);
+  for (size_t j = 0; j <= m; ++j) at(0, j) = static_cast<uint32_t>(j);
+  for (size_t i = 1; i <= n; ++i) {
+    uint32_t row_min = UINT32_MAX;
+    for (size_t j = 1; j <= m; ++j) {
+      uint32_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      uint32_t v = std::min({at(i - 1, j) + 1, at(i, j - 1) + 1, at(i - 1, j - 1) + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) v = std::min(v, at(i - 2, j - 2) + 1);
+      at(i, j) = v;
+      row_min = std::min(row_min, v);
+    }
+    if (row_min > max) return max + 1;
+  }
+  return std::min(at(n, m), max + 1);
+}
+
+Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
+  const SearchDefinitionImpl& def = *snap.def;
+  // Request validation.
+  std::vector<SortKey> sort;
+  if (!req.sort.empty()) {
+    size_t start = 0;
+    while (start <= req.sort.size()) {
+      size_t comma = req.sort.find(',', start);
+      std::string item = req.sort.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      start = comma == std::string::npos ? req.sort.size() + 1 : comma + 1;
+      while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+      while (!item.empty() && item.back() == ' ') item.pop_back();
+      if (item.empty()) return Bad("sort: empty sort key");
+      SortKey key;
+      key.desc = item[0] == '-';
+      if (item[0] == '-' || item[0] == '+') item.erase(item.begin());
+      if (item == "_score") {
+        key.desc = true;
+      } else {
+        key.field = def.Find(item);
+        if (key.field == nullptr) return Bad("sort: unknown field '" + item + "'");
+        if (key.field->kind == FieldKind::kText && !(key.field->facet || key.field->analyzer_name == "keyword"))
+          return Bad("sort: field '" + item + "' is a text field; sort on number, date or keyword/facet fields");
+      }
+      sort.push_back(key);
+    }
+  }
+  for (const auto& f : req.facets) {
+    const FieldDef* fd = def.Find(f);
+    if (fd == nullptr) return Bad("facets: unknown field '" + f + "'");
+    if (fd->kind != FieldKind::kText || !(fd->facet || fd->analyzer_name == "keyword"))
+      return Bad("facets: field '" + f + "' is not a keyword/facet field");
+  }
+  for (const auto& f : req.highlight) {
+    const FieldDef* fd = def.Find(f);
+    if (fd == nullptr) return Bad("highlight: unknown field '" + f + "'");
+    if (fd->kind != FieldKind::kText) return Bad("highlight: field '" + f + "' is not a text field");
+  }
+  std::string_view qtext = req.q;
+  while (!qtext.empty() && (qtext.front() == ' ')) qtext.remove_prefix(1);
+  auto parsed = ParseQuery(qtext == "*" ? std::string_view() : std::string_view(req.q), req.op);
+  if (!parsed.ok()) return parsed.status();
+  Compiler comp(snap);
+  auto root = comp.Compile(**parsed, 1.0);
+  if (!root.ok()) return root.status();
+  std::unique_ptr<CNode> filter;
+  int filter_nodes = 0;
+  if (!req.filter.empty()) {
+    auto pf = ParseQuery(req.filter, req.op);
+    if (!pf.ok()) return Bad("filter: " + pf.status().message());
+    Compiler fc(snap);
+    auto f = fc.Compile(**pf, 1.0);
+    if (!f.ok()) return Bad("filter: " + f.status().message());
+    filter = std::move(f).value();
+    filter_nodes = fc.node_count();
+  }
+  const bool need_scores = sort.empty() || std::any_of(sort.begin(), sort.end(), [](const SortKey& k) { return k.field == nullptr; });
+  SearchResult result;
+  result.snapshot_etag = snap.etag;
+  std::vector<Hit> hits;
+  std::map<std::string, std::map<std::string, uint64_t>> facet_counts;
+  const size_t want = req.limit > SIZE_MAX - req.offset ? SIZE_MAX : req.offset + req.limit;
+  // Relevance order only: a bounded top-k, with MaxScore for flat disjunctions.
+  const bool by_score = sort.empty() || (sort.size() == 1 && sort[0].field == nullptr);
+  TopK topk(want);
+  std::vector<const Alt*> flat;
+  const bool use_maxscore = by_score && FlatTerms(**root, flat);
+  for (size_t k = 0; k < snap.segments.size(); ++k) {
+    const SegmentState& s = snap.segments[k];
+    const Segment& seg = *s.segment;
+    SegEval ev;
+    ev.s = &s;
+    ev.node_bm.resize(comp.node_count());
+    ev.alt_bm.resize(comp.node_count());
+    Bitmap final_bm(roaring_bitmap_copy(Eval(**root, k, ev)));
+    if (filter) {
+      SegEval fev;
+      fev.s = &s;
+      fev.node_bm.resize(filter_nodes);
+      fev.alt_bm.resize(filter_nodes);
+      roaring_bitmap_and_inplace(final_bm.get(), Eval(*filter, k, fev));
+    }
+    roaring_bitmap_andnot_inplace(final_bm.get(), s.deleted.get());
+    const uint64_t m = roaring_bitmap_get_cardinality(final_bm.get());
+    result.total += m;
+    if (m == 0) continue;
+    for (const auto& f : req.facets) {
+      const FieldDef* fd = def.Find(f);
+      auto& counts = facet_counts[f];
+      for (uint32_t ti = 0; ti < seg.term_count(fd->slot); ++ti) {
+        auto bm = seg.Postings(fd->slot, ti);
+        uint64_t c = roaring_bitmap_and_cardinality(bm.get(), final_bm.get());
+        if (c > 0) counts[std::string(seg.term(fd->slot, ti))] += c;
+      }
+    }
+    if (want == 0) continue;
+    if (use_maxscore) {
+      if (flat.size() > kMaxScoreTerms) AccumulateSegment(flat, k, snap, final_bm.get(), topk);
+      else MaxScoreSegment(flat, k, snap, final_bm.get(), topk);
+      continue;
+    }
+    std::vector<uint32_t> docs(m);
+    roaring_bitmap_to_uint32_array(final_bm.get(), docs.data());
+    std::vector<double> scores(m, 0.0);
+    if (need_scores) Score(**root, final_bm.get(), k, snap, ev, docs, scores);
+    if (by_score) {
+      for (size_t j = 0; j < m; ++j) topk.Offer(TopEntry{scores[j], static_cast<uint32_t>(k), docs[j], seg.id(docs[j])});
+      continue;
+    }
+    // Keyword sort keys: the smallest term of each matched document.
+    std::vector<std::vector<std::string_view>> kw(sort.size());
+    for (size_t si = 0; si < sort.size(); ++si) {
+      const FieldDef* fd = sort[si].field;
+      if (fd == nullptr || fd->kind != FieldKind::kText) continue;
+      kw[si].assign(m, std::string_view());
+      std::vector<bool> set(m, false);
+      for (uint32_t ti = 0; ti < seg.term_count(fd->slot); ++ti) {
+        auto bm = seg.Postings(fd->slot, ti);
+        Bitmap both(roaring_bitmap_and(bm.get(), final_bm.get()));
+        roaring_uint32_iterator_t it;
+        roaring_init_iterator(both.get(), &it);
+        for (; it.has_value; roaring_advance_uint32_iterator(&it)) {
+          size_t j = std::lower_bound(docs.begin(), docs.end(), it.current_value) - docs.begin();
+          if (!set[j]) {
+            set[j] = true;
+            kw[si][j] = seg.term(fd->slot, ti);
+          }
+        }
+      }
+      for (size_t j = 0; j < m; ++j)
+        if (!set[j]) kw[si][j] = std::string_view(nullptr, 0);
+    }
+    for (size_t j = 0; j < m; ++j) {
+      Hit h{scores[j], static_cast<uint32_t>(k), docs[j], seg.id(docs[j]), {}, {}, {}};
+      for (size_t si = 0; si < sort.size(); ++si) {
+        const FieldDef* fd = sort[si].field;
+        double v = 0;
+        std::string_view sv;
+        bool missing = false;
+        if (fd != nullptr && fd->kind != FieldKind::kText) {
+          v = seg.column(fd->slot)[docs[j]];
+          missing = std::isnan(v);
+        } else if (fd != nullptr) {
+          sv = kw[si][j];
+          missing = sv.data() == nullptr;
+        }
+        h.num.push_back(v);
+        h.str.push_back(sv);
+        h.missing.push_back(missing);
+      }
+      hits.push_back(std::move(h));
+    }
+  }
+  auto less = [&](const Hit& a, const Hit& b) {
+    for (size_t si = 0; si < sort.size(); ++si) {
+      const SortKey& key = sort[si];
+      if (key.field == nullptr) {
+        if (a.score != b.score) return a.score > b.score;
+        continue;
+      }
+      if (a.missing[si] != b.missing[si]) return b.missing[si];  // missing values sort last
+      if (a.missing[si]) continue;
+      if (key.field->kind != FieldKind::kText) {
+        if (a.num[si] != b.num[si]) return key.desc ? a.num[si] > b.num[si] : a.num[si] < b.num[si];
+      } else if (a.str[si] != b.str[si]) {
+        return key.desc ? a.str[si] > b.str[si] : a.str[si] < b.str[si];
+      }
+    }
+    if (a.score != b.score) return a.score > b.score;  // _score as the tie-break
+    return a.id < b.id;
+  };
+  if (by_score) {
+    for (const TopEntry& e : std::move(topk).Sorted()) hits.push_back(Hit{e.score, e.seg, e.doc, e.id, {}, {}, {}});
+  }
+  size_t top = std::min(want, hits.size());
+  std::partial_sort(hits.begin(), hits.begin() + static_cast<std::ptrdiff_t>(top), hits.end(), less);
+  // Rendering.
+  std::map<uint32_t, std::set<std::string>> hl_terms;
+  if (!req.highlight.empty()) CollectLeafTerms(**root, false, hl_terms);
+  std::vector<std::string> store_paths;
+  bool store_all = false;
+  if (req.fields) {
+    for (const auto& f : *req.fields) (f == "*" ? store_all = true : (store_paths.push_back(f), false));
+  } else {
+    store_all = def.store_all();
+    store_paths = def.store();
+  }
+  const bool fetch = (store_all || !store_paths.empty() || !req.highlight.empty()) && req.fetch_document;
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartArray();
+  for (size_t i = req.offset; i < top; ++i) {
+    const Hit& h = hits[i];
+    w.StartObject();
+    w.Key("id");
+    w.String(h.id.data(), static_cast<rapidjson::SizeType>(h.id.size()));
+    w.Key("score");
+    w.Double(h.score);
+    if (fetch) {
+      auto json = req.fetch_document(h.id);
+      rapidjson::Document d;
+      if (json) d.Parse(json->data(), json->size());
+      if (json && !d.HasParseError() && d.IsObject()) {
+        if (store_all || !store_paths.empty()) {
+          w.Key("fields");
+          if (store_all) {
+            d.Accept(w);
+          } else {
+            w.StartObject();
+            for (const auto& p : store_paths) {
+              const rapidjson::Value* v = ValueAt(d, p);
+              if (v == nullptr) continue;
+              w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
+              v->Accept(w);
+            }
+            w.EndObject();
+          }
+        }
+        if (!req.highlight.empty()) {
+          w.Key("highlights");
+          w.StartObject();
+          for (const auto& f : req.highlight) {
+            const FieldDef* fd = def.Find(f);
+            std::vector<std::string> frags;
+            auto it = hl_terms.find(fd->slot);
+            if (it != hl_terms.end()) {
+              ForEachValue(d, fd->path, 0, [&](const rapidjson::Value& v) {
+                if (!v.IsString()) return;
+                std::string_view text(v.GetString(), v.GetStringLength());
+                HighlightSink sink(it->second);
+                if (!fd->analyzer->Analyze(text, sink).ok()) return;
+                Fragments(text, sink.spans, frags);
+              });
+            }
+            w.Key(f.data(), static_cast<rapidjson::SizeType>(f.size()));
+            w.StartArray();
+            for (const auto& fr : frags) w.String(fr.data(), static_cast<rapidjson::SizeType>(fr.size()));
+            w.EndArray();
+          }
+          w.EndObject();
+        }
+      }
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  result.hits_json.assign(buf.GetString(), buf.GetSize());
+  if (!req.facets.empty()) {
+    rapidjson::StringBuffer fb;
+    rapidjson::Writer<rapidjson::StringBuffer> fw(fb);
+    fw.StartObject();
+    for (const auto& f : req.facets) {
+      fw.Key(f.data(), static_cast<rapidjson::SizeType>(f.size()));
+      std::vector<std::pair<std::string, uint64_t>> v(facet_counts[f].begin(), facet_counts[f].end());
+      std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+      fw.StartObject();
+      for (const auto& [val, c] : v) {
+        fw.Key(val.data(), static_cast<rapidjson::SizeType>(val.size()));
+        fw.Uint64(c);
+      }
+      fw.EndObject();
+    }
+    fw.EndObject();
+    result.facets_json.assign(fb.GetString(), fb.GetSize());
+  }
+  return result;
+}
+
+}  // namespace corvid::postings

@@ -1,0 +1,407 @@
+// Segment file encoder and reader.
+//
+// Segment file format, version 1 (all integers little-endian; every section
+// and every frozen roaring bitmap starts at a 32-byte aligned offset, which
+// frozen views require; a term's other arrays follow its bitmap unaligned):
+//
+//   Header, 64 bytes:
+//     0  char[8] magic "CVDSEG01"
+//     8  u32 format version (1)
+//    12  u32 roaring tag (major*10000 + minor*100 + revision of CRoaring that
+//            wrote the frozen bitmaps; a different one is "unknown")
+//    16  u64 definition fingerprint
+//    24  u32 doc_count, u32 text_field_count, u32 numeric_field_count, u32 0
+//    40  u64 directory offset
+//    48  u64 file length
+//    56  u64 0
+//   Ids: u32 offsets[doc_count + 1] into a blob of the concatenated document ids.
+//   Per text field (definition order of text fields, sorted by path):
+//     u32 lengths[doc_count]          tokens of each document in the field
+//     u32 term_offsets[T + 1], blob   the T terms, sorted bytewise
+//     TermEntry[T] (56 bytes each, see segment.h)
+//     per term: frozen roaring bitmap of doc numbers (aligned); term
+//     frequencies (u8 each if all < 256, else u32) in bitmap order;
+//     positions: per posting, tf varints of position deltas (first delta
+//     from 0); skip table: u32 per block of 64 postings, the byte offset of
+//     the block's first posting in the positions; BlockMax[blocks]
+//     {u32 last_doc, u32 max_tf, u32 min_len, u32 0}.
+//   Per numeric (number/date) field: f64 column[doc_count] (the document's
+//     smallest value, NaN when it has none); NumEntry[m] {f64 value, u32 doc,
+//     u32 0} sorted by (value, doc), one per value of every document.
+//   Directory: u64 ids_offsets_off, u64 ids_blob_off; per text field
+//     {u64 lengths_off, u64 sum_len, u32 docs_with_tokens, u32 term_count,
+//      u64 term_offsets_off, u64 term_blob_off, u64 entries_off};
+//     per numeric field {u64 column_off, u64 sorted_off, u64 sorted_count}.
+//   Footer, 16 bytes: u64 Checksum64 of every byte before it, char[8] "CVDSEGND".
+#include "postings/segment.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace corvid::postings {
+namespace {
+
+constexpr char kMagic[8] = {'C', 'V', 'D', 'S', 'E', 'G', '0', '1'};
+constexpr char kFooterMagic[8] = {'C', 'V', 'D', 'S', 'E', 'G', 'N', 'D'};
+constexpr size_t kHeaderBytes = 64;
+constexpr size_t kTextDirBytes = 48;
+constexpr size_t kNumericDirBytes = 24;
+
+void Align(std::string& out) {
+  while (out.size() % 32 != 0) out.push_back('\0');
+}
+
+template <typename T>
+void PutArray(std::string& out, const T* p, size_t n) {
+  out.append(reinterpret_cast<const char*>(p), n * sizeof(T));
+}
+
+}  // namespace
+
+SegmentBuilder::SegmentBuilder(uint32_t text_fields, uint32_t numeric_fields)
+    : text_(text_fields), lengths_(text_fields), columns_(numeric_fields), numbers_(numeric_fields) {}
+
+uint32_t SegmentBuilder::AddDoc(std::string_view id) {
+  ids_.emplace_back(id);
+  for (auto& l : lengths_) l.push_back(0);
+  for (auto& c : columns_) c.push_back(std::numeric_limits<double>::quiet_NaN());
+  memory_ += id.size() + 16 + 4 * lengths_.size() + 8 * columns_.size();
+  return static_cast<uint32_t>(ids_.size() - 1);
+}
+
+namespace {
+inline uint64_t TermHash(std::string_view s) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, s.data() + i, s.size() - i);
+  h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 29;
+  return h * 0x9E3779B97F4A7C15ull;
+}
+}  // namespace
+
+SegmentBuilder::TermBuild& SegmentBuilder::Term(uint32_t field, std::string_view term) {
+  FieldBuild& fb = text_[field];
+  const uint64_t h = TermHash(term);
+  const uint64_t tag = h >> 32;
+  size_t mask = fb.slots.size() - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    uint64_t s = fb.slots[i];
+    if (s == 0) {
+      fb.slots[i] = (tag << 32) | (fb.terms.size() + 1);
+      fb.names.emplace_back(term);
+      memory_ += term.size() + 112;
+      fb.terms.emplace_back();
+      if (fb.terms.size() * 2 > fb.slots.size()) {
+        std::vector<uint64_t> bigger(fb.slots.size() * 2, 0);
+        const size_t m2 = bigger.size() - 1;
+        for (uint32_t t = 0; t < fb.names.size(); ++t) {
+          uint64_t h2 = TermHash(fb.names[t]);
+          size_t j = h2 & m2;
+          while (bigger[j] != 0) j = (j + 1) & m2;
+          bigger[j] = ((h2 >> 32) << 32) | (t + 1);
+        }
+        memory_ += 8 * fb.slots.size();
+        fb.slots.swap(bigger);
+      }
+      return fb.terms.back();
+    }
+    if ((s >> 32) == tag) {
+      uint32_t idx = static_cast<uint32_t>(s) - 1;
+      if (fb.names[idx] == term) return fb.terms[idx];
+    }
+  }
+}
+
+void SegmentBuilder::AddToken(uint32_t field, uint32_t doc, std::string_view term, uint32_t position) {
+  TermBuild& t = Term(field, term);
+  if (t.docs.empty() || t.docs.back() != doc) {
+    t.docs.push_back(doc);
+    t.tfs.push_back(0);
+    memory_ += 8;
+  }
+  ++t.tfs.back();
+  t.positions.push_back(position);
+  memory_ += 4;
+}
+
+void SegmentBuilder::AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions) {
+  TermBuild& t = Term(field, term);
+  t.docs.push_back(doc);
+  t.tfs.push_back(static_cast<uint32_t>(positions.size()));
+  t.positions.insert(t.positions.end(), positions.begin(), positions.end());
+  memory_ += 8 + 4 * positions.size();
+}
+
+void SegmentBuilder::AddPostings(uint32_t field, std::string_view term, std::span<const uint32_t> docs,
+                                 std::span<const uint32_t> tfs, std::span<const uint32_t> positions) {
+  TermBuild& t = Term(field, term);
+  t.docs.insert(t.docs.end(), docs.begin(), docs.end());
+  t.tfs.insert(t.tfs.end(), tfs.begin(), tfs.end());
+  t.positions.insert(t.positions.end(), positions.begin(), positions.end());
+  memory_ += 8 * docs.size() + 4 * positions.size();
+}
+
+void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, double v) {
+  double& c = columns_[slot][doc];
+  if (std::isnan(c) || v < c) c = v;
+  numbers_[slot].push_back(NumEntry{v, doc, 0});
+  memory_ += 16;
+}
+
+std::string SegmentBuilder::Encode(uint64_t fingerprint) const {
+  const uint32_t n = doc_count();
+  std::string out(kHeaderBytes, '\0');
+  std::string dir;
+  // Ids.
+  {
+    std::vector<uint32_t> offs(n + 1, 0);
+    for (uint32_t i = 0; i < n; ++i) offs[i + 1] = offs[i] + static_cast<uint32_t>(ids_[i].size());
+    PutFixed<uint64_t>(dir, out.size());
+    PutArray(out, offs.data(), offs.size());
+    Align(out);
+    PutFixed<uint64_t>(dir, out.size());
+    for (const auto& id : ids_) out += id;
+    Align(out);
+  }
+  std::string pos;
+  std::vector<uint32_t> skip;
+  std::vector<BlockMax> blocks;
+  for (size_t f = 0; f < text_.size(); ++f) {
+    const FieldBuild& fb = text_[f];
+    const auto& lens = lengths_[f];
+    uint64_t sum_len = 0;
+    uint32_t with_tokens = 0;
+    for (uint32_t l : lens) {
+      sum_len += l;
+      with_tokens += l > 0;
+    }
+    Align(out);
+    uint64_t lengths_off = out.size();
+    PutArray(out, lens.data(), lens.size());
+    Align(out);
+    std::vector<std::pair<std::string_view, uint32_t>> sorted;
+    sorted.reserve(fb.names.size());
+    for (uint32_t t = 0; t < fb.names.size(); ++t) sorted.emplace_back(fb.names[t], t);
+    std::sort(sorted.begin(), sorted.end());
+    const uint32_t nt = static_cast<uint32_t>(sorted.size());
+    uint64_t term_offs_off = out.size();
+    {
+      uint32_t o = 0;
+      PutFixed<uint32_t>(out, 0);
+      for (const auto& s : sorted) {
+        o += static_cast<uint32_t>(s.first.size());
+        PutFixed<uint32_t>(out, o);
+      }
+      Align(out);
+    }
+    uint64_t term_blob_off = out.size();
+    for (const auto& s : sorted) out += s.first;
+    Align(out);
+    uint64_t entries_off = out.size();
+    out.append(static_cast<size_t>(nt) * sizeof(TermEntry), '\0');
+    Align(out);
+    for (uint32_t ti = 0; ti < nt; ++ti) {
+      const TermBuild& t = fb.terms[sorted[ti].second];
+      TermEntry e{};
+      Align(out);  // frozen views need 32-byte alignment; the rest is unaligned
+      Bitmap bm(roaring_bitmap_of_ptr(t.docs.size(), t.docs.data()));
+      roaring_bitmap_run_optimize(bm.get());
+      e.bitmap_off = out.size();
+      e.bitmap_len = static_cast<uint32_t>(roaring_bitmap_frozen_size_in_bytes(bm.get()));
+      e.doc_freq = static_cast<uint32_t>(t.docs.size());
+      size_t at = out.size();
+      out.append(e.bitmap_len, '\0');
+      roaring_bitmap_frozen_serialize(bm.get(), out.data() + at);
+      e.max_tf = *std::max_element(t.tfs.begin(), t.tfs.end());
+      e.tf_width = e.max_tf < 256 ? 1 : 4;
+      e.tf_off = out.size();
+      if (e.tf_width == 1) {
+        for (uint32_t tf : t.tfs) out.push_back(static_cast<char>(tf));
+      } else {
+        PutArray(out, t.tfs.data(), t.tfs.size());
+      }
+      pos.clear();
+      skip.clear();
+      blocks.clear();
+      size_t p = 0;
+      for (size_t i = 0; i < t.docs.size(); ++i) {
+        if (i % kPostingBlock == 0) {
+          skip.push_back(static_cast<uint32_t>(pos.size()));
+          blocks.push_back(BlockMax{0, 0, std::numeric_limits<uint32_t>::max(), 0});
+        }
+        BlockMax& b = blocks.back();
+        b.last_doc = t.docs[i];
+        b.max_tf = std::max(b.max_tf, t.tfs[i]);
+        b.min_len = std::min(b.min_len, lens[t.docs[i]]);
+        uint32_t prev = 0;
+        for (uint32_t k = 0; k < t.tfs[i]; ++k, ++p) {
+          PutVarint(pos, t.positions[p] - prev);
+          prev = t.positions[p];
+        }
+      }
+      e.pos_off = out.size();
+      out += pos;
+      e.skip_off = out.size();
+      PutArray(out, skip.data(), skip.size());
+      e.block_off = out.size();
+      PutArray(out, blocks.data(), blocks.size());
+      std::memcpy(out.data() + entries_off + ti * sizeof(TermEntry), &e, sizeof(e));
+    }
+    PutFixed<uint64_t>(dir, lengths_off);
+    PutFixed<uint64_t>(dir, sum_len);
+    PutFixed<uint32_t>(dir, with_tokens);
+    PutFixed<uint32_t>(dir, nt);
+    PutFixed<uint64_t>(dir, term_offs_off);
+    PutFixed<uint64_t>(dir, term_blob_off);
+    PutFixed<uint64_t>(dir, entries_off);
+  }
+  for (size_t s = 0; s < columns_.size(); ++s) {
+    Align(out);
+    uint64_t col_off = out.size();
+    PutArray(out, columns_[s].data(), columns_[s].size());
+    Align(out);
+    std::vector<NumEntry> sorted = numbers_[s];
+    std::sort(sorted.begin(), sorted.end(), [](const NumEntry& a, const NumEntry& b) {
+      return a.value < b.value || (a.value == b.value && a.doc < b.doc);
+    });
+    uint64_t sorted_off = out.size();
+    PutArray(out, sorted.data(), sorted.size());
+    Align(out);
+    PutFixed<uint64_t>(dir, col_off);
+    PutFixed<uint64_t>(dir, sorted_off);
+    PutFixed<uint64_t>(dir, sorted.size());
+  }
+  Align(out);
+  uint64_t dir_off = out.size();
+  out += dir;
+  Align(out);
+  uint64_t file_len = out.size() + 16;
+  char* h = out.data();
+  std::memcpy(h, kMagic, 8);
+  uint32_t u32;
+  u32 = kSegmentFormatVersion; std::memcpy(h + 8, &u32, 4);
+  u32 = kRoaringTag; std::memcpy(h + 12, &u32, 4);
+  std::memcpy(h + 16, &fingerprint, 8);
+  std::memcpy(h + 24, &n, 4);
+  u32 = static_cast<uint32_t>(text_.size()); std::memcpy(h + 28, &u32, 4);
+  u32 = static_cast<uint32_t>(columns_.size()); std::memcpy(h + 32, &u32, 4);
+  std::memcpy(h + 40, &dir_off, 8);
+  std::memcpy(h + 48, &file_len, 8);
+  PutFixed<uint64_t>(out, Checksum64(out.data(), out.size()));
+  out.append(kFooterMagic, 8);
+  return out;
+}
+
+Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, uint64_t fingerprint,
+                                                     uint32_t text_fields, uint32_t numeric_fields) {
+  auto mf = MappedFile::Open(path);
+  if (!mf.ok()) return mf.status();
+  std::shared_ptr<Segment> s(new Segment(std::move(mf).value()));
+  const char* b = s->file_.data();
+  const size_t size = s->file_.size();
+  auto bad = [&](const std::string& why) { return Status::Corruption(path + ": " + why); };
+  if (size < kHeaderBytes + 16 || std::memcmp(b, kMagic, 8) != 0 || std::memcmp(b + size - 8, kFooterMagic, 8) != 0)
+    return bad("not a segment file");
+  if (GetFixed<uint32_t>(b + 8) != kSegmentFormatVersion) return bad("unknown format version");
+  if (GetFixed<uint32_t>(b + 12) != kRoaringTag) return bad("written by another CRoaring version");
+  if (GetFixed<uint64_t>(b + 16) != fingerprint) return bad("written for another definition");
+  if (GetFixed<uint64_t>(b + 48) != size) return bad("truncated");
+  if (Checksum64(b, size - 16) != GetFixed<uint64_t>(b + size - 16)) return bad("checksum mismatch");
+  s->doc_count_ = GetFixed<uint32_t>(b + 24);
+  if (GetFixed<uint32_t>(b + 28) != text_fields || GetFixed<uint32_t>(b + 32) != numeric_fields)
+    return bad("field counts differ from the definition");
+  uint64_t dir = GetFixed<uint64_t>(b + 40);
+  const uint64_t n = s->doc_count_;
+  uint64_t need = 16 + text_fields * kTextDirBytes + numeric_fields * kNumericDirBytes;
+  if (dir + need > size - 16) return bad("directory out of bounds");
+  auto in = [&](uint64_t off, uint64_t bytes) { return off <= size - 16 && bytes <= size - 16 - off; };
+  const char* d = b + dir;
+  uint64_t ids_off = GetFixed<uint64_t>(d), ids_blob = GetFixed<uint64_t>(d + 8);
+  d += 16;
+  if (!in(ids_off, 4 * (n + 1)) || ids_off % 4 != 0) return bad("ids out of bounds");
+  s->ids_off_ = reinterpret_cast<const uint32_t*>(b + ids_off);
+  if (!in(ids_blob, s->ids_off_[n])) return bad("ids out of bounds");
+  s->ids_blob_ = b + ids_blob;
+  for (uint32_t f = 0; f < text_fields; ++f, d += kTextDirBytes) {
+    TextField t;
+    uint64_t lo = GetFixed<uint64_t>(d);
+    t.term_count = GetFixed<uint32_t>(d + 20);
+    uint64_t to = GetFixed<uint64_t>(d + 24), tb = GetFixed<uint64_t>(d + 32), te = GetFixed<uint64_t>(d + 40);
+    if (!in(lo, 4 * n) || !in(to, 4 * (uint64_t{t.term_count} + 1)) || !in(te, sizeof(TermEntry) * uint64_t{t.term_count}) ||
+        lo % 32 != 0 || to % 32 != 0 || te % 32 != 0)
+      return bad("text field out of bounds");
+    t.lengths = reinterpret_cast<const uint32_t*>(b + lo);
+    t.offs = reinterpret_cast<const uint32_t*>(b + to);
+    if (!in(tb, t.offs[t.term_count])) return bad("terms out of bounds");
+    t.blob = b + tb;
+    t.entries = reinterpret_cast<const TermEntry*>(b + te);
+    for (uint32_t i = 0; i < t.term_count; ++i) {
+      const TermEntry& e = t.entries[i];
+      uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
+      if (e.bitmap_off % 32 != 0 || !in(e.bitmap_off, e.bitmap_len) || !in(e.tf_off, uint64_t{e.doc_freq} * e.tf_width) ||
+          !in(e.skip_off, 4 * blocks) || !in(e.block_off, sizeof(BlockMax) * blocks) || e.pos_off > size)
+        return bad("posting list out of bounds");
+    }
+    s->text_.push_back(t);
+  }
+  for (uint32_t f = 0; f < numeric_fields; ++f, d += kNumericDirBytes) {
+    NumericField nf;
+    uint64_t co = GetFixed<uint64_t>(d), so = GetFixed<uint64_t>(d + 8);
+    nf.sorted_count = GetFixed<uint64_t>(d + 16);
+    if (!in(co, 8 * n) || !in(so, sizeof(NumEntry) * nf.sorted_count) || co % 32 != 0 || so % 32 != 0)
+      return bad("numeric field out of bounds");
+    nf.column = reinterpret_cast<const double*>(b + co);
+    nf.sorted = reinterpret_cast<const NumEntry*>(b + so);
+    s->numeric_.push_back(nf);
+  }
+  return std::shared_ptr<const Segment>(std::move(s));
+}
+
+int64_t Segment::FindTerm(uint32_t f, std::string_view term) const {
+  uint32_t i = LowerBound(f, term);
+  if (i < term_count(f) && this->term(f, i) == term) return i;
+  return -1;
+}
+
+uint32_t Segment::LowerBound(uint32_t f, std::string_view term) const {
+  uint32_t lo = 0, hi = term_count(f);
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (this->term(f, mid) < term) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+ConstBitmap Segment::Postings(uint32_t f, uint32_t i) const {
+  const TermEntry& e = entry(f, i);
+  return ConstBitmap(roaring_bitmap_frozen_view(base() + e.bitmap_off, e.bitmap_len));
+}
+
+void Segment::Positions(uint32_t f, uint32_t i, uint32_t rank, std::vector<uint32_t>& out) const {
+  const TermEntry& e = entry(f, i);
+  TfArray tfs{reinterpret_cast<const uint8_t*>(base() + e.tf_off), e.tf_width};
+  uint32_t block = rank / kPostingBlock;
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(base() + e.pos_off) +
+                     GetFixed<uint32_t>(base() + e.skip_off + 4 * block);
+  uint32_t v;
+  for (uint32_t r = block * kPostingBlock; r < rank; ++r)
+    for (uint32_t k = tfs[r]; k > 0; --k) p = GetVarint(p, &v);
+  out.clear();
+  uint32_t acc = 0;
+  for (uint32_t k = tfs[rank]; k > 0; --k) {
+    p = GetVarint(p, &v);
+    acc += v;
+    out.push_back(acc);
+  }
+}
+
+}  // namespace corvid::postings

@@ -1,0 +1,182 @@
+// Segments: the immutable unit of the inverted index. SegmentBuilder
+// accumulates documents in memory (the mutable segment) and serializes them
+// to a segment file; Segment memory-maps such a file and serves postings,
+// field lengths, numeric columns and ids straight from the map (zero-copy;
+// roaring bitmaps are "frozen" views into the file). Layout: segment.cc.
+#pragma once
+
+#include <roaring/roaring.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "postings/file_util.h"
+
+namespace corvid::postings {
+
+inline constexpr uint32_t kSegmentFormatVersion = 1;
+// The frozen roaring layout is tied to the library version (DESIGN.md):
+// a segment written by another CRoaring is "unknown" and rebuilt.
+inline constexpr uint32_t kRoaringTag = ROARING_VERSION_MAJOR * 10000 + ROARING_VERSION_MINOR * 100 + ROARING_VERSION_REVISION;
+inline constexpr uint32_t kPostingBlock = 64;  // postings per skip/block-max entry
+
+// Owns a roaring bitmap (heap or frozen view); frees it on destruction.
+struct RoaringDeleter {
+  void operator()(const roaring_bitmap_t* b) const { roaring_bitmap_free(b); }
+};
+using Bitmap = std::unique_ptr<roaring_bitmap_t, RoaringDeleter>;
+using ConstBitmap = std::unique_ptr<const roaring_bitmap_t, RoaringDeleter>;
+inline Bitmap NewBitmap() { return Bitmap(roaring_bitmap_create()); }
+
+#pragma pack(push, 1)
+struct TermEntry {
+  uint64_t bitmap_off;  // frozen roaring bitmap of doc numbers (32-byte aligned)
+  uint32_t bitmap_len;
+  uint32_t doc_freq;    // cardinality of the bitmap
+  uint64_t tf_off;      // doc_freq term frequencies, tf_width bytes each, bitmap order
+  uint64_t pos_off;     // positions: per posting, tf varints of position deltas (first from 0)
+  uint64_t skip_off;    // u32 per block of kPostingBlock postings: byte offset into positions
+  uint64_t block_off;   // BlockMax per block
+  uint32_t tf_width;    // 1 or 4
+  uint32_t max_tf;
+};
+struct BlockMax {
+  uint32_t last_doc;  // last doc number in the block
+  uint32_t max_tf;    // largest tf in the block
+  uint32_t min_len;   // smallest field length in the block
+  uint32_t reserved;
+};
+struct NumEntry {
+  double value;
+  uint32_t doc;
+  uint32_t reserved;
+};
+#pragma pack(pop)
+
+// Term frequencies of one posting list, indexed by rank in the bitmap.
+struct TfArray {
+  const uint8_t* data = nullptr;
+  uint32_t width = 1;
+  uint32_t operator[](size_t i) const {
+    if (width == 1) return data[i];
+    uint32_t v;
+    std::memcpy(&v, data + 4 * i, 4);
+    return v;
+  }
+};
+
+// The mutable in-memory segment. Not thread-safe; owned by the index worker.
+class SegmentBuilder {
+ public:
+  SegmentBuilder(uint32_t text_fields, uint32_t numeric_fields);
+  uint32_t AddDoc(std::string_view id);
+  // Tokens of one document and field must come with non-decreasing doc
+  // numbers per term and increasing positions within a document.
+  void AddToken(uint32_t field, uint32_t doc, std::string_view term, uint32_t position);
+  // A whole posting (merges): `positions` ascending.
+  void AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions);
+  // Many postings of one term at once (merges): docs ascending and above
+  // the term's previous ones, tfs aligned, positions flattened in order.
+  void AddPostings(uint32_t field, std::string_view term, std::span<const uint32_t> docs, std::span<const uint32_t> tfs,
+                   std::span<const uint32_t> positions);
+  void SetLength(uint32_t field, uint32_t doc, uint32_t length) { lengths_[field][doc] = length; }
+  void AddNumber(uint32_t slot, uint32_t doc, double v);
+  uint32_t doc_count() const { return static_cast<uint32_t>(ids_.size()); }
+  size_t MemoryBytes() const { return memory_; }
+  // Serializes to the segment format. Cost: O(postings + terms log terms).
+  std::string Encode(uint64_t fingerprint) const;
+
+ private:
+  struct TermBuild {
+    std::vector<uint32_t> docs, tfs, positions;
+  };
+  // Open addressing (linear probing) from term to index in `terms`: a slot
+  // holds the hash's high 32 bits and index + 1 (0: empty); load <= 1/2.
+  struct FieldBuild {
+    std::vector<uint64_t> slots = std::vector<uint64_t>(1024, 0);
+    std::vector<std::string> names;
+    std::vector<TermBuild> terms;
+  };
+  TermBuild& Term(uint32_t field, std::string_view term);
+
+  std::vector<std::string> ids_;
+  std::vector<FieldBuild> text_;
+  std::vector<std::vector<uint32_t>> lengths_;
+  std::vector<std::vector<double>> columns_;  // per numeric field, per doc: min value or NaN
+  std::vector<std::vector<NumEntry>> numbers_;
+  size_t memory_ = 0;
+};
+
+// A read-only, memory-mapped segment file. Thread-safe (immutable).
+class Segment {
+ public:
+  // Maps and verifies dir/name (magic, version, roaring tag, fingerprint,
+  // field counts, length, checksum, directory bounds). Corruption for any
+  // mismatch; IOError if it cannot be read.
+  static Result<std::shared_ptr<const Segment>> Open(const std::string& path, uint64_t fingerprint,
+                                                     uint32_t text_fields, uint32_t numeric_fields);
+
+  uint32_t doc_count() const { return doc_count_; }
+  size_t file_bytes() const { return file_.size(); }
+  std::string_view id(uint32_t doc) const {
+    return std::string_view(ids_blob_ + ids_off_[doc], ids_off_[doc + 1] - ids_off_[doc]);
+  }
+  // Text field `f`:
+  const uint32_t* lengths(uint32_t f) const { return text_[f].lengths; }
+  uint32_t term_count(uint32_t f) const { return text_[f].term_count; }
+  std::string_view term(uint32_t f, uint32_t i) const {
+    const auto& t = text_[f];
+    return std::string_view(t.blob + t.offs[i], t.offs[i + 1] - t.offs[i]);
+  }
+  const TermEntry& entry(uint32_t f, uint32_t i) const { return text_[f].entries[i]; }
+  // Index of `term` in field f's sorted dictionary, or -1.
+  int64_t FindTerm(uint32_t f, std::string_view term) const;
+  // First index whose term is >= `term`.
+  uint32_t LowerBound(uint32_t f, std::string_view term) const;
+  ConstBitmap Postings(uint32_t f, uint32_t i) const;
+  TfArray Tfs(uint32_t f, uint32_t i) const {
+    const auto& e = entry(f, i);
+    return TfArray{reinterpret_cast<const uint8_t*>(base() + e.tf_off), e.tf_width};
+  }
+  // Decodes the positions of posting `rank` (0-based in bitmap order) of
+  // term i into `out` (absolute positions).
+  void Positions(uint32_t f, uint32_t i, uint32_t rank, std::vector<uint32_t>& out) const;
+  const uint8_t* PositionsStart(uint32_t f, uint32_t i) const {
+    return reinterpret_cast<const uint8_t*>(base() + entry(f, i).pos_off);
+  }
+  const BlockMax* Blocks(uint32_t f, uint32_t i) const {
+    return reinterpret_cast<const BlockMax*>(base() + entry(f, i).block_off);
+  }
+  // Numeric field `n`: per-doc minimum value (NaN: none), and all values sorted.
+  const double* column(uint32_t n) const { return numeric_[n].column; }
+  std::span<const NumEntry> sorted(uint32_t n) const { return {numeric_[n].sorted, numeric_[n].sorted_count}; }
+
+ private:
+  explicit Segment(MappedFile f) : file_(std::move(f)) {}
+  const char* base() const { return file_.data(); }
+  struct TextField {
+    const uint32_t* lengths;
+    uint32_t term_count;
+    const uint32_t* offs;
+    const char* blob;
+    const TermEntry* entries;
+  };
+  struct NumericField {
+    const double* column;
+    const NumEntry* sorted;
+    size_t sorted_count;
+  };
+  MappedFile file_;
+  uint32_t doc_count_ = 0;
+  const uint32_t* ids_off_ = nullptr;
+  const char* ids_blob_ = nullptr;
+  std::vector<TextField> text_;
+  std::vector<NumericField> numeric_;
+};
+
+}  // namespace corvid::postings

@@ -1,0 +1,51 @@
+// The reader's view of an index: an immutable, ref-counted list of
+// segments with their deleted-docs bitmaps and the BM25 statistics over
+// live documents. The index worker builds a new Snapshot per batch or
+// merge and publishes it; searches hold a shared_ptr for their duration.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "postings/definition.h"
+#include "postings/segment.h"
+
+namespace corvid::postings {
+
+struct SegmentState {
+  uint64_t id = 0;
+  std::shared_ptr<const Segment> segment;
+  // Deleted doc numbers; never null. Immutable once in a published snapshot
+  // (the worker copies it to add deletes).
+  std::shared_ptr<const roaring_bitmap_t> deleted;
+  uint64_t deleted_count = 0;
+  std::vector<uint64_t> live_sum_len;     // per text field, over live docs
+  std::vector<uint64_t> live_with_tokens; // per text field: live docs with >= 1 token
+  uint64_t live() const { return segment->doc_count() - deleted_count; }
+};
+
+struct Snapshot {
+  std::shared_ptr<const SearchDefinitionImpl> def;
+  std::vector<SegmentState> segments;
+  uint64_t etag = 0;
+  uint64_t live_docs = 0;
+  std::vector<uint64_t> sum_len;      // per text field, over all segments' live docs
+  std::vector<uint64_t> with_tokens;  // per text field
+};
+
+// Runs one search over `snap` (searcher.cc). Thread-safe.
+Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& request);
+
+// How prefix and fuzzy query words are normalized before they are compared
+// with a field's terms: a `keyword` field takes the text as is; any other
+// field takes the single token the `standard` analyzer makes of it (case
+// folded, NFKC), or the text as is if that is not exactly one token.
+std::string NormalizeMultiTermText(const FieldDef& field, std::string_view text);
+
+// Optimal-string-alignment edit distance (insertions, deletions,
+// substitutions, adjacent transpositions) over Unicode code points, or
+// max+1 if it exceeds `max`.
+uint32_t EditDistance(std::string_view a, std::string_view b, uint32_t max);
+
+}  // namespace corvid::postings

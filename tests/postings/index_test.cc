@@ -1,0 +1,337 @@
+// SearchIndex lifecycle and request features: definition validation,
+// updates/deletes, reopen, corrupt files, merges, sort, facets, stored
+// fields, highlights, filters and request errors.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "postings/definition.h"
+#include "postings/search_index.h"
+#include "tests/postings/test_util.h"
+
+namespace corvid::postings {
+namespace {
+
+using testing::ParseHits;
+using testing::Store;
+using testing::TempDir;
+
+constexpr const char* kDef = R"({"type": "search", "collection": "articles",
+  "fields": {"title": {"analyzer": "standard", "boost": 2.0}, "body": {"analyzer": "english"},
+             "tags": {"analyzer": "keyword", "facet": true}, "score": {"type": "number"},
+             "createdAt": {"type": "date"}, "author.name": {}},
+  "store": ["title", "score"]})";
+
+std::shared_ptr<const SearchDefinition> Def(const char* json = kDef) {
+  auto d = SearchDefinition::Compile(json);
+  REQUIRE(d.ok());
+  return *d;
+}
+
+std::string Err(const std::string& json) {
+  auto d = SearchDefinition::Compile(json);
+  if (d.ok()) return "ok";
+  CHECK(d.status().code() == StatusCode::kInvalidArgument);
+  return d.status().message();
+}
+
+TEST_CASE("definition validation names the field", "[postings]") {
+  CHECK(Err(kDef) == "ok");
+  CHECK_THAT(Err("[]"), Catch::Contains("definition: must be a JSON object"));
+  CHECK_THAT(Err("{"), Catch::Contains("invalid JSON"));
+  CHECK_THAT(Err(R"({"type":"mapreduce","collection":"a","fields":{"x":{}}})"), Catch::Contains("type: must be \"search\""));
+  CHECK_THAT(Err(R"({"type":"search","fields":{"x":{}}})"), Catch::Contains("collection: must be"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a"})"), Catch::Contains("fields: must be a non-empty object"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"body":{"analyzer":"englsh"}}})"),
+             Catch::Contains("fields.body.analyzer: unknown analyzer 'englsh'"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{"boost":0}}})"), Catch::Contains("fields.t.boost: must be a number > 0"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{"boost":"2"}}})"), Catch::Contains("fields.t.boost"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{"type":"blob"}}})"), Catch::Contains("fields.t.type: unknown type 'blob'"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{"type":"number","facet":true}}})"), Catch::Contains("fields.t: a number field takes no"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{"facet":1}}})"), Catch::Contains("fields.t.facet: must be true or false"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{"colour":1}}})"), Catch::Contains("fields.t.colour: unknown option"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"a..b":{}}})"), Catch::Contains("fields.a..b: a dotted path must not have empty"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":3}})"), Catch::Contains("fields.t: must be an object"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{}},"store":5})"), Catch::Contains("store: must be"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{}},"extra":1})"), Catch::Contains("extra: unknown key"));
+  CHECK(Err(R"({"type":"search","collection":"a","fields":{"t":{}},"store":"*"})") == "ok");
+  CHECK(Def()->Fingerprint() != Def(R"({"type":"search","collection":"a","fields":{"t":{}}})")->Fingerprint());
+}
+
+TEST_CASE("ISO-8601 dates", "[postings]") {
+  CHECK(*ParseIsoDate("1970-01-01") == 0);
+  CHECK(*ParseIsoDate("1970-01-02T00:00:00Z") == 86400000.0);
+  CHECK(*ParseIsoDate("1970-01-01T01:00:00+01:00") == 0);
+  CHECK(*ParseIsoDate("2024-03-17T10:20:30.5Z") == *ParseIsoDate("2024-03-17T10:20:30Z") + 500);
+  CHECK(*ParseIsoDate("2024") == *ParseIsoDate("2024-01-01"));
+  CHECK(*ParseIsoDate("2000-02-29") > 0);
+  CHECK(!ParseIsoDate("2001-02-29"));
+  CHECK(!ParseIsoDate("2024-13-01"));
+  CHECK(!ParseIsoDate("2024-01-01T25:00"));
+  CHECK(!ParseIsoDate("yesterday"));
+  CHECK(!ParseIsoDate("2024-01-01Tx"));
+}
+
+struct Fixture {
+  TempDir dir;
+  Store store;
+  std::unique_ptr<SearchIndex> idx;
+  std::shared_ptr<const SearchDefinition> def = Def();
+  Fixture() { Reopen(); }
+  void Reopen() {
+    idx.reset();
+    auto r = SearchIndex::Open(dir.path(), def);
+    REQUIRE(r.ok());
+    idx = std::move(r).value();
+  }
+  SearchResult Q(const std::string& q, size_t limit = 100) {
+    SearchRequest r;
+    r.q = q;
+    r.limit = limit;
+    auto res = idx->Search(r);
+    REQUIRE(res.ok());
+    return *res;
+  }
+  std::vector<std::string> Ids(const std::string& q) {
+    std::vector<std::string> out;
+    for (auto& h : ParseHits(Q(q).hits_json)) out.push_back(h.id);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+TEST_CASE("index updates, deletes, reopen", "[postings]") {
+  Fixture fx;
+  CHECK(fx.idx->LastAppliedEtag() == 0);
+  fx.store.Put("1", R"({"title": "The quick brown fox", "body": "jumps over the lazy dogs", "tags": ["animal", "fast"], "score": 5, "createdAt": "2024-01-02"})");
+  fx.store.Put("2", R"({"title": "Lazy afternoon", "body": "a dog sleeping", "tags": "animal", "score": 7.5, "createdAt": "2023-06-01T12:00:00Z"})");
+  fx.store.Put("3", R"({"title": "Nothing here", "author": {"name": "Zoë Quick"}, "score": "oops"})");
+  std::vector<IndexError> errors;
+  REQUIRE(fx.store.Flush(*fx.idx, &errors).ok());
+  REQUIRE(errors.size() == 1);
+  CHECK_THAT(errors[0].message, Catch::Contains("fields.score: not a number"));
+  CHECK(fx.idx->LastAppliedEtag() == 3);
+  CHECK(fx.idx->LiveDocuments() == 3);
+  CHECK(fx.Ids("quick") == std::vector<std::string>{"1", "3"});
+  CHECK(fx.Ids("dog") == std::vector<std::string>{"1", "2"});  // english stems dogs -> dog
+  CHECK(fx.Ids("body:dogs") == std::vector<std::string>{"1", "2"});
+  CHECK(fx.Ids("title:dogs").empty());
+  CHECK(fx.Ids("tags:animal") == std::vector<std::string>{"1", "2"});
+  CHECK(fx.Ids("score:[5 TO 7.5]") == std::vector<std::string>{"1", "2"});
+  CHECK(fx.Ids("score:{5 TO 7.5]") == std::vector<std::string>{"2"});
+  CHECK(fx.Ids("createdAt:[2024-01-01 TO *]") == std::vector<std::string>{"1"});
+  CHECK(fx.Ids("author.name:zoe").empty());
+  CHECK(fx.Ids("author.name:zoë") == std::vector<std::string>{"3"});
+  CHECK(fx.Q("*").total == 3);
+  CHECK(fx.Q("-quick").total == 1);
+
+  // Update and delete in one batch; an id twice in a batch: last wins.
+  fx.store.Put("1", R"({"title": "Slow green turtle"})");
+  fx.store.Delete("2");
+  fx.store.Put("4", R"({"title": "first version"})");
+  fx.store.Put("4", R"({"title": "second version"})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  CHECK(fx.idx->LiveDocuments() == 3);
+  CHECK(fx.Ids("quick") == std::vector<std::string>{"3"});
+  CHECK(fx.Ids("turtle") == std::vector<std::string>{"1"});
+  CHECK(fx.Ids("dog").empty());
+  CHECK(fx.Ids("first").empty());
+  CHECK(fx.Ids("second") == std::vector<std::string>{"4"});
+  CHECK(fx.Q("*").total == 3);
+  // Replaying a batch is harmless.
+  std::vector<IndexError> e2;
+  DocChange c{100, "4", false, R"({"title": "second version"})"};
+  REQUIRE(fx.idx->ApplyBatch(std::span(&c, 1), 100, e2).ok());
+  REQUIRE(fx.idx->ApplyBatch(std::span(&c, 1), 100, e2).ok());
+  CHECK(fx.Q("second").total == 1);
+  auto before = fx.Q("turtle OR second OR quick");
+  fx.Reopen();
+  CHECK(fx.idx->LastAppliedEtag() == 100);
+  CHECK(fx.idx->LiveDocuments() == 3);
+  auto after = fx.Q("turtle OR second OR quick");
+  CHECK(after.hits_json == before.hits_json);
+  CHECK(fx.idx->DiskBytes() > 0);
+
+  SECTION("Clear") {
+    REQUIRE(fx.idx->Clear().ok());
+    CHECK(fx.idx->LastAppliedEtag() == 0);
+    CHECK(fx.Q("*").total == 0);
+    fx.Reopen();
+    CHECK(fx.Q("*").total == 0);
+  }
+  SECTION("a corrupt manifest rebuilds") {
+    fx.idx.reset();
+    std::fstream f(fx.dir.path() + "/MANIFEST", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(30);
+    f.put('\x7f');
+    f.close();
+    fx.Reopen();
+    CHECK(fx.idx->LastAppliedEtag() == 0);
+    CHECK(fx.Q("*").total == 0);
+  }
+  SECTION("a corrupt segment rebuilds") {
+    fx.idx.reset();
+    for (auto& e : std::filesystem::directory_iterator(fx.dir.path())) {
+      if (e.path().filename().string().rfind("seg-", 0) != 0) continue;
+      std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(100);
+      f.put('\x01');
+    }
+    fx.Reopen();
+    CHECK(fx.idx->LastAppliedEtag() == 0);
+    CHECK(fx.idx->LiveDocuments() == 0);
+  }
+  SECTION("another definition rebuilds") {
+    fx.idx.reset();
+    fx.def = Def(R"({"type":"search","collection":"articles","fields":{"title":{}}})");
+    fx.Reopen();
+    CHECK(fx.idx->LastAppliedEtag() == 0);
+  }
+  SECTION("a missing segment file rebuilds") {
+    fx.idx.reset();
+    for (auto& e : std::filesystem::directory_iterator(fx.dir.path()))
+      if (e.path().filename().string().rfind("seg-", 0) == 0) std::filesystem::remove(e.path());
+    fx.Reopen();
+    CHECK(fx.idx->LastAppliedEtag() == 0);
+  }
+  SECTION("stray files are removed") {
+    fx.idx.reset();
+    std::ofstream(fx.dir.path() + "/seg-00000000000000ff.cvs") << "junk";
+    std::ofstream(fx.dir.path() + "/MANIFEST.tmp") << "junk";
+    fx.Reopen();
+    CHECK(fx.idx->LastAppliedEtag() == 100);
+    CHECK(!std::filesystem::exists(fx.dir.path() + "/seg-00000000000000ff.cvs"));
+    CHECK(!std::filesystem::exists(fx.dir.path() + "/MANIFEST.tmp"));
+  }
+}
+
+TEST_CASE("merges bound the segment count and keep results", "[postings]") {
+  Fixture fx;
+  for (int b = 0; b < 60; ++b) {
+    for (int i = 0; i < 30; ++i) {
+      int id = (b * 30 + i) % 1200;  // later batches update earlier docs
+      fx.store.Put(std::to_string(id), R"({"title": "w)" + std::to_string(id % 13) + " common\", \"score\": " + std::to_string(id) + "}");
+    }
+    if (b % 7 == 3)
+      for (int i = 0; i < 40; ++i) fx.store.Delete(std::to_string((b * 17 + i) % 1200));
+    REQUIRE(fx.store.Flush(*fx.idx).ok());
+  }
+  size_t files = 0;
+  for (auto& e : std::filesystem::directory_iterator(fx.dir.path()))
+    files += e.path().filename().string().rfind("seg-", 0) == 0;
+  CHECK(files <= 20);
+  CHECK(fx.idx->LiveDocuments() == fx.store.docs.size());
+  CHECK(fx.Q("common").total == fx.store.docs.size());
+  size_t w3 = 0;
+  for (auto& [id, j] : fx.store.docs) w3 += std::stoi(id) % 13 == 3;
+  CHECK(fx.Q("w3").total == w3);
+  fx.Reopen();
+  CHECK(fx.Q("w3").total == w3);
+  CHECK(fx.idx->LiveDocuments() == fx.store.docs.size());
+}
+
+TEST_CASE("sort, facets, fields, highlights, filter", "[postings]") {
+  Fixture fx;
+  fx.store.Put("a", R"({"title": "red apple", "body": "An apple a day keeps the doctor away. Apples are red.", "tags": ["fruit", "red"], "score": 3})");
+  fx.store.Put("b", R"({"title": "green apple", "body": "Green apples are sour.", "tags": ["fruit", "green"], "score": 9})");
+  fx.store.Put("c", R"({"title": "red car", "body": "A fast red car.", "tags": ["car", "red"], "score": 1})");
+  fx.store.Put("d", R"({"title": "blue sky", "tags": "sky"})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  SearchRequest r;
+  r.q = "apple OR red OR car";
+  r.sort = "-score";
+  r.facets = {"tags"};
+  r.fetch_document = fx.store.Fetcher();
+  auto res = fx.idx->Search(r);
+  REQUIRE(res.ok());
+  auto hits = ParseHits(res->hits_json);
+  REQUIRE(hits.size() == 3);
+  CHECK(hits[0].id == "b");
+  CHECK(hits[1].id == "a");
+  CHECK(hits[2].id == "c");
+  CHECK(res->facets_json == R"({"tags":{"fruit":2,"red":2,"car":1,"green":1}})");
+  CHECK_THAT(res->hits_json, Catch::Contains(R"("fields":{"title":"green apple","score":9})"));
+  r.sort = "tags";
+  res = fx.idx->Search(r);
+  hits = ParseHits(res->hits_json);
+  CHECK(hits[0].id == "c");  // "car" < "fruit"
+  r.sort = "";
+  r.fields = std::vector<std::string>{"tags"};
+  r.highlight = {"body"};
+  r.q = "apple";
+  res = fx.idx->Search(r);
+  REQUIRE(res.ok());
+  hits = ParseHits(res->hits_json);
+  REQUIRE(hits.size() == 2);
+  for (auto& h : hits) {
+    REQUIRE(!h.highlights.empty());
+    CHECK_THAT(h.highlights[0], Catch::Contains("<em>"));
+  }
+  CHECK_THAT(res->hits_json, Catch::Contains("<em>apple</em>"));
+  CHECK_THAT(res->hits_json, Catch::Contains("<em>Apples</em>"));
+  CHECK_THAT(res->hits_json, Catch::Contains(R"("fields":{"tags":["fruit")"));
+  // Filter restricts without scoring.
+  SearchRequest f;
+  f.q = "apple";
+  f.limit = 10;
+  auto plain = fx.idx->Search(f);
+  f.filter = "score:[5 TO *]";
+  auto filtered = fx.idx->Search(f);
+  REQUIRE(filtered.ok());
+  CHECK(filtered->total == 1);
+  auto ph = ParseHits(plain->hits_json), fh = ParseHits(filtered->hits_json);
+  for (auto& h : ph)
+    if (h.id == "b") CHECK(h.score == fh[0].score);
+  // offset/limit
+  SearchRequest o;
+  o.q = "*";
+  o.offset = 1;
+  o.limit = 2;
+  o.sort = "score";
+  auto oo = fx.idx->Search(o);
+  hits = ParseHits(oo->hits_json);
+  REQUIRE(hits.size() == 2);
+  CHECK(hits[0].id == "a");
+  CHECK(hits[1].id == "b");
+  CHECK(oo->total == 4);
+}
+
+TEST_CASE("request errors", "[postings]") {
+  Fixture fx;
+  auto err = [&](SearchRequest r) {
+    auto res = fx.idx->Search(r);
+    REQUIRE(!res.ok());
+    CHECK(res.status().code() == StatusCode::kInvalidArgument);
+    return res.status().message();
+  };
+  SearchRequest r;
+  r.q = "nope:x";
+  CHECK_THAT(err(r), Catch::Contains("unknown field 'nope' at offset 0"));
+  r.q = "a \"b";
+  CHECK_THAT(err(r), Catch::Contains("at offset 2"));
+  r.q = "score:abc";
+  CHECK_THAT(err(r), Catch::Contains("field 'score' expects a number"));
+  r.q = "createdAt:[2024-99-01 TO *]";
+  CHECK_THAT(err(r), Catch::Contains("expects a date"));
+  r.q = "score:ab*";
+  CHECK_THAT(err(r), Catch::Contains("not a prefix"));
+  r.q = "[1 TO 2]";
+  CHECK_THAT(err(r), Catch::Contains("a range needs a field"));
+  r.q = "x";
+  r.sort = "nope";
+  CHECK_THAT(err(r), Catch::Contains("sort: unknown field 'nope'"));
+  r.sort = "body";
+  CHECK_THAT(err(r), Catch::Contains("sort: field 'body' is a text field"));
+  r.sort = "";
+  r.facets = {"body"};
+  CHECK_THAT(err(r), Catch::Contains("facets: field 'body' is not"));
+  r.facets = {};
+  r.highlight = {"score"};
+  CHECK_THAT(err(r), Catch::Contains("highlight: field 'score' is not a text field"));
+  r.highlight = {};
+  r.filter = "(";
+  CHECK_THAT(err(r), Catch::Contains("filter: "));
+}
+
+}  // namespace
+}  // namespace corvid::postings

@@ -1,0 +1,512 @@
+// The oracle: random multilingual corpora with updates and deletes, random
+// queries of every type, each checked against a brute-force evaluator that
+// re-analyzes the raw documents with the same analyzers and recomputes
+// matches and BM25 (the rules at the top of postings/searcher.cc) from
+// scratch: matching sets exactly, scores within 1e-6 relative, order by
+// (score desc, id asc) — and top-k equal to the head of the full ranking.
+#include <catch2/catch.hpp>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <cmath>
+#include <iomanip>
+#include <map>
+#include <random>
+#include <set>
+
+#include "postings/definition.h"
+#include "postings/query_parser.h"
+#include "postings/snapshot.h"
+#include "tests/postings/test_util.h"
+
+namespace corvid::postings {
+namespace {
+
+using testing::ParseHits;
+using testing::Store;
+using testing::TempDir;
+
+constexpr const char* kDef = R"({"type": "search", "collection": "c",
+  "fields": {"title": {"analyzer": "standard", "boost": 2.5}, "body": {"analyzer": "english"},
+             "notes": {"analyzer": "folding"}, "tags": {"analyzer": "keyword", "facet": true},
+             "n": {"type": "number"}, "d": {"type": "date"}}})";
+
+const std::vector<std::string> kWords = {
+    "the", "a", "of", "and", "search", "engine", "searching", "engines", "index", "indexes", "indexed", "fast",
+    "faster", "query", "queries", "running", "runs", "run", "document", "documents", "store", "stored", "bitmap",
+    "roaring", "postings", "score", "scoring", "café", "Café", "naïve", "résumé", "über", "Straße", "straße", "Müller",
+    "mueller", "niño", "élan", "東京", "大学", "東京大学", "日本語", "テスト", "北京", "中文", "搜索", "引擎",
+    "data", "date", "dare", "dart", "cart", "card", "care", "car", "cat", "bat", "bad", "bed", "zebra", "x1", "42",
+    "3.14", "C++", "e-mail", "don't", "is", "not", "to", "be", "or"};
+const std::vector<std::string> kTags = {"red", "green", "blue", "c++", "Rust", "go lang", "日本"};
+
+struct BDoc {
+  std::vector<std::vector<std::pair<std::string, uint32_t>>> text;  // per text slot: (term, position)
+  std::vector<std::vector<double>> nums;                             // per numeric slot
+};
+
+class TokenCollector final : public analyzers::TokenSink {
+ public:
+  void OnToken(const analyzers::Token& t) override { out.emplace_back(std::string(t.term), t.position); }
+  std::vector<std::pair<std::string, uint32_t>> out;
+};
+
+// The same extraction as indexing (arrays flattened, +100 position gap),
+// written independently.
+BDoc Extract(const SearchDefinitionImpl& def, const std::string& json) {
+  rapidjson::Document d;
+  d.Parse(json.c_str());
+  BDoc b;
+  b.text.resize(def.text_fields().size());
+  b.nums.resize(def.numeric_fields().size());
+  for (const FieldDef* f : def.text_fields()) {
+    uint32_t base = 0;
+    ForEachValue(d, f->path, 0, [&](const rapidjson::Value& v) {
+      if (!v.IsString()) return;
+      TokenCollector c;
+      REQUIRE(f->analyzer->Analyze(std::string_view(v.GetString(), v.GetStringLength()), c).ok());
+      uint32_t maxp = 0;
+      bool any = false;
+      for (auto& [t, p] : c.out) {
+        b.text[f->slot].emplace_back(t, base + p);
+        maxp = std::max(maxp, base + p);
+        any = true;
+      }
+      if (any) base = maxp + 1 + kArrayPositionGap;
+    });
+  }
+  for (const FieldDef* f : def.numeric_fields()) {
+    ForEachValue(d, f->path, 0, [&](const rapidjson::Value& v) {
+      if (v.IsNumber()) b.nums[f->slot].push_back(v.GetDouble());
+      if (v.IsString() && f->kind == FieldKind::kDate) b.nums[f->slot].push_back(*ParseIsoDate(v.GetString()));
+    });
+  }
+  return b;
+}
+
+uint32_t Osa(const std::u32string& a, const std::u32string& b) {
+  std::vector<std::vector<uint32_t>> d(a.size() + 1, std::vector<uint32_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+std::u32string U32(const std::string& s) {
+  std::u32string out;
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = s[i];
+    size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
+    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
+    out.push_back(cp);
+    i += n;
+  }
+  return out;
+}
+
+class Oracle {
+ public:
+  Oracle(const SearchDefinitionImpl& def, const std::map<std::string, std::string>& docs) : def_(def) {
+    for (const auto& [id, json] : docs) docs_.emplace(id, Extract(def, json));
+    const size_t nf = def.text_fields().size();
+    n_with_.assign(nf, 0);
+    sum_.assign(nf, 0);
+    df_.resize(nf);
+    for (const auto& [id, b] : docs_) {
+      for (size_t f = 0; f < nf; ++f) {
+        if (b.text[f].empty()) continue;
+        n_with_[f]++;
+        sum_[f] += b.text[f].size();
+        std::set<std::string> seen;
+        for (auto& [t, p] : b.text[f]) seen.insert(t);
+        for (auto& t : seen) df_[f][t]++;
+      }
+    }
+  }
+
+  // Matching ids with scores.
+  std::map<std::string, double> Run(const QueryNode& q, const QueryNode* filter) const {
+    std::map<std::string, double> out;
+    for (const auto& [id, b] : docs_) {
+      double s = 0;
+      if (Dropped(q) || !Match(q, b, 1.0, &s)) continue;
+      double ignored = 0;
+      if (filter && (Dropped(*filter) || !Match(*filter, b, 1.0, &ignored))) continue;
+      out[id] = s;
+    }
+    return out;
+  }
+
+ private:
+  std::vector<const FieldDef*> Fields(const QueryNode& q) const {
+    if (q.field.empty()) return def_.text_fields();
+    return {def_.Find(q.field)};
+  }
+  std::vector<std::pair<std::string, uint32_t>> Analyze(const FieldDef& f, const std::string& text) const {
+    TokenCollector c;
+    REQUIRE(f.analyzer->Analyze(text, c).ok());
+    return c.out;
+  }
+  bool Dropped(const QueryNode& q) const {
+    using K = QueryNode::Kind;
+    if (q.kind == K::kBool) {
+      for (auto& [o, c] : q.clauses)
+        if (!Dropped(*c)) return false;
+      return true;
+    }
+    if (q.kind != K::kTerm && q.kind != K::kPhrase) return false;
+    auto fields = Fields(q);
+    if (fields.size() == 1 && fields[0]->kind != FieldKind::kText) return false;
+    for (auto* f : fields)
+      if (!Analyze(*f, q.text).empty()) return false;
+    return true;
+  }
+  double Bm25(uint32_t f, const std::string& t, const BDoc& b) const {
+    double N = n_with_[f];
+    auto it = df_[f].find(t);
+    double n = it == df_[f].end() ? 0 : it->second;
+    double idf = std::log(1 + (N - n + 0.5) / (n + 0.5));
+    double tf = 0;
+    for (auto& [x, p] : b.text[f]) tf += x == t;
+    double len = b.text[f].size(), avg = sum_[f] / N;
+    return idf * tf / (tf + 1.2 * (1 - 0.75 + 0.75 * len / avg));
+  }
+  static bool Phrase(const std::vector<std::vector<uint32_t>>& pos, const std::vector<int64_t>& rel, int64_t slop, size_t i,
+                     int64_t lo, int64_t hi) {
+    if (i == pos.size()) return hi - lo <= slop;
+    for (uint32_t p : pos[i]) {
+      int64_t v = static_cast<int64_t>(p) - rel[i];
+      int64_t nlo = i == 0 ? v : std::min(lo, v), nhi = i == 0 ? v : std::max(hi, v);
+      if (nhi - nlo > slop) continue;
+      if (Phrase(pos, rel, slop, i + 1, nlo, nhi)) return true;
+    }
+    return false;
+  }
+  bool Match(const QueryNode& q, const BDoc& b, double boost, double* score) const {
+    using K = QueryNode::Kind;
+    boost *= q.boost;
+    switch (q.kind) {
+      case K::kMatchAll: return true;
+      case K::kBool: {
+        bool has_must = false, has_should = false, any_should = false;
+        double s = 0;
+        for (auto& [o, c] : q.clauses) {
+          if (Dropped(*c)) continue;
+          double cs = 0;
+          bool m = Match(*c, b, boost, &cs);
+          if (o == Occur::kMustNot) {
+            if (m) return false;
+          } else if (o == Occur::kMust) {
+            has_must = true;
+            if (!m) return false;
+            s += cs;
+          } else {
+            has_should = true;
+            if (m) {
+              any_should = true;
+              s += cs;
+            }
+          }
+        }
+        if (!has_must && has_should && !any_should) return false;
+        *score += s;
+        return true;
+      }
+      default: break;
+    }
+    auto fields = Fields(q);
+    if (fields.size() == 1 && fields[0]->kind != FieldKind::kText) {
+      const FieldDef& f = *fields[0];
+      auto parse = [&](const std::string& s) {
+        if (f.kind == FieldKind::kDate)
+          if (auto d = ParseIsoDate(s)) return *d;
+        return std::stod(s);
+      };
+      double lo = -HUGE_VAL, hi = HUGE_VAL;
+      bool li = true, hi_i = true;
+      if (q.kind == K::kRange) {
+        if (!q.lo_open) lo = parse(q.lo), li = q.lo_incl;
+        if (!q.hi_open) hi = parse(q.hi), hi_i = q.hi_incl;
+      } else {
+        lo = hi = parse(q.text);
+      }
+      for (double v : b.nums[f.slot])
+        if ((li ? v >= lo : v > lo) && (hi_i ? v <= hi : v < hi)) return true;
+      return false;
+    }
+    bool matched = false;
+    double s = 0;
+    for (const FieldDef* f : fields) {
+      const auto& toks = b.text[f->slot];
+      std::set<std::string> doc_terms;
+      for (auto& [t, p] : toks) doc_terms.insert(t);
+      double w = boost * f->boost;
+      if (q.kind == K::kRange) {
+        for (auto& t : doc_terms) {
+          bool ok = (q.lo_open || (q.lo_incl ? t >= q.lo : t > q.lo)) && (q.hi_open || (q.hi_incl ? t <= q.hi : t < q.hi));
+          if (ok) matched = true;
+        }
+      } else if (q.kind == K::kPrefix || q.kind == K::kFuzzy) {
+        std::string t = NormalizeMultiTermText(*f, q.text);
+        for (auto& x : doc_terms) {
+          bool ok = q.kind == K::kPrefix ? x.rfind(t, 0) == 0 : Osa(U32(x), U32(t)) <= q.edits;
+          if (!ok) continue;
+          matched = true;
+          s += w * Bm25(f->slot, x, b);
+        }
+      } else {
+        auto qt = Analyze(*f, q.text);
+        if (qt.empty()) continue;
+        std::vector<std::vector<uint32_t>> pos(qt.size());
+        std::vector<int64_t> rel;
+        for (size_t i = 0; i < qt.size(); ++i) {
+          rel.push_back(static_cast<int64_t>(qt[i].second) - qt[0].second);
+          for (auto& [t, p] : toks)
+            if (t == qt[i].first) pos[i].push_back(p);
+        }
+        bool ok = true;
+        for (auto& p : pos) ok = ok && !p.empty();
+        if (ok && qt.size() > 1) ok = Phrase(pos, rel, q.kind == K::kPhrase ? q.slop : 0, 0, 0, 0);
+        if (!ok) continue;
+        matched = true;
+        std::set<std::string> distinct;
+        for (auto& [t, p] : qt) distinct.insert(t);
+        for (auto& t : distinct) s += w * Bm25(f->slot, t, b);
+      }
+    }
+    if (matched) *score += s;
+    return matched;
+  }
+
+  const SearchDefinitionImpl& def_;
+  std::map<std::string, BDoc> docs_;
+  std::vector<double> n_with_, sum_;
+  std::vector<std::map<std::string, double>> df_;
+};
+
+class Gen {
+ public:
+  explicit Gen(uint32_t seed) : rng_(seed) {}
+  size_t U(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng_); }
+  bool P(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+  const std::string& Word() {
+    // Skewed: low indexes are frequent.
+    size_t i = std::min(U(kWords.size()), U(kWords.size()));
+    return kWords[i];
+  }
+  std::string Text(size_t max_words) {
+    std::string s;
+    size_t n = U(max_words + 1);
+    for (size_t i = 0; i < n; ++i) {
+      if (i) s += P(0.1) ? ", " : P(0.05) ? ". " : " ";
+      s += Word();
+    }
+    return s;
+  }
+  static std::string Quote(const std::string& s) {
+    rapidjson::StringBuffer b;
+    rapidjson::Writer<rapidjson::StringBuffer> w(b);
+    w.String(s.data(), s.size());
+    return b.GetString();
+  }
+  std::string Doc() {
+    std::string j = "{";
+    j += "\"title\": " + Quote(Text(6));
+    if (P(0.8)) j += ", \"body\": " + Quote(Text(30));
+    if (P(0.5)) {
+      j += ", \"notes\": [";
+      size_t n = U(3) + 1;
+      for (size_t i = 0; i < n; ++i) j += (i ? ", " : "") + Quote(Text(5));
+      j += "]";
+    }
+    if (P(0.7)) {
+      j += ", \"tags\": [";
+      size_t n = U(3) + 1;
+      for (size_t i = 0; i < n; ++i) j += (i ? ", " : "") + Quote(kTags[U(kTags.size())]);
+      j += "]";
+    }
+    if (P(0.8)) j += ", \"n\": " + std::to_string(static_cast<int>(U(100)) - 20);
+    if (P(0.7)) j += ", \"d\": \"2024-0" + std::to_string(U(9) + 1) + "-1" + std::to_string(U(9)) + "\"";
+    return j + "}";
+  }
+  std::string Field() {
+    static const std::vector<std::string> f = {"", "", "", "title:", "body:", "notes:"};
+    return f[U(f.size())];
+  }
+  std::string Leaf() {
+    switch (U(10)) {
+      case 0: case 1: case 2: return Field() + Escape(Word()) + (P(0.15) ? "^" + std::to_string(U(3) + 1) : "");
+      case 3: {
+        std::string p = Word() + " " + Word();
+        if (P(0.4)) p += " " + Word();
+        return Field() + "\"" + p + "\"" + (P(0.5) ? "~" + std::to_string(U(4)) : "");
+      }
+      case 4: {
+        std::string w = Word();
+        auto u = U32(w);
+        if (u.size() < 2) return Field() + Escape(w);
+        std::u32string pre = u.substr(0, 1 + U(std::min<size_t>(3, u.size() - 1)));
+        std::string s;
+        for (char32_t c : pre) {
+          if (c < 0x80) s += static_cast<char>(c);
+          else if (c < 0x800) s += static_cast<char>(0xC0 | (c >> 6)), s += static_cast<char>(0x80 | (c & 0x3F));
+          else s += static_cast<char>(0xE0 | (c >> 12)), s += static_cast<char>(0x80 | ((c >> 6) & 0x3F)), s += static_cast<char>(0x80 | (c & 0x3F));
+        }
+        std::string esc = Escape(s);
+        if (esc.find('\\') != std::string::npos || esc.find('-') == 0) return Field() + Escape(w);
+        return Field() + esc + "*";
+      }
+      case 5: {
+        std::string w = Word();
+        if (P(0.5) && w.size() > 2 && static_cast<unsigned char>(w[1]) < 0x80) w[1] = 'q';
+        return Field() + Escape(w) + "~" + (P(0.3) ? "" : std::to_string(U(3)));
+      }
+      case 6: {
+        int a = static_cast<int>(U(100)) - 20, b = a + static_cast<int>(U(50));
+        return "n:" + std::string(P(0.5) ? "[" : "{") + (P(0.2) ? "*" : std::to_string(a)) + " TO " +
+               (P(0.2) ? "*" : std::to_string(b)) + (P(0.5) ? "]" : "}");
+      }
+      case 7: return "d:[2024-0" + std::to_string(U(9) + 1) + "-01 TO " + (P(0.3) ? "*" : "2024-09-15") + "]";
+      case 8: return "tags:" + Escape(kTags[U(kTags.size())]);
+      default: return P(0.5) ? "tags:[c TO h]" : "n:" + std::to_string(static_cast<int>(U(100)) - 20);
+    }
+  }
+  static std::string Escape(const std::string& w) {
+    std::string out;
+    for (char c : w) {
+      if (c == ' ' || c == '+' || c == '-' || c == ':' || c == '(' || c == ')' || c == '"' || c == '^' || c == '~' || c == '*' ||
+          c == '\\' || c == '!' || c == '/' || c == '[' || c == ']' || c == '{' || c == '}' || c == '?' || c == '&' || c == '|')
+        out += '\\';
+      out += c;
+    }
+    return out;
+  }
+  std::string Query(int depth = 0) {
+    size_t n = 1 + U(depth > 1 ? 2 : 4);
+    std::string q;
+    for (size_t i = 0; i < n; ++i) {
+      if (i) q += P(0.3) ? " AND " : P(0.3) ? " OR " : " ";
+      if (P(0.15)) q += "-";
+      else if (P(0.15)) q += "+";
+      else if (i && P(0.05)) q += "NOT ";
+      if (depth < 2 && P(0.2)) q += "(" + Query(depth + 1) + ")" + (P(0.2) ? "^2" : "");
+      else q += Leaf();
+    }
+    return q;
+  }
+
+ private:
+  std::mt19937 rng_;
+};
+
+void CheckQuery(SearchIndex& idx, const Oracle& oracle, const std::string& q,
+                const std::string& filter, DefaultOperator op) {
+  INFO("query: " << q << "  filter: " << filter << "  op: " << (op == DefaultOperator::kAnd ? "and" : "or"));
+  auto parsed = ParseQuery(q, op);
+  REQUIRE(parsed.ok());
+  std::unique_ptr<QueryNode> pf;
+  if (!filter.empty()) pf = std::move(ParseQuery(filter, op)).value();
+  auto expected = oracle.Run(**parsed, pf.get());
+  SearchRequest r;
+  r.q = q;
+  r.filter = filter;
+  r.op = op;
+  r.limit = 1000000;
+  auto res = idx.Search(r);
+  REQUIRE(res.ok());
+  auto hits = ParseHits(res->hits_json);
+  CHECK(res->total == expected.size());
+  REQUIRE(hits.size() == expected.size());
+  for (size_t i = 0; i < hits.size(); ++i) {
+    auto it = expected.find(hits[i].id);
+    REQUIRE(it != expected.end());
+    INFO("doc " << hits[i].id);
+    CHECK(hits[i].score == Approx(it->second).epsilon(1e-6).margin(1e-12));
+    if (i > 0) {
+      const auto& a = hits[i - 1];
+      const auto& b = hits[i];
+      double ea = expected[a.id], eb = expected[b.id];
+      // Order: score desc, then id asc (when the exact scores differ clearly).
+      if (std::abs(ea - eb) > 1e-9 * std::max(1.0, std::abs(ea))) CHECK(ea > eb);
+      // Mathematically equal sums may differ in the last ulp (summation
+      // order), so within 1e-9 either order is accepted; bit-equal scores
+      // must be in id order.
+      else if (a.score == b.score && std::abs(ea - eb) == 0) {
+        INFO("tie " << a.id << " " << std::setprecision(17) << a.score << " / " << b.id << " " << b.score);
+        CHECK(a.id < b.id);
+      }
+    }
+  }
+  // Top-k is the head of the full ranking.
+  r.limit = 7;
+  r.offset = 2;
+  auto top = idx.Search(r);
+  REQUIRE(top.ok());
+  auto th = ParseHits(top->hits_json);
+  CHECK(top->total == expected.size());
+  for (size_t i = 0; i < th.size(); ++i) CHECK(th[i].id == hits[i + 2].id);
+}
+
+void RunOracle(uint32_t seed, size_t rounds, size_t queries_per_round) {
+  auto compiled = SearchDefinitionImpl::CompileImpl(kDef);
+  REQUIRE(compiled.ok());
+  auto def = *compiled;
+  TempDir dir;
+  Store store;
+  Gen g(seed);
+  auto idx = std::move(SearchIndex::Open(dir.path(), def)).value();
+  int next_id = 0;
+  for (size_t round = 0; round < rounds; ++round) {
+    size_t n = 1 + g.U(60);
+    for (size_t i = 0; i < n; ++i) {
+      if (!store.docs.empty() && g.P(0.2)) {
+        auto it = store.docs.begin();
+        std::advance(it, g.U(store.docs.size()));
+        std::string id = it->first;
+        if (g.P(0.5)) store.Delete(id);
+        else store.Put(id, g.Doc());
+      } else {
+        store.Put(std::string("d").append(std::to_string(next_id++)), g.Doc());
+      }
+    }
+    REQUIRE(store.Flush(*idx).ok());
+    if (g.P(0.2)) {
+      idx.reset();
+      idx = std::move(SearchIndex::Open(dir.path(), def)).value();
+      REQUIRE(idx->LastAppliedEtag() == store.etag);
+    }
+    REQUIRE(idx->LiveDocuments() == store.docs.size());
+    Oracle oracle(*def, store.docs);
+    for (size_t qi = 0; qi < queries_per_round; ++qi) {
+      std::string q = g.Query();
+      std::string filter = g.P(0.15) ? g.Leaf() : "";
+      CheckQuery(*idx, oracle, q, filter, g.P(0.3) ? DefaultOperator::kAnd : DefaultOperator::kOr);
+    }
+  }
+}
+
+TEST_CASE("oracle: random corpora and queries", "[postings]") {
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    INFO("seed " << seed);
+    RunOracle(seed, 25, 40);
+  }
+}
+
+TEST_CASE("oracle: one seed", "[.seed]") {
+  const char* s = std::getenv("ORACLE_SEED");
+  RunOracle(s ? std::atoi(s) : 1, 60, 60);
+}
+
+TEST_CASE("oracle: long run", "[postings][.slow]") {
+  for (uint32_t seed = 100; seed < 120; ++seed) {
+    INFO("seed " << seed);
+    RunOracle(seed, 60, 60);
+  }
+}
+
+}  // namespace
+}  // namespace corvid::postings

@@ -1,0 +1,122 @@
+// Segment files: encode, memory-map, read back postings, term
+// frequencies, positions, lengths, numeric columns; corruption detection.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+
+#include "postings/segment.h"
+#include "tests/postings/test_util.h"
+
+namespace corvid::postings {
+namespace {
+
+using testing::TempDir;
+
+TEST_CASE("segment round trip", "[postings]") {
+  TempDir dir;
+  SegmentBuilder b(2, 1);
+  // 300 docs so term "a" spans several 64-posting blocks.
+  for (uint32_t d = 0; d < 300; ++d) {
+    uint32_t doc = b.AddDoc("doc" + std::to_string(d));
+    REQUIRE(doc == d);
+    uint32_t len = 0;
+    for (uint32_t p = 0; p < (d % 7) + 1; ++p, ++len) b.AddToken(0, doc, "a", p * 2);
+    if (d % 3 == 0) {
+      b.AddToken(0, doc, "b", 100);
+      ++len;
+    }
+    b.SetLength(0, doc, len);
+    if (d % 5 == 0) {
+      b.AddToken(1, doc, "only5", 0);
+      b.SetLength(1, doc, 1);
+    }
+    if (d % 2 == 0) {
+      b.AddNumber(0, doc, 1000.0 - d);
+      b.AddNumber(0, doc, 5000.0 + d);
+    }
+  }
+  // A tf of 300 needs wide term frequencies.
+  uint32_t big = b.AddDoc("big");
+  for (uint32_t p = 0; p < 300; ++p) b.AddToken(1, big, "zzz", p);
+  b.SetLength(1, big, 300);
+  std::string image = b.Encode(42);
+  REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", image).ok());
+  auto seg = Segment::Open(dir.path() + "/s.cvs", 42, 2, 1);
+  REQUIRE(seg.ok());
+  const Segment& s = **seg;
+  CHECK(s.doc_count() == 301);
+  CHECK(s.id(7) == "doc7");
+  CHECK(s.id(300) == "big");
+  CHECK(s.term_count(0) == 2);
+  CHECK(s.term(0, 0) == "a");
+  CHECK(s.term(0, 1) == "b");
+  CHECK(s.FindTerm(0, "b") == 1);
+  CHECK(s.FindTerm(0, "c") == -1);
+  CHECK(s.LowerBound(0, "aa") == 1);
+  auto a = s.Postings(0, 0);
+  REQUIRE(a);
+  CHECK(roaring_bitmap_get_cardinality(a.get()) == 300);
+  auto tfs = s.Tfs(0, 0);
+  std::vector<uint32_t> pos;
+  for (uint32_t r = 0; r < 300; ++r) {
+    CHECK(tfs[r] == (r % 7) + 1);
+    s.Positions(0, 0, r, pos);
+    REQUIRE(pos.size() == (r % 7) + 1);
+    for (uint32_t k = 0; k < pos.size(); ++k) CHECK(pos[k] == 2 * k);
+  }
+  auto bb = s.Postings(0, 1);
+  CHECK(roaring_bitmap_get_cardinality(bb.get()) == 100);
+  CHECK(s.lengths(0)[3] == 5);
+  CHECK(s.lengths(1)[5] == 1);
+  CHECK(s.lengths(1)[6] == 0);
+  int64_t z = s.FindTerm(1, "zzz");
+  REQUIRE(z >= 0);
+  const uint32_t width = s.entry(1, z).tf_width;
+  CHECK(width == 4);
+  CHECK(s.Tfs(1, z)[0] == 300);
+  s.Positions(1, z, 0, pos);
+  CHECK(pos.size() == 300);
+  CHECK(pos[299] == 299);
+  CHECK(s.column(0)[4] == 996.0);
+  CHECK(std::isnan(s.column(0)[3]));
+  auto sorted = s.sorted(0);
+  CHECK(sorted.size() == 300);
+  for (size_t i = 1; i < sorted.size(); ++i) CHECK(sorted[i - 1].value <= sorted[i].value);
+  // Block maxima bound every posting of their block.
+  const BlockMax* blocks = s.Blocks(0, 0);
+  for (uint32_t r = 0; r < 300; ++r) {
+    const uint32_t max_tf = blocks[r / kPostingBlock].max_tf;  // copy: BlockMax is packed
+    CHECK(max_tf >= tfs[r]);
+  }
+
+  SECTION("wrong fingerprint or field counts") {
+    CHECK(Segment::Open(dir.path() + "/s.cvs", 43, 2, 1).status().code() == StatusCode::kCorruption);
+    CHECK(Segment::Open(dir.path() + "/s.cvs", 42, 3, 1).status().code() == StatusCode::kCorruption);
+  }
+  SECTION("every flipped byte is detected") {
+    for (size_t at : {size_t{0}, size_t{9}, size_t{70}, image.size() / 2, image.size() - 20, image.size() - 1}) {
+      std::string bad = image;
+      bad[at] ^= 0x5a;
+      REQUIRE(WriteFileAtomic(dir.path(), "bad.cvs", bad).ok());
+      CHECK(Segment::Open(dir.path() + "/bad.cvs", 42, 2, 1).status().code() == StatusCode::kCorruption);
+    }
+    std::string truncated = image.substr(0, image.size() - 100);
+    REQUIRE(WriteFileAtomic(dir.path(), "bad.cvs", truncated).ok());
+    CHECK(!Segment::Open(dir.path() + "/bad.cvs", 42, 2, 1).ok());
+  }
+}
+
+TEST_CASE("checksum is sensitive to every byte and the length", "[postings]") {
+  std::string s(1000, 'x');
+  uint64_t h = Checksum64(s.data(), s.size());
+  for (size_t i = 0; i < s.size(); i += 37) {
+    std::string t = s;
+    t[i] = 'y';
+    CHECK(Checksum64(t.data(), t.size()) != h);
+  }
+  CHECK(Checksum64(s.data(), 999) != h);
+}
+
+}  // namespace
+}  // namespace corvid::postings

@@ -1,0 +1,96 @@
+// Helpers shared by the postings tests: temporary directories, a small
+// in-memory document store, and hit parsing.
+#pragma once
+
+#include <rapidjson/document.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "postings/search_index.h"
+
+namespace corvid::postings::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/postings_test_XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct ParsedHit {
+  std::string id;
+  double score;
+  std::string fields_json;
+  std::vector<std::string> highlights;  // of the first highlighted field
+};
+
+inline std::vector<ParsedHit> ParseHits(const std::string& json) {
+  rapidjson::Document d;
+  d.Parse(json.c_str());
+  std::vector<ParsedHit> out;
+  for (const auto& h : d.GetArray()) {
+    ParsedHit p;
+    p.id = h["id"].GetString();
+    p.score = h["score"].GetDouble();
+    if (h.HasMember("highlights")) {
+      for (const auto& f : h["highlights"].GetObject())
+        for (const auto& s : f.value.GetArray()) p.highlights.emplace_back(s.GetString());
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// Documents by id, for fetch_document and batches.
+struct Store {
+  std::map<std::string, std::string> docs;
+  uint64_t etag = 0;
+  std::vector<std::string> ids, jsons;
+  std::vector<DocChange> batch;
+  void Put(const std::string& id, const std::string& json) {
+    docs[id] = json;
+    ids.push_back(id);
+    jsons.push_back(json);
+  }
+  void Delete(const std::string& id) {
+    docs.erase(id);
+    ids.push_back(id);
+    jsons.push_back("\x01");
+  }
+  // Applies everything queued since the last call as one batch.
+  Status Flush(SearchIndex& idx, std::vector<IndexError>* errors = nullptr) {
+    batch.clear();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      DocChange c;
+      c.etag = ++etag;
+      c.id = ids[i];
+      c.deleted = jsons[i] == "\x01";
+      if (!c.deleted) c.json = jsons[i];
+      batch.push_back(c);
+    }
+    std::vector<IndexError> errs;
+    Status st = idx.ApplyBatch(batch, etag, errors ? *errors : errs);
+    ids.clear();
+    jsons.clear();
+    return st;
+  }
+  std::function<std::optional<std::string>(std::string_view)> Fetcher() const {
+    return [this](std::string_view id) -> std::optional<std::string> {
+      auto it = docs.find(std::string(id));
+      if (it == docs.end()) return std::nullopt;
+      return it->second;
+    };
+  }
+};
+
+}  // namespace corvid::postings::testing
