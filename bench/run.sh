@@ -6,7 +6,7 @@
 # (measure with `measure`, keep figures with `record`) and report_<name>,
 # and add <name> to SECTIONS.
 #
-#   bench/run.sh [http|put|bulk|all]...      (default: all)
+#   bench/run.sh [http|put|bulk|w1|analyzers|mapreduce|postings|all]...   (default: all)
 #
 # Env: BUILD_DIR (default <repo>/build), RUNS (5), DURATION (wrk, 10s),
 #      CONNECTIONS (64), THREADS (server threads; default: the servers'
@@ -36,7 +36,7 @@ IDLE_WAIT="${IDLE_WAIT:-600}"
 MAX_OTHERS="${MAX_OTHERS:-10}"
 RETRIES="${RETRIES:-2}"
 GET_DOCS=10000
-SECTIONS=(http put bulk)
+SECTIONS=(http put bulk w1 analyzers mapreduce postings)
 
 # ---------------------------------------------------------------- helpers
 
@@ -229,8 +229,9 @@ build() {
     die "$BUILD_DIR has sanitizers on; use BUILD_DIR=<another dir>"
   fi
   if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    ninja -C "$BUILD_DIR" ${BUILD_JOBS:+-j"$BUILD_JOBS"} corvid bare_beast bulk_load >/dev/null \
-      || die "build failed (ninja -C $BUILD_DIR corvid bare_beast bulk_load)"
+    ninja -C "$BUILD_DIR" ${BUILD_JOBS:+-j"$BUILD_JOBS"} corvid bare_beast bulk_load \
+      analyzers_bench mapreduce_bench postings_bench >/dev/null \
+      || die "build failed (ninja -C $BUILD_DIR corvid bare_beast bulk_load *_bench)"
   fi
   # Private copies: a rebuild during the run must not swap a binary under it.
   mkdir -p "$WORK/bin"
@@ -430,6 +431,45 @@ report() {
   fi
   for s in "${SECTIONS[@]}"; do "report_$s"; done
 }
+
+# ------------------------------------------------------ component benchmarks
+# These programs take their own runs and print their own medians beside the
+# peer they measure in the same run (SQLite, Xapian, a plain ICU loop);
+# this script only runs them, so their output is the report.
+
+COMPONENT_OUTPUT=()
+
+# W1 over HTTP: load 100k (then 1M) docs with the map/reduce index defined,
+# until the index is not stale; SQLite GROUP BY in the same runs.
+section_w1() {
+  log ""
+  log "== w1: map/reduce indexing over HTTP (bench/w1_mapreduce_http.py)"
+  local out
+  out=$(python3 "$BENCH/w1_mapreduce_http.py" --binary "$CORVID" --runs "$RUNS" --docs 100000)
+  log "$out"
+  COMPONENT_OUTPUT+=("$out")
+  out=$(python3 "$BENCH/w1_mapreduce_http.py" --binary "$CORVID" --runs "$RUNS" --docs 1000000 --per-request 50000)
+  log "$out"
+  COMPONENT_OUTPUT+=("$out")
+}
+report_w1() { :; }
+
+component_bench() {  # name, then the program's arguments
+  local name=$1; shift
+  local bin
+  bin=$(find_bin "$name") || die "$name not built"
+  log ""
+  log "== $name $*"
+  local out
+  out=$("$bin" "$@")
+  log "$out"
+}
+section_analyzers() { component_bench analyzers_bench "$RUNS"; }
+report_analyzers() { :; }
+section_mapreduce() { component_bench mapreduce_bench --runs "$RUNS"; }
+report_mapreduce() { :; }
+section_postings() { component_bench postings_bench; }
+report_postings() { :; }
 
 main() {
   local wanted=("$@") s
