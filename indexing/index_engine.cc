@@ -26,6 +26,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "common/listener_set.h"
 #include "indexing/error_log.h"
 #include "indexing/index_kind.h"
 #include "storage/document_store.h"
@@ -440,14 +441,7 @@ class IndexEngine::Impl {
     return it == slots_.end() ? nullptr : it->second;
   }
 
-  void NotifyProgress(const std::string& name, uint64_t etag) {
-    std::vector<ProgressListener> listeners;
-    {
-      std::lock_guard lock(listeners_mu_);
-      for (auto& [h, l] : listeners_) listeners.push_back(l);
-    }
-    for (auto& l : listeners) l(name, etag);
-  }
+  void NotifyProgress(const std::string& name, uint64_t etag) { listeners_.Notify(name, etag); }
 
   const fs::path dir_;
   storage::DocumentStore& store_;
@@ -457,9 +451,7 @@ class IndexEngine::Impl {
   mutable std::mutex mu_;  // guards slots_
   std::map<std::string, std::shared_ptr<IndexSlot>, std::less<>> slots_;
 
-  std::mutex listeners_mu_;
-  std::map<uint64_t, ProgressListener> listeners_;  // guarded by listeners_mu_
-  uint64_t next_listener_ = 1;                      // guarded by listeners_mu_
+  ListenerSet<const std::string&, uint64_t> listeners_;
 };
 
 IndexEngine::IndexEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -579,15 +571,9 @@ bool IndexEngine::IsStale(const IndexReader& reader, uint64_t indexed_etag) cons
 }
 
 uint64_t IndexEngine::AddProgressListener(ProgressListener listener) {
-  std::lock_guard lock(impl_->listeners_mu_);
-  uint64_t h = impl_->next_listener_++;
-  impl_->listeners_.emplace(h, std::move(listener));
-  return h;
+  return impl_->listeners_.Add(std::move(listener));
 }
 
-void IndexEngine::RemoveProgressListener(uint64_t handle) {
-  std::lock_guard lock(impl_->listeners_mu_);
-  impl_->listeners_.erase(handle);
-}
+void IndexEngine::RemoveProgressListener(uint64_t handle) { impl_->listeners_.Remove(handle); }
 
 }  // namespace corvid::indexing

@@ -376,28 +376,17 @@ uint64_t DocumentStore::WaitForEtagAfter(uint64_t after, std::chrono::steady_clo
   return impl_->last_etag.load();
 }
 
-uint64_t DocumentStore::AddCommitListener(CommitListener listener) {
-  std::lock_guard lock(impl_->signal_mu);
-  uint64_t handle = impl_->next_listener++;
-  impl_->listeners.emplace(handle, std::move(listener));
-  return handle;
-}
+uint64_t DocumentStore::AddCommitListener(CommitListener listener) { return impl_->listeners.Add(std::move(listener)); }
 
-void DocumentStore::RemoveCommitListener(uint64_t handle) {
-  std::lock_guard lock(impl_->signal_mu);
-  impl_->listeners.erase(handle);
-}
+void DocumentStore::RemoveCommitListener(uint64_t handle) { impl_->listeners.Remove(handle); }
 
 void DocumentStore::Impl::Publish(uint64_t etag) {
-  std::vector<CommitListener> to_call;
   {
-    std::lock_guard lock(signal_mu);
+    std::lock_guard lock(signal_mu);  // orders the store before waiters' predicate checks
     last_etag.store(etag, std::memory_order_release);
-    to_call.reserve(listeners.size());
-    for (auto& [h, l] : listeners) to_call.push_back(l);
   }
   signal_cv.notify_all();
-  for (auto& l : to_call) l(etag);
+  listeners.Notify(etag);
 }
 
 DocumentStore::Stats DocumentStore::GetStats() const {

@@ -17,6 +17,7 @@
 #include <shared_mutex>
 #include <thread>
 
+#include "common/listener_set.h"
 #include "storage/document_store.h"
 
 namespace corvid::storage {
@@ -76,8 +77,7 @@ class DocumentStore::Impl {
   mutable std::mutex signal_mu;
   mutable std::condition_variable signal_cv;
   std::atomic<uint64_t> last_etag{0};
-  std::map<uint64_t, CommitListener> listeners;  // guarded by signal_mu
-  uint64_t next_listener = 1;                    // guarded by signal_mu
+  ListenerSet<uint64_t> listeners;
 
   // The merger's queue.
   std::mutex queue_mu;
