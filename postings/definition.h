@@ -71,7 +71,8 @@ void ForEachValue(const rapidjson::Value& v, const std::vector<std::string>& pat
     return;
   }
   if (!v.IsObject()) return;
-  auto m = v.FindMember(rapidjson::StringRef(path[i].data(), path[i].size()));
+  const rapidjson::Value key(rapidjson::StringRef(path[i].data(), static_cast<rapidjson::SizeType>(path[i].size())));
+  auto m = v.FindMember(key);
   if (m == v.MemberEnd()) return;
   ForEachValue(m->value, path, i + 1, fn);
 }

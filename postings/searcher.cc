@@ -569,7 +569,10 @@ const rapidjson::Value* ValueAt(const rapidjson::Value& doc, std::string_view pa
     size_t dot = path.find('.', start);
     std::string_view comp = path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
     if (!v->IsObject()) return nullptr;
-    auto m = v->FindMember(rapidjson::StringRef(comp.data(), comp.size()));
+    // A Value key: FindMember(StringRef) would pick the const Ch* overload
+    // and read the whole remaining path up to its NUL.
+    const rapidjson::Value key(rapidjson::StringRef(comp.data(), static_cast<rapidjson::SizeType>(comp.size())));
+    auto m = v->FindMember(key);
     if (m == v->MemberEnd()) return nullptr;
     v = &m->value;
     if (dot == std::string_view::npos) return v;
