@@ -6,7 +6,7 @@
 # (measure with `measure`, keep figures with `record`) and report_<name>,
 # and add <name> to SECTIONS.
 #
-#   bench/run.sh [http|put|bulk|w1|analyzers|mapreduce|postings|all]...   (default: all)
+#   bench/run.sh [http|put|bulk|w1|w2|analyzers|mapreduce|postings|all]...   (default: all)
 #
 # Env: BUILD_DIR (default <repo>/build), RUNS (5), DURATION (wrk, 10s),
 #      CONNECTIONS (64), THREADS (server threads; default: the servers'
@@ -36,7 +36,7 @@ IDLE_WAIT="${IDLE_WAIT:-600}"
 MAX_OTHERS="${MAX_OTHERS:-10}"
 RETRIES="${RETRIES:-2}"
 GET_DOCS=10000
-SECTIONS=(http put bulk w1 analyzers mapreduce postings)
+SECTIONS=(http put bulk w1 w2 analyzers mapreduce postings)
 
 # ---------------------------------------------------------------- helpers
 
@@ -453,6 +453,15 @@ section_w1() {
   COMPONENT_OUTPUT+=("$out")
 }
 report_w1() { :; }
+
+# W2 over HTTP: search indexing through the server and one-client query
+# latency per query type (the in-process engine and its peers: postings).
+section_w2() {
+  log ""
+  log "== w2: search over HTTP (bench/w2_search_http.py)"
+  log "$(python3 "$BENCH/w2_search_http.py" --binary "$CORVID" --docs 100000 --queries 1000)"
+}
+report_w2() { :; }
 
 component_bench() {  # name, then the program's arguments
   local name=$1; shift
