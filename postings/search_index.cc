@@ -56,24 +56,52 @@ struct DocLoc {
   uint32_t doc;
 };
 
-// Collects the tokens of one value of one text field into the builder.
+// Collects the tokens of one text field of one document (all its values)
+// and hands them to the builder in one batch at Flush.
 class BuildSink final : public analyzers::TokenSink {
  public:
-  BuildSink(SegmentBuilder& b, uint32_t field, uint32_t doc) : b_(b), field_(field), doc_(doc) {}
+  BuildSink(SegmentBuilder& b, uint32_t field, uint32_t doc) : b_(b), field_(field), doc_(doc) {
+    arena_.clear();
+    ends_.clear();
+    positions_.clear();
+  }
   void OnToken(const analyzers::Token& t) override {
     uint32_t p = base_ + t.position;
-    b_.AddToken(field_, doc_, t.term, p);
+    arena_.append(t.term);
+    ends_.push_back(arena_.size());
+    positions_.push_back(p);
     ++count_;
     next_base_ = std::max(next_base_, p + 1 + kArrayPositionGap);
   }
   void NextValue() { base_ = next_base_; }
   uint32_t count() const { return count_; }
+  void Flush() {
+    views_.clear();
+    size_t start = 0;
+    for (size_t e : ends_) {
+      views_.emplace_back(arena_.data() + start, e - start);
+      start = e;
+    }
+    b_.AddTokens(field_, doc_, views_, positions_);
+    arena_.clear();
+    ends_.clear();
+    positions_.clear();
+  }
 
  private:
   SegmentBuilder& b_;
   uint32_t field_, doc_;
   uint32_t base_ = 0, next_base_ = 0, count_ = 0;
+  // Reused across documents (one index worker per thread).
+  static thread_local std::string arena_;
+  static thread_local std::vector<size_t> ends_;
+  static thread_local std::vector<uint32_t> positions_;
+  static thread_local std::vector<std::string_view> views_;
 };
+thread_local std::string BuildSink::arena_;
+thread_local std::vector<size_t> BuildSink::ends_;
+thread_local std::vector<uint32_t> BuildSink::positions_;
+thread_local std::vector<std::string_view> BuildSink::views_;
 
 uint64_t Level(uint64_t live) {
   uint64_t level = 0;
@@ -293,8 +321,15 @@ Status SearchIndexImpl::Init() {
 }
 
 Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std::vector<IndexError>& errors) const {
-  rapidjson::Document d;
-  d.Parse(c.json.data(), c.json.size());
+  // One pool per thread, reset per document (no per-document chunk
+  // allocation); parsed in place in a reused copy (strings not copied).
+  static thread_local std::string json;
+  static thread_local char pool_buf[64 * 1024];
+  static thread_local rapidjson::MemoryPoolAllocator<> pool(pool_buf, sizeof pool_buf);
+  pool.Clear();
+  json.assign(c.json.data(), c.json.size());
+  rapidjson::Document d(&pool);
+  d.ParseInsitu(json.data());
   if (d.HasParseError() || !d.IsObject()) {
     errors.push_back(IndexError{c.etag, std::string(c.id), "not a JSON object; document skipped"});
     return Status::Ok();
@@ -324,6 +359,7 @@ Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std
         if (!s.ok() && st.ok()) st = s;
         sink.NextValue();
       });
+      sink.Flush();
       if (!st.ok()) errors.push_back(IndexError{c.etag, std::string(c.id), "fields." + f.name + ": " + st.message()});
       b.SetLength(f.slot, doc, sink.count());
     } else {
@@ -469,41 +505,102 @@ Status SearchIndexImpl::Merge(std::vector<size_t> which) {
       for (const NumEntry& e : seg.sorted(n))
         if (remap[k][e.doc] != kGone) b.AddNumber(n, remap[k][e.doc], e.value);
   }
-  std::vector<uint32_t> pos, docs, out_docs, out_tfs;
-  for (uint32_t f = 0; f < nt; ++f) {
+  // Per text field: a k-way merge of the segments' sorted dictionaries
+  // (no hashing, no sort in Encode); each term's live postings are copied
+  // with their positions still encoded (no decode/re-encode). For a term in
+  // several segments, segments come in `which` order, so doc numbers stay
+  // ascending.
+  std::vector<bool> has_deletes(which.size());
+  std::vector<uint32_t> doc_base(which.size(), 0);
+  {
+    uint32_t base = 0;
     for (size_t k = 0; k < which.size(); ++k) {
-      const Segment& seg = *cur->segments[which[k]].segment;
-      for (uint32_t ti = 0; ti < seg.term_count(f); ++ti) {
+      const SegmentState& s = cur->segments[which[k]];
+      has_deletes[k] = roaring_bitmap_get_cardinality(s.deleted.get()) > 0;
+      doc_base[k] = base;
+      base += s.segment->doc_count() - static_cast<uint32_t>(roaring_bitmap_get_cardinality(s.deleted.get()));
+    }
+  }
+  std::vector<uint32_t> docs, out_docs, out_tfs;
+  std::string bytes;
+  std::vector<uint32_t> cursor(which.size());
+  std::vector<size_t> at_min;
+  for (uint32_t f = 0; f < nt; ++f) {
+    std::fill(cursor.begin(), cursor.end(), 0);
+    for (;;) {
+      // The smallest current term over the segments, and who has it.
+      at_min.clear();
+      std::string_view min_term;
+      for (size_t k = 0; k < which.size(); ++k) {
+        const Segment& seg = *cur->segments[which[k]].segment;
+        if (cursor[k] >= seg.term_count(f)) continue;
+        std::string_view t = seg.term(f, cursor[k]);
+        if (at_min.empty() || t < min_term) {
+          min_term = t;
+          at_min.assign(1, k);
+        } else if (t == min_term) {
+          at_min.push_back(k);
+        }
+      }
+      if (at_min.empty()) break;
+      int64_t index = -1;
+      size_t need_docs = 0, need_bytes = 0;  // upper bounds, for one allocation per array
+      for (size_t k : at_min) {
+        const TermEntry& e = cur->segments[which[k]].segment->entry(f, cursor[k]);
+        need_docs += e.doc_freq;
+        need_bytes += e.skip_off - e.pos_off;
+      }
+      auto append_term = [&] {
+        index = b.AppendTerm(f, min_term);
+        b.ReservePostings(f, static_cast<uint32_t>(index), need_docs, need_bytes);
+      };
+      for (size_t k : at_min) {
+        const Segment& seg = *cur->segments[which[k]].segment;
+        const uint32_t ti = cursor[k]++;
         const TermEntry& e = seg.entry(f, ti);
         auto bm = seg.Postings(f, ti);
         if (!bm) return Status::Corruption("bad bitmap in segment");
         docs.resize(e.doc_freq);
         roaring_bitmap_to_uint32_array(bm.get(), docs.data());
         TfArray tfs = seg.Tfs(f, ti);
-        std::string_view term = seg.term(f, ti);
-        // One sequential pass over the term's positions; live postings
-        // are collected and added in one call.
         const uint8_t* p = seg.PositionsStart(f, ti);
-        out_docs.clear();
-        out_tfs.clear();
-        pos.clear();
-        for (uint32_t r = 0; r < e.doc_freq; ++r) {
-          const uint32_t tf = tfs[r];
-          const uint32_t nd = remap[k][docs[r]];
-          uint32_t acc = 0, v;
-          if (nd == kGone) {
-            for (uint32_t t = tf; t > 0; --t) p = GetVarint(p, &v);
-            continue;
-          }
-          out_docs.push_back(nd);
-          out_tfs.push_back(tf);
-          for (uint32_t t = tf; t > 0; --t) {
-            p = GetVarint(p, &v);
-            acc += v;
-            pos.push_back(acc);
-          }
+        const size_t pos_len = e.skip_off - e.pos_off;  // positions are followed by the skip table
+        out_tfs.resize(e.doc_freq);
+        if (tfs.width == 1) {
+          for (uint32_t r = 0; r < e.doc_freq; ++r) out_tfs[r] = tfs.data[r];
+        } else {
+          std::memcpy(out_tfs.data(), tfs.data, 4 * size_t{e.doc_freq});
         }
-        if (!out_docs.empty()) b.AddPostings(f, term, out_docs, out_tfs, pos);
+        if (!has_deletes[k]) {
+          // Every posting is live: doc numbers shift by the segment's base.
+          for (uint32_t& d : docs) d += doc_base[k];
+          if (index < 0) append_term();
+          b.AddEncodedPostings(f, static_cast<uint32_t>(index), docs, out_tfs,
+                               std::string_view(reinterpret_cast<const char*>(p), pos_len));
+          continue;
+        }
+        out_docs.clear();
+        bytes.clear();
+        size_t live = 0;
+        for (uint32_t r = 0; r < e.doc_freq; ++r) {
+          const uint32_t tf = out_tfs[r];
+          const uint8_t* q = p;
+          for (uint32_t t = tf; t > 0; --t) {
+            while (*q & 0x80) ++q;
+            ++q;
+          }
+          const uint32_t nd = remap[k][docs[r]];
+          if (nd != kGone) {
+            out_docs.push_back(nd);
+            out_tfs[live++] = tf;
+            bytes.append(reinterpret_cast<const char*>(p), q - p);
+          }
+          p = q;
+        }
+        if (out_docs.empty()) continue;
+        if (index < 0) append_term();
+        b.AddEncodedPostings(f, static_cast<uint32_t>(index), out_docs, std::span<const uint32_t>(out_tfs.data(), live),
+                             bytes);
       }
     }
   }

@@ -257,6 +257,26 @@ class Compiler {
   int next_id_ = 0;
 };
 
+// Skips n varints from p: eight bytes at a time (a byte below 0x80 ends a
+// varint), then byte by byte. Reading up to 7 bytes past the last varint
+// is safe: a term's positions are followed by its skip table and block
+// maxima (at least 20 bytes).
+inline const uint8_t* SkipVarints(const uint8_t* p, size_t n) {
+  while (n >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    const auto ends = static_cast<size_t>((((~w & 0x8080808080808080ull) >> 7) * 0x0101010101010101ull) >> 56);
+    if (ends >= n) break;  // the n-th end is in this word: finish byte by byte
+    n -= ends;
+    p += 8;
+  }
+  for (; n > 0; --n) {
+    while (*p & 0x80) ++p;
+    ++p;
+  }
+  return p;
+}
+
 // Iterates one posting list in doc order with its rank (for term
 // frequencies) and block-skipping Advance.
 class PostingCursor {
@@ -276,6 +296,9 @@ class PostingCursor {
     roaring_advance_uint32_iterator(&it_);
     ++rank_;
   }
+  // Positions the cursor's rank only (for tf and Positions); the doc
+  // iterator is left behind: do not mix with Next/Advance afterwards.
+  void SeekRank(uint32_t rank) { rank_ = rank; }
   // Moves to the first posting >= target.
   void Advance(uint32_t target) {
     if (!it_.has_value || it_.current_value >= target) return;
@@ -293,6 +316,20 @@ class PostingCursor {
   // increasing within a block) continue from the previous decode point
   // instead of re-walking the block from its skip entry.
   void Positions(std::vector<uint32_t>& out) {
+    const uint8_t* p = PositionsBegin();
+    out.clear();
+    uint32_t acc = 0, v;
+    for (uint32_t k = tfs_[rank_]; k > 0; --k) {
+      p = GetVarint(p, &v);
+      acc += v;
+      out.push_back(acc);
+    }
+    pos_ptr_ = p;
+    ++pos_rank_;
+  }
+  // The encoded positions of the current posting (tf() varint deltas from
+  // 0), without consuming them: a later call skips them.
+  const uint8_t* PositionsBegin() {
     const uint32_t block = rank_ / kPostingBlock;
     if (pos_ptr_ == nullptr || pos_rank_ > rank_ || pos_rank_ / kPostingBlock != block) {
       const TermEntry& e = seg_.entry(field_, ti_);
@@ -301,17 +338,12 @@ class PostingCursor {
       pos_ptr_ = seg_.PositionsStart(field_, ti_) + off;
       pos_rank_ = block * kPostingBlock;
     }
-    uint32_t v;
-    for (; pos_rank_ < rank_; ++pos_rank_)
-      for (uint32_t k = tfs_[pos_rank_]; k > 0; --k) pos_ptr_ = GetVarint(pos_ptr_, &v);
-    out.clear();
-    uint32_t acc = 0;
-    for (uint32_t k = tfs_[rank_]; k > 0; --k) {
-      pos_ptr_ = GetVarint(pos_ptr_, &v);
-      acc += v;
-      out.push_back(acc);
+    if (pos_rank_ < rank_) {
+      size_t skip = 0;
+      for (; pos_rank_ < rank_; ++pos_rank_) skip += tfs_[pos_rank_];
+      pos_ptr_ = SkipVarints(pos_ptr_, skip);
     }
-    ++pos_rank_;
+    return pos_ptr_;
   }
 
  private:
@@ -327,23 +359,85 @@ class PostingCursor {
   uint32_t pos_rank_ = 0;
 };
 
-// True if the phrase matches given each term's positions (see the rules above).
+// True if the phrase matches given each term's positions (see the rules
+// above): some window [a, a + slop] holds a shifted position p - r_i of
+// every term i. Equivalently, the smallest range that covers one shifted
+// position of every list is at most slop: found in one merge pass over the
+// lists (advance the list holding the minimum), O(sum of tf * terms).
 bool PhraseMatches(const std::vector<std::vector<uint32_t>>& pos, const std::vector<uint32_t>& rel, uint32_t slop) {
-  for (size_t i = 0; i < pos.size(); ++i) {
-    for (uint32_t p : pos[i]) {
-      int64_t anchor = static_cast<int64_t>(p) - rel[i];  // candidate minimum of p_j - r_j
-      bool all = true;
-      for (size_t j = 0; j < pos.size() && all; ++j) {
-        // some p_j with anchor <= p_j - r_j <= anchor + slop
-        int64_t lo = anchor + rel[j];
-        if (lo + static_cast<int64_t>(slop) < 0) { all = false; break; }
-        auto it = std::lower_bound(pos[j].begin(), pos[j].end(), static_cast<uint32_t>(std::max<int64_t>(lo, 0)));
-        all = it != pos[j].end() && static_cast<int64_t>(*it) <= lo + slop;
+  const size_t n = pos.size();
+  for (const auto& p : pos)
+    if (p.empty()) return false;
+  if (n == 2) {
+    const auto& x = pos[0];
+    const auto& y = pos[1];
+    const int64_t rx = rel[0], ry = rel[1];
+    size_t i = 0, j = 0;
+    while (i < x.size() && j < y.size()) {
+      const int64_t qx = static_cast<int64_t>(x[i]) - rx, qy = static_cast<int64_t>(y[j]) - ry;
+      if (qx <= qy) {
+        if (qy - qx <= static_cast<int64_t>(slop)) return true;
+        ++i;
+      } else {
+        if (qx - qy <= static_cast<int64_t>(slop)) return true;
+        ++j;
       }
-      if (all) return true;
+    }
+    return false;
+  }
+  size_t idx_buf[16];
+  std::vector<size_t> idx_vec;
+  size_t* idx = idx_buf;
+  if (n > 16) {
+    idx_vec.assign(n, 0);
+    idx = idx_vec.data();
+  } else {
+    std::fill(idx, idx + n, size_t{0});
+  }
+  for (;;) {
+    int64_t mn = INT64_MAX, mx = INT64_MIN;
+    size_t argmin = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t q = static_cast<int64_t>(pos[i][idx[i]]) - rel[i];
+      if (q < mn) {
+        mn = q;
+        argmin = i;
+      }
+      mx = std::max(mx, q);
+    }
+    if (mx - mn <= static_cast<int64_t>(slop)) return true;
+    if (++idx[argmin] == pos[argmin].size()) return false;
+  }
+}
+
+// PhraseMatches for two terms, straight from their encoded positions
+// (x: tx varint deltas, query position rx; y likewise); stops at the first
+// window found.
+bool PhraseMatches2(const uint8_t* x, uint32_t tx, int64_t rx, const uint8_t* y, uint32_t ty, int64_t ry, uint32_t slop) {
+  if (tx == 0 || ty == 0) return false;
+  uint32_t vx, vy;
+  x = GetVarint(x, &vx);
+  y = GetVarint(y, &vy);
+  int64_t px = vx, py = vy;
+  --tx;
+  --ty;
+  const auto s = static_cast<int64_t>(slop);
+  for (;;) {
+    const int64_t qx = px - rx, qy = py - ry;
+    if (qx <= qy) {
+      if (qy - qx <= s) return true;
+      if (tx == 0) return false;
+      x = GetVarint(x, &vx);
+      px += vx;
+      --tx;
+    } else {
+      if (qx - qy <= s) return true;
+      if (ty == 0) return false;
+      y = GetVarint(y, &vy);
+      py += vy;
+      --ty;
     }
   }
-  return false;
 }
 
 // Per-segment evaluation state.
@@ -362,21 +456,44 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
   if (ti.size() == 1) return seg.Postings(a.field, static_cast<uint32_t>(ti[0]));
   Bitmap cand(roaring_bitmap_copy(seg.Postings(a.field, static_cast<uint32_t>(ti[0])).get()));
   for (size_t i = 1; i < ti.size(); ++i) roaring_bitmap_and_inplace(cand.get(), seg.Postings(a.field, static_cast<uint32_t>(ti[i])).get());
-  Bitmap out = NewBitmap();
+  const uint64_t nc = roaring_bitmap_get_cardinality(cand.get());
+  if (nc == 0) return Owned(std::move(cand));
+  std::vector<uint32_t> cdocs(nc);
+  roaring_bitmap_to_uint32_array(cand.get(), cdocs.data());
   std::vector<PostingCursor> cur;
   for (int64_t t : ti) cur.emplace_back(seg, a.field, static_cast<uint32_t>(t));
-  std::vector<std::vector<uint32_t>> pos(ti.size());
-  roaring_uint32_iterator_t it;
-  roaring_init_iterator(cand.get(), &it);
-  for (; it.has_value; roaring_advance_uint32_iterator(&it)) {
-    uint32_t d = it.current_value;
-    for (size_t i = 0; i < cur.size(); ++i) {
-      cur[i].Advance(d);
-      cur[i].Positions(pos[i]);
+  // A term whose postings are not much more than the candidates is walked
+  // as a decoded array (its rank is the index); a much longer one keeps
+  // the cursor's block-skipping Advance.
+  std::vector<std::vector<uint32_t>> arr(ti.size());
+  std::vector<size_t> at(ti.size(), 0);
+  for (size_t i = 0; i < ti.size(); ++i) {
+    const TermEntry& e = seg.entry(a.field, static_cast<uint32_t>(ti[i]));
+    if (e.doc_freq <= nc * 16) {
+      arr[i].resize(e.doc_freq);
+      roaring_bitmap_to_uint32_array(seg.Postings(a.field, static_cast<uint32_t>(ti[i])).get(), arr[i].data());
     }
-    if (PhraseMatches(pos, a.rel, a.slop)) roaring_bitmap_add(out.get(), d);
   }
-  return Owned(std::move(out));
+  std::vector<std::vector<uint32_t>> pos(ti.size());
+  std::vector<uint32_t> matched;
+  for (uint32_t d : cdocs) {
+    for (size_t i = 0; i < cur.size(); ++i) {
+      if (!arr[i].empty()) {
+        size_t r = at[i];
+        while (arr[i][r] < d) ++r;  // d is in every term's postings
+        at[i] = r;
+        cur[i].SeekRank(static_cast<uint32_t>(r));
+      } else {
+        cur[i].Advance(d);
+      }
+      if (cur.size() != 2) cur[i].Positions(pos[i]);
+    }
+    const bool match = cur.size() == 2 ? PhraseMatches2(cur[0].PositionsBegin(), cur[0].tf(), a.rel[0], cur[1].PositionsBegin(),
+                                                        cur[1].tf(), a.rel[1], a.slop)
+                                       : PhraseMatches(pos, a.rel, a.slop);
+    if (match) matched.push_back(d);
+  }
+  return Owned(Bitmap(roaring_bitmap_of_ptr(matched.size(), matched.data())));
 }
 
 const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
@@ -396,9 +513,11 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
         const roaring_bitmap_t* b = Eval(*c, k, ev);
         (occ == Occur::kMust ? must : occ == Occur::kShould ? should : not_).push_back(b);
       }
-      if (!must.empty()) {
+      if (must.size() >= 2) {
+        out.reset(roaring_bitmap_and(must[0], must[1]));  // no copy of the first operand
+        for (size_t i = 2; i < must.size(); ++i) roaring_bitmap_and_inplace(out.get(), must[i]);
+      } else if (!must.empty()) {
         out.reset(roaring_bitmap_copy(must[0]));
-        for (size_t i = 1; i < must.size(); ++i) roaring_bitmap_and_inplace(out.get(), must[i]);
       } else if (!should.empty()) {
         out.reset(roaring_bitmap_or_many(should.size(), should.data()));
       } else {

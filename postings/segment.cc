@@ -88,23 +88,39 @@ inline uint64_t TermHash(std::string_view s) {
 }
 }  // namespace
 
-SegmentBuilder::TermBuild& SegmentBuilder::Term(uint32_t field, std::string_view term) {
-  FieldBuild& fb = text_[field];
-  const uint64_t h = TermHash(term);
+namespace {
+inline bool SameTerm(const std::string& a, std::string_view b) {
+  const size_t n = b.size();
+  if (a.size() != n) return false;
+  const char* x = a.data();
+  const char* y = b.data();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t u, v;
+    std::memcpy(&u, x + i, 8);
+    std::memcpy(&v, y + i, 8);
+    if (u != v) return false;
+  }
+  for (; i < n; ++i)
+    if (x[i] != y[i]) return false;
+  return true;
+}
+}  // namespace
+
+uint32_t SegmentBuilder::TermIndex(FieldBuild& fb, std::string_view term, uint64_t h) {
   const uint64_t tag = h >> 32;
   size_t mask = fb.slots.size() - 1;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
     uint64_t s = fb.slots[i];
     if (s == 0) {
       fb.slots[i] = (tag << 32) | (fb.terms.size() + 1);
-      fb.names.emplace_back(term);
       memory_ += term.size() + 112;
-      fb.terms.emplace_back();
+      fb.terms.emplace_back().name.assign(term);
       if (fb.terms.size() * 2 > fb.slots.size()) {
         std::vector<uint64_t> bigger(fb.slots.size() * 2, 0);
         const size_t m2 = bigger.size() - 1;
-        for (uint32_t t = 0; t < fb.names.size(); ++t) {
-          uint64_t h2 = TermHash(fb.names[t]);
+        for (uint32_t t = 0; t < fb.terms.size(); ++t) {
+          uint64_t h2 = TermHash(fb.terms[t].name);
           size_t j = h2 & m2;
           while (bigger[j] != 0) j = (j + 1) & m2;
           bigger[j] = ((h2 >> 32) << 32) | (t + 1);
@@ -112,42 +128,154 @@ SegmentBuilder::TermBuild& SegmentBuilder::Term(uint32_t field, std::string_view
         memory_ += 8 * fb.slots.size();
         fb.slots.swap(bigger);
       }
-      return fb.terms.back();
+      return static_cast<uint32_t>(fb.terms.size() - 1);
     }
     if ((s >> 32) == tag) {
-      uint32_t idx = static_cast<uint32_t>(s) - 1;
-      if (fb.names[idx] == term) return fb.terms[idx];
+      const uint32_t idx = static_cast<uint32_t>(s) - 1;
+      if (SameTerm(fb.terms[idx].name, term)) return idx;
     }
+  }
+}
+
+SegmentBuilder::TermBuild& SegmentBuilder::Term(uint32_t field, std::string_view term) {
+  FieldBuild& fb = text_[field];
+  return fb.terms[TermIndex(fb, term, TermHash(term))];
+}
+
+inline void SegmentBuilder::AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position) {
+  if (t.last_doc != doc) {
+    if (t.docs.size() % kPostingBlock == 0) t.skip.push_back(static_cast<uint32_t>(t.pos.size()));
+    t.last_doc = doc;
+    t.docs.push_back(doc);
+    t.tfs.push_back(0);
+    t.last_pos = 0;
+    memory_ += 8;
+  }
+  ++t.tfs.back();
+  uint32_t v = position - t.last_pos;
+  t.last_pos = position;
+  if (v < 0x80) {
+    t.pos.push_back(static_cast<char>(v));
+    memory_ += 1;
+  } else {
+    const size_t before = t.pos.size();
+    PutVarint(t.pos, v);
+    memory_ += t.pos.size() - before;
   }
 }
 
 void SegmentBuilder::AddToken(uint32_t field, uint32_t doc, std::string_view term, uint32_t position) {
-  TermBuild& t = Term(field, term);
-  if (t.docs.empty() || t.docs.back() != doc) {
-    t.docs.push_back(doc);
-    t.tfs.push_back(0);
-    memory_ += 8;
+  AddTokenTo(Term(field, term), doc, position);
+}
+
+void SegmentBuilder::AddTokens(uint32_t field, uint32_t doc, std::span<const std::string_view> terms,
+                               std::span<const uint32_t> positions) {
+  FieldBuild& fb = text_[field];
+  const size_t n = terms.size();
+  hash_buf_.resize(n);
+  index_buf_.resize(n);
+  // Pass 1: hashes, and prefetch of each probe's first slot.
+  {
+    const size_t mask = fb.slots.size() - 1;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t h = TermHash(terms[i]);
+      hash_buf_[i] = h;
+      __builtin_prefetch(&fb.slots[h & mask]);
+    }
   }
-  ++t.tfs.back();
-  t.positions.push_back(position);
-  memory_ += 4;
+  // Pass 2: the term indexes (inserting new terms in token order), and
+  // prefetch of the term records a few tokens ahead.
+  constexpr size_t kProbeAhead = 8;
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kProbeAhead < n) {
+      const uint64_t s = fb.slots[hash_buf_[i + kProbeAhead] & (fb.slots.size() - 1)];
+      const uint32_t idx = static_cast<uint32_t>(s) - 1;
+      if (s != 0 && idx < fb.terms.size()) __builtin_prefetch(&fb.terms[idx]);
+    }
+    index_buf_[i] = TermIndex(fb, terms[i], hash_buf_[i]);
+  }
+  // Pass 3: the postings, in token order.
+  constexpr size_t kAhead = 4;
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const TermBuild& a = fb.terms[index_buf_[i + kAhead]];
+      __builtin_prefetch(a.pos.data() + a.pos.size(), 1);
+      if (!a.docs.empty()) __builtin_prefetch(a.docs.data() + a.docs.size(), 1);
+    }
+    AddTokenTo(fb.terms[index_buf_[i]], doc, positions[i]);
+  }
 }
 
 void SegmentBuilder::AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions) {
   TermBuild& t = Term(field, term);
+  if (t.docs.size() % kPostingBlock == 0) t.skip.push_back(static_cast<uint32_t>(t.pos.size()));
   t.docs.push_back(doc);
   t.tfs.push_back(static_cast<uint32_t>(positions.size()));
-  t.positions.insert(t.positions.end(), positions.begin(), positions.end());
-  memory_ += 8 + 4 * positions.size();
+  t.last_doc = doc;
+  const size_t before = t.pos.size();
+  uint32_t prev = 0;
+  for (uint32_t p : positions) {
+    PutVarint(t.pos, p - prev);
+    prev = p;
+  }
+  t.last_pos = prev;
+  memory_ += 8 + (t.pos.size() - before);
 }
 
 void SegmentBuilder::AddPostings(uint32_t field, std::string_view term, std::span<const uint32_t> docs,
                                  std::span<const uint32_t> tfs, std::span<const uint32_t> positions) {
   TermBuild& t = Term(field, term);
+  const size_t before = t.pos.size();
+  size_t p = 0;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    if (t.docs.size() % kPostingBlock == 0) t.skip.push_back(static_cast<uint32_t>(t.pos.size()));
+    t.docs.push_back(docs[i]);
+    t.tfs.push_back(tfs[i]);
+    uint32_t prev = 0;
+    for (uint32_t k = 0; k < tfs[i]; ++k, ++p) {
+      PutVarint(t.pos, positions[p] - prev);
+      prev = positions[p];
+    }
+    t.last_pos = prev;
+  }
+  if (!docs.empty()) t.last_doc = docs.back();
+  memory_ += 8 * docs.size() + (t.pos.size() - before);
+}
+
+uint32_t SegmentBuilder::AppendTerm(uint32_t field, std::string_view term) {
+  FieldBuild& fb = text_[field];
+  fb.presorted = true;
+  fb.terms.emplace_back().name.assign(term);
+  memory_ += term.size() + 112;
+  return static_cast<uint32_t>(fb.terms.size() - 1);
+}
+
+void SegmentBuilder::AddEncodedPostings(uint32_t field, uint32_t index, std::span<const uint32_t> docs,
+                                        std::span<const uint32_t> tfs, std::string_view bytes) {
+  TermBuild& t = text_[field].terms[index];
+  const size_t base = t.pos.size();
+  // Skip entries for the postings that start a block: walk the varints (a
+  // byte below 0x80 ends one); no walk past the last block start.
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  const auto* start = p;
+  const size_t n0 = t.docs.size();
+  const size_t first = (kPostingBlock - n0 % kPostingBlock) % kPostingBlock;  // first i with (n0+i) % 64 == 0
+  if (first < docs.size()) {
+    const size_t last = first + (docs.size() - 1 - first) / kPostingBlock * kPostingBlock;
+    for (size_t i = 0; i <= last; ++i) {
+      if ((n0 + i) % kPostingBlock == 0) t.skip.push_back(static_cast<uint32_t>(base + (p - start)));
+      if (i == last) break;
+      for (uint32_t k = tfs[i]; k > 0; --k) {
+        while (*p & 0x80) ++p;
+        ++p;
+      }
+    }
+  }
   t.docs.insert(t.docs.end(), docs.begin(), docs.end());
   t.tfs.insert(t.tfs.end(), tfs.begin(), tfs.end());
-  t.positions.insert(t.positions.end(), positions.begin(), positions.end());
-  memory_ += 8 * docs.size() + 4 * positions.size();
+  t.pos.append(bytes);
+  if (!docs.empty()) t.last_doc = docs.back();
+  memory_ += 8 * docs.size() + bytes.size();
 }
 
 void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, double v) {
@@ -172,9 +300,24 @@ std::string SegmentBuilder::Encode(uint64_t fingerprint) const {
     for (const auto& id : ids_) out += id;
     Align(out);
   }
-  std::string pos;
-  std::vector<uint32_t> skip;
   std::vector<BlockMax> blocks;
+  {
+    // One allocation for the image: an upper bound of its size.
+    size_t est = kHeaderBytes + 64 + 8 * n + 64;
+    for (const auto& id : ids_) est += id.size();
+    for (size_t f = 0; f < text_.size(); ++f) {
+      est += 4 * n + 96;
+      for (size_t i = 0; i < text_[f].terms.size(); ++i) {
+        const TermBuild& t = text_[f].terms[i];
+        const size_t d = t.docs.size();
+        est += t.name.size() + 4 + sizeof(TermEntry) + 32 + 64 + 2 * d + 16 * (d / 4096 + 2) + 4 * d + t.pos.size() +
+               4 * t.skip.size() + sizeof(BlockMax) * (d / kPostingBlock + 1);
+      }
+    }
+    for (size_t s = 0; s < columns_.size(); ++s) est += 8 * n + sizeof(NumEntry) * numbers_[s].size() + 96;
+    est += 64 * (text_.size() + columns_.size()) + 1024;
+    out.reserve(est);
+  }
   for (size_t f = 0; f < text_.size(); ++f) {
     const FieldBuild& fb = text_[f];
     const auto& lens = lengths_[f];
@@ -189,9 +332,9 @@ std::string SegmentBuilder::Encode(uint64_t fingerprint) const {
     PutArray(out, lens.data(), lens.size());
     Align(out);
     std::vector<std::pair<std::string_view, uint32_t>> sorted;
-    sorted.reserve(fb.names.size());
-    for (uint32_t t = 0; t < fb.names.size(); ++t) sorted.emplace_back(fb.names[t], t);
-    std::sort(sorted.begin(), sorted.end());
+    sorted.reserve(fb.terms.size());
+    for (uint32_t t = 0; t < fb.terms.size(); ++t) sorted.emplace_back(fb.terms[t].name, t);
+    if (!fb.presorted) std::sort(sorted.begin(), sorted.end());
     const uint32_t nt = static_cast<uint32_t>(sorted.size());
     uint64_t term_offs_off = out.size();
     {
@@ -229,29 +372,18 @@ std::string SegmentBuilder::Encode(uint64_t fingerprint) const {
       } else {
         PutArray(out, t.tfs.data(), t.tfs.size());
       }
-      pos.clear();
-      skip.clear();
       blocks.clear();
-      size_t p = 0;
       for (size_t i = 0; i < t.docs.size(); ++i) {
-        if (i % kPostingBlock == 0) {
-          skip.push_back(static_cast<uint32_t>(pos.size()));
-          blocks.push_back(BlockMax{0, 0, std::numeric_limits<uint32_t>::max(), 0});
-        }
+        if (i % kPostingBlock == 0) blocks.push_back(BlockMax{0, 0, std::numeric_limits<uint32_t>::max(), 0});
         BlockMax& b = blocks.back();
         b.last_doc = t.docs[i];
         b.max_tf = std::max(b.max_tf, t.tfs[i]);
         b.min_len = std::min(b.min_len, lens[t.docs[i]]);
-        uint32_t prev = 0;
-        for (uint32_t k = 0; k < t.tfs[i]; ++k, ++p) {
-          PutVarint(pos, t.positions[p] - prev);
-          prev = t.positions[p];
-        }
       }
       e.pos_off = out.size();
-      out += pos;
+      out += t.pos;
       e.skip_off = out.size();
-      PutArray(out, skip.data(), skip.size());
+      PutArray(out, t.skip.data(), t.skip.size());
       e.block_off = out.size();
       PutArray(out, blocks.data(), blocks.size());
       std::memcpy(out.data() + entries_off + ti * sizeof(TermEntry), &e, sizeof(e));

@@ -78,12 +78,35 @@ class SegmentBuilder {
   // Tokens of one document and field must come with non-decreasing doc
   // numbers per term and increasing positions within a document.
   void AddToken(uint32_t field, uint32_t doc, std::string_view term, uint32_t position);
+  // Tokens of one document and field in order (same contract as AddToken
+  // for each): hashes and dictionary probes are batched so their cache
+  // misses overlap.
+  void AddTokens(uint32_t field, uint32_t doc, std::span<const std::string_view> terms, std::span<const uint32_t> positions);
   // A whole posting (merges): `positions` ascending.
   void AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions);
   // Many postings of one term at once (merges): docs ascending and above
   // the term's previous ones, tfs aligned, positions flattened in order.
   void AddPostings(uint32_t field, std::string_view term, std::span<const uint32_t> docs, std::span<const uint32_t> tfs,
                    std::span<const uint32_t> positions);
+  // Merges without hashing: a field filled only through AppendTerm takes
+  // its terms in strictly increasing bytewise order (the sorted
+  // dictionaries of the merged segments, merged), so Encode needs no sort.
+  // Returns the term's index for AddEncodedPostings. Do not mix with
+  // AddToken/AddPosting(s) on the same field.
+  uint32_t AppendTerm(uint32_t field, std::string_view term);
+  // Postings of term `index` already in the segment's position encoding
+  // (per posting, tf varints of deltas from 0): `bytes` holds exactly the
+  // postings' positions, in order. Docs ascending and above the term's
+  // previous ones.
+  // Capacity for `docs` more postings and `bytes` more position bytes of term `index`.
+  void ReservePostings(uint32_t field, uint32_t index, size_t docs, size_t bytes) {
+    TermBuild& t = text_[field].terms[index];
+    t.docs.reserve(t.docs.size() + docs);
+    t.tfs.reserve(t.tfs.size() + docs);
+    t.pos.reserve(t.pos.size() + bytes);
+  }
+  void AddEncodedPostings(uint32_t field, uint32_t index, std::span<const uint32_t> docs, std::span<const uint32_t> tfs,
+                          std::string_view bytes);
   void SetLength(uint32_t field, uint32_t doc, uint32_t length) { lengths_[field][doc] = length; }
   void AddNumber(uint32_t slot, uint32_t doc, double v);
   uint32_t doc_count() const { return static_cast<uint32_t>(ids_.size()); }
@@ -92,17 +115,29 @@ class SegmentBuilder {
   std::string Encode(uint64_t fingerprint) const;
 
  private:
+  // Positions are kept encoded as they are written (varint deltas per
+  // posting), with the skip table built as postings arrive.
+  // The members a token touches come first (name, current doc, position
+  // bytes), so a probe costs few cache lines.
   struct TermBuild {
-    std::vector<uint32_t> docs, tfs, positions;
+    std::string name;
+    uint32_t last_doc = UINT32_MAX;  // doc of the current (last) posting; none yet
+    uint32_t last_pos = 0;           // previous position of the current posting
+    std::string pos;
+    std::vector<uint32_t> docs, tfs, skip;
   };
   // Open addressing (linear probing) from term to index in `terms`: a slot
   // holds the hash's high 32 bits and index + 1 (0: empty); load <= 1/2.
   struct FieldBuild {
     std::vector<uint64_t> slots = std::vector<uint64_t>(1024, 0);
-    std::vector<std::string> names;
     std::vector<TermBuild> terms;
+    bool presorted = false;  // filled by AppendTerm: names already sorted
   };
   TermBuild& Term(uint32_t field, std::string_view term);
+  uint32_t TermIndex(FieldBuild& fb, std::string_view term, uint64_t h);
+  void AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position);
+  std::vector<uint64_t> hash_buf_;
+  std::vector<uint32_t> index_buf_;
 
   std::vector<std::string> ids_;
   std::vector<FieldBuild> text_;

@@ -8,6 +8,7 @@
 //   postings_bench [--docs 100000] [--batch 5000] [--queries 1000] [--passes 3]
 //                  [--peer-passes 1] [--peers 0|1] [--dir /tmp/postings_bench]
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -161,6 +162,7 @@ int main(int argc, char** argv) {
   int passes = 3, peer_passes = 1;
   bool peers = true;
   std::string dir = "/tmp/postings_bench";
+  std::string only, dump;  // --only TYPE: one query type; --dump FILE: every query's total and hits (to diff runs)
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--docs") ndocs = std::stoul(argv[i + 1]);
@@ -170,6 +172,8 @@ int main(int argc, char** argv) {
     else if (k == "--peer-passes") peer_passes = std::stoi(argv[i + 1]);
     else if (k == "--dir") dir = argv[i + 1];
     else if (k == "--peers") peers = std::string(argv[i + 1]) != "0";
+    else if (k == "--only") only = argv[i + 1];
+    else if (k == "--dump") dump = argv[i + 1];
   }
   setvbuf(stdout, nullptr, _IOLBF, 0);
   PrintMachine();
@@ -197,6 +201,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto& index = **idx;
+  auto cpu_now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+  };
+  const double cpu0 = cpu_now();
   t0 = Clock::now();
   std::vector<DocChange> changes;
   std::vector<IndexError> errors;
@@ -211,9 +221,10 @@ int main(int argc, char** argv) {
     }
   }
   double corvid_secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double corvid_cpu = cpu_now() - cpu0;
   printf("\nindexing (one thread, durable batches)\n");
-  printf("  corvid   %9.0f docs/s  %6.1f MB/s  (%.2f s, disk %.1f MB)\n", ndocs / corvid_secs, mb / 1e6 / corvid_secs,
-         corvid_secs, index.DiskBytes() / 1e6);
+  printf("  corvid   %9.0f docs/s  %6.1f MB/s  (%.2f s, disk %.1f MB; cpu %.2f s = %.0f docs/cpu-s)\n", ndocs / corvid_secs,
+         mb / 1e6 / corvid_secs, corvid_secs, index.DiskBytes() / 1e6, corvid_cpu, ndocs / corvid_cpu);
   double best_peer_index = 0;
 
 #ifdef CORVID_BENCH_SQLITE
@@ -278,9 +289,19 @@ int main(int argc, char** argv) {
   if (best_peer_index > 0) printf("  corvid / faster peer: %.1fx\n", (ndocs / corvid_secs) / best_peer_index);
 
   printf("\nqueries, top-10 by BM25 (q/s, p50 us, p99 us; avg hits returned)\n");
+  FILE* dump_file = dump.empty() ? nullptr : fopen(dump.c_str(), "w");
   for (const auto& [name, qs] : w.queries) {
+    if (!only.empty() && name != only) continue;
     postings::SearchRequest req;
     req.limit = 10;
+    if (dump_file != nullptr) {
+      for (const Query& q : qs) {
+        req.q = q.corvid;
+        auto r = index.Search(req);
+        if (r.ok()) fprintf(dump_file, "%s\t%llu\t%s\n", q.corvid.c_str(), static_cast<unsigned long long>(r->total), r->hits_json.c_str());
+        else fprintf(dump_file, "%s\terror %s\n", q.corvid.c_str(), r.status().ToString().c_str());
+      }
+    }
     Stats c = Measure(qs, passes, [&](const Query& q) -> size_t {
       req.q = q.corvid;
       auto r = index.Search(req);
@@ -330,5 +351,6 @@ int main(int argc, char** argv) {
   if (sel != nullptr) sqlite3_finalize(sel);
   if (db != nullptr) sqlite3_close(db);
 #endif
+  if (dump_file != nullptr) fclose(dump_file);
   return 0;
 }
