@@ -163,12 +163,13 @@ class IndexSlot {
     store_.RemoveCommitListener(listener_);
   }
 
+  // Pausing returns once the batch in progress (if any) is done, so no
+  // change committed after the pause is indexed until Resume.
   void SetPaused(bool paused) {
-    {
-      std::lock_guard lock(mu_);
-      paused_ = paused;
-    }
+    std::unique_lock lock(mu_);
+    paused_ = paused;
     cv_.notify_all();
+    if (paused) cv_.wait(lock, [&] { return !working_ || stop_; });
   }
 
   void RequestReset() {
@@ -269,6 +270,7 @@ class IndexSlot {
       RunBatch();
       lock.lock();
       working_ = false;
+      cv_.notify_all();  // a Pause may be waiting for this batch
       if (!failure_.empty()) {
         // Back off, interruptibly, before retrying a failing batch.
         cv_.wait_until(lock, retry_at_, [&] { return stop_ || reset_requested_; });

@@ -106,7 +106,8 @@ class IndexEngine {
   Result<IndexProgress> Progress(std::string_view name) const;
   std::vector<IndexProgress> AllProgress() const;  // sorted by name
 
-  // Pause: the worker stops after its current batch. Resume: it goes on.
+  // Pause: returns once the worker's current batch (if any) is done; no
+  // later change is indexed until Resume.
   // Reset: drops the index's state and rebuilds it from the store.
   Status Pause(std::string_view name);
   Status Resume(std::string_view name);

@@ -91,6 +91,16 @@ void WriteProgress(JsonWriter& w, const indexing::IndexProgress& p, const std::s
   w.EndObject();
 }
 
+// The freshness keys every query answer carries (API.md, Queries).
+void WriteFreshness(JsonWriter& w, bool stale, uint64_t index_etag, std::chrono::steady_clock::time_point start) {
+  w.Key("stale");
+  w.Bool(stale);
+  w.Key("indexEtag");
+  w.Uint64(index_etag);
+  w.Key("tookMs");
+  w.Double(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+}
+
 Response IndexNotFound(std::string_view name) {
   return ErrorResponse(404, "not_found", "no index named '" + std::string(name) + "'");
 }
@@ -217,12 +227,7 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
     w.RawValue(result->rows_json.data(), result->rows_json.size(), rapidjson::kArrayType);
     w.Key("total");
     w.Uint64(result->total);
-    w.Key("stale");
-    w.Bool(stale);
-    w.Key("indexEtag");
-    w.Uint64(index_etag);
-    w.Key("tookMs");
-    w.Double(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    WriteFreshness(w, stale, index_etag, start);
     w.EndObject();
     reply(JsonResponse(200, buf));
   };
@@ -367,12 +372,7 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
       w.Key("facets");
       w.RawValue(result->facets_json.data(), result->facets_json.size(), rapidjson::kObjectType);
     }
-    w.Key("stale");
-    w.Bool(stale);
-    w.Key("indexEtag");
-    w.Uint64(index_etag);
-    w.Key("tookMs");
-    w.Double(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    WriteFreshness(w, stale, index_etag, start);
     w.EndObject();
     reply(JsonResponse(200, buf));
   };
