@@ -2,6 +2,8 @@
 // EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (33 words), written out here.
 #include "analyzers/stemmer.h"
 
+#include "common/hash.h"
+
 #include <libstemmer.h>
 
 #include <algorithm>
@@ -17,22 +19,6 @@ constexpr std::array<std::string_view, 33> kEnglishStopWords = {
     "on",   "or",   "such", "that",  "the",   "their", "then", "there", "these",
     "they", "this", "to",   "was",   "will",  "with"};
 
-uint64_t HashTerm(std::string_view s) {
-  // Short keys only (<= kMaxTermBytes): 8-byte words mixed by multiply.
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
-  size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
-    uint64_t w;
-    std::memcpy(&w, s.data() + i, 8);
-    h = (h ^ w) * 0xFF51AFD7ED558CCDull;
-    h ^= h >> 32;
-  }
-  uint64_t w = 0;
-  std::memcpy(&w, s.data() + i, s.size() - i);
-  h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
-  h ^= h >> 29;
-  return h;
-}
 
 }  // namespace
 
@@ -85,7 +71,7 @@ Status CachedStemmer::Stem(std::string_view term, bool* is_stop, std::string_vie
     }
     return RunStemmer(term, stem);
   }
-  Slot& slot = slots_[HashTerm(term) & (kSlots - 1)];
+  Slot& slot = slots_[HashShortBytes(term) & (kSlots - 1)];
   if (slot.term_len == term.size() && std::memcmp(slot.term, term.data(), term.size()) == 0) {
     *is_stop = slot.is_stop != 0;
     *stem = std::string_view(slot.stem, slot.stem_len);

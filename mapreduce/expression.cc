@@ -327,29 +327,22 @@ class Parser {
   }
 
   Result<std::unique_ptr<Node>> ParseAdd() {
-    auto left = ParseMul();
-    if (!left.ok()) return left;
-    std::unique_ptr<Node> n = std::move(left).value();
-    while (Peek().type == Tok::kPlus || Peek().type == Tok::kMinus) {
-      BinOp op = Next().type == Tok::kPlus ? BinOp::kAdd : BinOp::kSub;
-      auto right = ParseMul();
-      if (!right.ok()) return right;
-      auto parent = Make(NodeKind::kBinary, n->offset);
-      parent->op = op;
-      parent->args.push_back(std::move(n));
-      parent->args.push_back(std::move(right).value());
-      n = std::move(parent);
-    }
-    return n;
+    return ParseLeftAssociative(&Parser::ParseMul, Tok::kPlus, BinOp::kAdd, Tok::kMinus, BinOp::kSub);
   }
 
   Result<std::unique_ptr<Node>> ParseMul() {
-    auto left = ParseUnary();
+    return ParseLeftAssociative(&Parser::ParseUnary, Tok::kStar, BinOp::kMul, Tok::kSlash, BinOp::kDiv);
+  }
+
+  // operand ((tok_a | tok_b) operand)*, folded to the left.
+  Result<std::unique_ptr<Node>> ParseLeftAssociative(Result<std::unique_ptr<Node>> (Parser::*operand)(), Tok tok_a,
+                                                     BinOp op_a, Tok tok_b, BinOp op_b) {
+    auto left = (this->*operand)();
     if (!left.ok()) return left;
     std::unique_ptr<Node> n = std::move(left).value();
-    while (Peek().type == Tok::kStar || Peek().type == Tok::kSlash) {
-      BinOp op = Next().type == Tok::kStar ? BinOp::kMul : BinOp::kDiv;
-      auto right = ParseUnary();
+    while (Peek().type == tok_a || Peek().type == tok_b) {
+      BinOp op = Next().type == tok_a ? op_a : op_b;
+      auto right = (this->*operand)();
       if (!right.ok()) return right;
       auto parent = Make(NodeKind::kBinary, n->offset);
       parent->op = op;

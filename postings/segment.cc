@@ -35,6 +35,8 @@
 //   Footer, 16 bytes: u64 Checksum64 of every byte before it, char[8] "CVDSEGND".
 #include "postings/segment.h"
 
+#include "common/hash.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -70,23 +72,6 @@ uint32_t SegmentBuilder::AddDoc(std::string_view id) {
   return static_cast<uint32_t>(ids_.size() - 1);
 }
 
-namespace {
-inline uint64_t TermHash(std::string_view s) {
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
-  size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
-    uint64_t w;
-    std::memcpy(&w, s.data() + i, 8);
-    h = (h ^ w) * 0xff51afd7ed558ccdull;
-    h ^= h >> 32;
-  }
-  uint64_t w = 0;
-  std::memcpy(&w, s.data() + i, s.size() - i);
-  h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 29;
-  return h * 0x9E3779B97F4A7C15ull;
-}
-}  // namespace
 
 namespace {
 inline bool SameTerm(const std::string& a, std::string_view b) {
@@ -120,7 +105,7 @@ uint32_t SegmentBuilder::TermIndex(FieldBuild& fb, std::string_view term, uint64
         std::vector<uint64_t> bigger(fb.slots.size() * 2, 0);
         const size_t m2 = bigger.size() - 1;
         for (uint32_t t = 0; t < fb.terms.size(); ++t) {
-          uint64_t h2 = TermHash(fb.terms[t].name);
+          uint64_t h2 = HashShortBytes(fb.terms[t].name);
           size_t j = h2 & m2;
           while (bigger[j] != 0) j = (j + 1) & m2;
           bigger[j] = ((h2 >> 32) << 32) | (t + 1);
@@ -139,7 +124,7 @@ uint32_t SegmentBuilder::TermIndex(FieldBuild& fb, std::string_view term, uint64
 
 SegmentBuilder::TermBuild& SegmentBuilder::Term(uint32_t field, std::string_view term) {
   FieldBuild& fb = text_[field];
-  return fb.terms[TermIndex(fb, term, TermHash(term))];
+  return fb.terms[TermIndex(fb, term, HashShortBytes(term))];
 }
 
 inline void SegmentBuilder::AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position) {
@@ -178,7 +163,7 @@ void SegmentBuilder::AddTokens(uint32_t field, uint32_t doc, std::span<const std
   {
     const size_t mask = fb.slots.size() - 1;
     for (size_t i = 0; i < n; ++i) {
-      const uint64_t h = TermHash(terms[i]);
+      const uint64_t h = HashShortBytes(terms[i]);
       hash_buf_[i] = h;
       __builtin_prefetch(&fb.slots[h & mask]);
     }
