@@ -204,9 +204,8 @@ class IndexSlot {
     p.last_indexed_etag = indexed_etag();
     auto backlog = store_.CountChangesSince(collection_, p.last_indexed_etag);
     p.backlog = backlog.ok() ? *backlog : 0;
-    uint64_t total = 0;
-    for (const auto& c : store_.Collections())
-      if (c.name == collection_) total = c.count + c.tombstones;
+    auto coll = store_.Collection(collection_);
+    const uint64_t total = coll ? coll->count + coll->tombstones : 0;  // change-feed entries
     p.progress = total == 0 ? 1.0 : double(total - std::min(total, p.backlog)) / double(total);
     p.stale = p.backlog > 0;
     p.entries = kind_->Entries();

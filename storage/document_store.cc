@@ -368,6 +368,13 @@ std::vector<CollectionInfo> DocumentStore::Collections() const {
   return out;
 }
 
+std::optional<CollectionInfo> DocumentStore::Collection(std::string_view name) const {
+  std::shared_lock lock(impl_->collections_mu);
+  auto it = impl_->collections.find(name);
+  if (it == impl_->collections.end()) return std::nullopt;
+  return CollectionInfo{it->first, it->second.count, it->second.tombstones};
+}
+
 uint64_t DocumentStore::LastEtag() const { return impl_->last_etag.load(std::memory_order_acquire); }
 
 uint64_t DocumentStore::WaitForEtagAfter(uint64_t after, std::chrono::steady_clock::time_point deadline) const {

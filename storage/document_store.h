@@ -144,6 +144,8 @@ class DocumentStore {
 
   // Collections sorted by name, with their live document counts.
   std::vector<CollectionInfo> Collections() const;
+  // One collection's counts, if it exists.
+  std::optional<CollectionInfo> Collection(std::string_view name) const;
 
   // The etag of the last durable write (0 for an empty store).
   uint64_t LastEtag() const;

@@ -418,4 +418,8 @@ TEST_CASE("change batches carry bodies, respect limits and count the backlog", "
   CHECK((colls[0].name == "a" && colls[0].count == 2 && colls[0].tombstones == 1));
   REQUIRE(Single(*store, Put("a", "1", "{}")).status.ok());  // resurrect
   CHECK(store->Collections()[0].tombstones == 0);
+  auto a = store->Collection("a");
+  REQUIRE(a);
+  CHECK((a->name == "a" && a->count == 3 && a->tombstones == 0));
+  CHECK_FALSE(store->Collection("zzz"));
 }
