@@ -236,7 +236,8 @@ class Compiler {
       const SegmentState& s = snap_.segments[k];
       for (const auto& t : a.terms) a.seg_terms[k].push_back(s.segment->FindTerm(a.field, t));
       for (size_t i = 0; i < a.score_terms.size(); ++i) {
-        int64_t ti = s.segment->FindTerm(a.field, a.score_terms[i]);
+        // score_terms are terms without repeats: most often the same list.
+        int64_t ti = a.score_terms.size() == a.terms.size() ? a.seg_terms[k][i] : s.segment->FindTerm(a.field, a.score_terms[i]);
         a.seg_score_terms[k].push_back(ti);
         if (ti < 0) continue;
         uint64_t n = s.segment->entry(a.field, static_cast<uint32_t>(ti)).doc_freq;
@@ -278,39 +279,40 @@ inline const uint8_t* SkipVarints(const uint8_t* p, size_t n) {
 }
 
 // Iterates one posting list in doc order with its rank (for term
-// frequencies) and block-skipping Advance.
+// frequencies) and block-skipping Advance. Doc numbers are decoded a block
+// (kPostingBlock postings, the unit of the skip table and block maxima)
+// at a time.
 class PostingCursor {
  public:
   PostingCursor(const Segment& seg, uint32_t field, uint32_t ti) : seg_(seg), field_(field), ti_(ti) {
     bm_ = seg.Postings(field, ti);
     blocks_ = seg.Blocks(field, ti);
-    nblocks_ = (seg.entry(field, ti).doc_freq + kPostingBlock - 1) / kPostingBlock;
+    df_ = seg.entry(field, ti).doc_freq;
+    nblocks_ = (df_ + kPostingBlock - 1) / kPostingBlock;
     tfs_ = seg.Tfs(field, ti);
     roaring_init_iterator(bm_.get(), &it_);
+    LoadBlock(0);
   }
-  bool valid() const { return it_.has_value; }
-  uint32_t doc() const { return it_.current_value; }
+  bool valid() const { return rank_ < df_; }
+  uint32_t doc() const { return buf_[rank_ - block_ * kPostingBlock]; }
   uint32_t rank() const { return rank_; }
   uint32_t tf() const { return tfs_[rank_]; }
   void Next() {
-    roaring_advance_uint32_iterator(&it_);
-    ++rank_;
+    if (++rank_ == (block_ + 1) * kPostingBlock) LoadBlock(block_ + 1);
   }
   // Positions the cursor's rank only (for tf and Positions); the doc
   // iterator is left behind: do not mix with Next/Advance afterwards.
   void SeekRank(uint32_t rank) { rank_ = rank; }
   // Moves to the first posting >= target.
   void Advance(uint32_t target) {
-    if (!it_.has_value || it_.current_value >= target) return;
-    uint32_t b = rank_ / kPostingBlock;
-    if (blocks_[b].last_doc < target) {
-      uint32_t nb = b + 1;
+    if (!valid() || doc() >= target) return;
+    if (blocks_[block_].last_doc < target) {
+      uint32_t nb = block_ + 1;
       while (nb < nblocks_ && blocks_[nb].last_doc < target) ++nb;
-      roaring_move_uint32_iterator_equalorlarger(&it_, blocks_[nb - 1].last_doc + 1);
-      rank_ = nb * kPostingBlock;
-      if (nb == nblocks_) return;
+      LoadBlock(nb);
+      if (!valid()) return;
     }
-    while (it_.has_value && it_.current_value < target) Next();
+    while (doc() < target) ++rank_;  // stops in this block: its last doc >= target
   }
   // Decodes the positions of the current posting. Sequential calls (rank
   // increasing within a block) continue from the previous decode point
@@ -347,14 +349,27 @@ class PostingCursor {
   }
 
  private:
+  // Decodes block b's doc numbers into buf_ (b == nblocks_: the end).
+  void LoadBlock(uint32_t b) {
+    block_ = b;
+    rank_ = std::min(df_, b * kPostingBlock);
+    if (b >= nblocks_) return;
+    if (it_block_ != b) roaring_move_uint32_iterator_equalorlarger(&it_, blocks_[b - 1].last_doc + 1);  // b > 0 here
+    roaring_read_uint32_iterator(&it_, buf_, kPostingBlock);
+    it_block_ = b + 1;
+  }
+
   const Segment& seg_;
   uint32_t field_, ti_;
   ConstBitmap bm_;
   roaring_uint32_iterator_t it_;
   const BlockMax* blocks_;
-  uint32_t nblocks_;
+  uint32_t df_, nblocks_;
   TfArray tfs_;
   uint32_t rank_ = 0;
+  uint32_t block_ = 0;     // the block in buf_
+  uint32_t it_block_ = 0;  // the block it_ is at the start of
+  uint32_t buf_[kPostingBlock];
   const uint8_t* pos_ptr_ = nullptr;  // start of posting pos_rank_'s positions
   uint32_t pos_rank_ = 0;
 };
@@ -440,14 +455,30 @@ bool PhraseMatches2(const uint8_t* x, uint32_t tx, int64_t rx, const uint8_t* y,
   }
 }
 
-// Per-segment evaluation state.
+// Per-segment evaluation state. A node's bitmap may be borrowed (a
+// segment's posting list, or a child's bitmap) rather than copied.
 struct SegEval {
   const SegmentState* s = nullptr;
-  std::vector<ConstBitmap> node_bm;                // by node id
-  std::vector<std::vector<ConstBitmap>> alt_bm;    // by node id, alt index
+  std::vector<const roaring_bitmap_t*> node_bm;  // by node id; owned by `owned` or `alt_bm`
+  std::vector<std::vector<ConstBitmap>> alt_bm;  // by node id, alt index
+  std::vector<ConstBitmap> owned;
+  const roaring_bitmap_t* Keep(Bitmap b) {
+    owned.emplace_back(b.release());
+    return owned.back().get();
+  }
 };
 
 ConstBitmap Owned(Bitmap b) { return ConstBitmap(b.release()); }
+
+// The union of `parts` (empty ones ignored), borrowed when only one is left.
+const roaring_bitmap_t* Union(std::vector<const roaring_bitmap_t*>& parts, SegEval& ev) {
+  std::erase_if(parts, [](const roaring_bitmap_t* b) { return roaring_bitmap_is_empty(b); });
+  if (parts.empty()) return ev.Keep(NewBitmap());
+  if (parts.size() == 1) return parts[0];
+  // or_many is lazy (bitset containers, repaired at the end): only worth it for many inputs.
+  if (parts.size() == 2) return ev.Keep(Bitmap(roaring_bitmap_or(parts[0], parts[1])));
+  return ev.Keep(Bitmap(roaring_bitmap_or_many(parts.size(), parts.data())));
+}
 
 ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
   const auto& ti = a.seg_terms[k];
@@ -498,14 +529,14 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
 
 const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
   const Segment& seg = *ev.s->segment;
-  Bitmap out;
+  const roaring_bitmap_t* out = nullptr;
   switch (n.kind) {
     case CNode::Kind::kAll:
-      out.reset(roaring_bitmap_from_range(0, seg.doc_count(), 1));
+      out = ev.Keep(Bitmap(roaring_bitmap_from_range(0, seg.doc_count(), 1)));
       break;
     case CNode::Kind::kNone:
     case CNode::Kind::kDropped:
-      out = NewBitmap();
+      out = ev.Keep(NewBitmap());
       break;
     case CNode::Kind::kBool: {
       std::vector<const roaring_bitmap_t*> must, should, not_;
@@ -513,17 +544,24 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
         const roaring_bitmap_t* b = Eval(*c, k, ev);
         (occ == Occur::kMust ? must : occ == Occur::kShould ? should : not_).push_back(b);
       }
+      Bitmap own;
       if (must.size() >= 2) {
-        out.reset(roaring_bitmap_and(must[0], must[1]));  // no copy of the first operand
-        for (size_t i = 2; i < must.size(); ++i) roaring_bitmap_and_inplace(out.get(), must[i]);
+        // Smallest first: each AND is at most as large as its first operand.
+        std::sort(must.begin(), must.end(), [](const roaring_bitmap_t* x, const roaring_bitmap_t* y) {
+          return roaring_bitmap_get_cardinality(x) < roaring_bitmap_get_cardinality(y);
+        });
+        own.reset(roaring_bitmap_and(must[0], must[1]));
+        for (size_t i = 2; i < must.size(); ++i) roaring_bitmap_and_inplace(own.get(), must[i]);
       } else if (!must.empty()) {
-        out.reset(roaring_bitmap_copy(must[0]));
+        out = must[0];
       } else if (!should.empty()) {
-        out.reset(roaring_bitmap_or_many(should.size(), should.data()));
+        out = Union(should, ev);
       } else {
-        out.reset(roaring_bitmap_from_range(0, seg.doc_count(), 1));
+        own.reset(roaring_bitmap_from_range(0, seg.doc_count(), 1));
       }
-      for (auto* b : not_) roaring_bitmap_andnot_inplace(out.get(), b);
+      if (!not_.empty() && !own) own.reset(roaring_bitmap_copy(out));
+      for (auto* b : not_) roaring_bitmap_andnot_inplace(own.get(), b);
+      if (own) out = ev.Keep(std::move(own));
       break;
     }
     case CNode::Kind::kLeaf: {
@@ -533,11 +571,11 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
         alts.push_back(EvalAlt(a, k, seg));
         parts.push_back(alts.back().get());
       }
-      out.reset(parts.empty() ? roaring_bitmap_create() : roaring_bitmap_or_many(parts.size(), parts.data()));
+      out = Union(parts, ev);
       break;
     }
     case CNode::Kind::kNumRange: {
-      out = NewBitmap();
+      Bitmap own = NewBitmap();
       auto sorted = seg.sorted(n.slot);
       auto lo = std::lower_bound(sorted.begin(), sorted.end(), n.lo, [&](const NumEntry& e, double v) {
         return n.lo_incl ? e.value < v : e.value <= v;
@@ -547,7 +585,8 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
         if (n.hi_incl ? it->value > n.hi : it->value >= n.hi) break;
         docs.push_back(it->doc);
       }
-      roaring_bitmap_add_many(out.get(), docs.size(), docs.data());
+      roaring_bitmap_add_many(own.get(), docs.size(), docs.data());
+      out = ev.Keep(std::move(own));
       break;
     }
     case CNode::Kind::kTermRange: {
@@ -561,12 +600,13 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
         keep.push_back(seg.Postings(n.slot, i));
         parts.push_back(keep.back().get());
       }
-      out.reset(parts.empty() ? roaring_bitmap_create() : roaring_bitmap_or_many(parts.size(), parts.data()));
+      // The union may borrow one of `keep`: copy it before they go.
+      out = parts.empty() ? ev.Keep(NewBitmap()) : ev.Keep(Bitmap(roaring_bitmap_or_many(parts.size(), parts.data())));
       break;
     }
   }
-  ev.node_bm[n.id] = Owned(std::move(out));
-  return ev.node_bm[n.id].get();
+  ev.node_bm[n.id] = out;
+  return out;
 }
 
 // Adds the BM25 contributions of `n` to scores[], where docs[] is the
@@ -574,7 +614,7 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
 void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, const Snapshot& snap, SegEval& ev,
            const std::vector<uint32_t>& docs, std::vector<double>& scores) {
   if (n.kind == CNode::Kind::kBool) {
-    Bitmap a2(roaring_bitmap_and(anc, ev.node_bm[n.id].get()));
+    Bitmap a2(roaring_bitmap_and(anc, ev.node_bm[n.id]));
     if (roaring_bitmap_is_empty(a2.get())) return;
     for (const auto& [occ, c] : n.clauses)
       if (occ != Occur::kMustNot) Score(*c, a2.get(), k, snap, ev, docs, scores);
@@ -773,6 +813,13 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
     const BlockMax* blocks;
     const uint32_t* lens;
     size_t order;
+    uint32_t block = UINT32_MAX;  // the block `block_ub` bounds
+    double block_ub = 0;
+  };
+  // An upper bound of the scores in block b of t's postings.
+  auto block_bound = [](const T& t, uint32_t b) {
+    const BlockMax& bm = t.blocks[b];
+    return (t.widf * bm.max_tf / (bm.max_tf + kK1 * (1 - kB + kB * bm.min_len / t.avg))) * (1 + 1e-9) + 1e-300;
   };
   std::vector<T> ts;
   for (size_t o = 0; o < alts.size(); ++o) {
@@ -813,6 +860,27 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
     for (size_t i = first_ess; i < n; ++i)
       if (ts[i].cur->valid()) d = std::min(d, ts[i].cur->doc());
     if (d == UINT32_MAX) break;
+    // Block-max skip: every essential list's postings in [d, end] lie in
+    // its current block, so if those blocks' bounds plus the non-essential
+    // lists' bounds cannot reach the threshold, no document up to `end`
+    // can enter the top-k.
+    double bound = prefix[first_ess];
+    uint32_t end = UINT32_MAX;
+    for (size_t i = first_ess; i < n; ++i) {
+      T& t = ts[i];
+      if (!t.cur->valid()) continue;
+      const uint32_t b = t.cur->rank() / kPostingBlock;
+      if (t.block != b) {
+        t.block = b;
+        t.block_ub = block_bound(t, b);
+      }
+      bound += t.block_ub;
+      end = std::min(end, t.blocks[b].last_doc);
+    }
+    if (bound < top.threshold()) {
+      for (size_t i = first_ess; i < n; ++i) ts[i].cur->Advance(end + 1);
+      continue;
+    }
     double partial = 0;
     std::fill(contrib.begin(), contrib.end(), 0.0);
     for (size_t i = first_ess; i < n; ++i) {
@@ -824,7 +892,7 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
       partial += c;
       t.cur->Next();
     }
-    if (!roaring_bitmap_contains(final_bm, d)) continue;
+    if (final_bm != nullptr && !roaring_bitmap_contains(final_bm, d)) continue;
     const double th = top.threshold();
     bool pruned = false;
     for (size_t i = first_ess; i-- > 0;) {
@@ -1005,6 +1073,8 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   TopK topk(want);
   std::vector<const Alt*> flat;
   const bool use_maxscore = by_score && FlatTerms(**root, flat);
+  const bool flat_has_not = use_maxscore && std::any_of((**root).clauses.begin(), (**root).clauses.end(),
+                                                        [](const auto& c) { return c.first == Occur::kMustNot; });
   for (size_t k = 0; k < snap.segments.size(); ++k) {
     const SegmentState& s = snap.segments[k];
     const Segment& seg = *s.segment;
@@ -1012,16 +1082,24 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     ev.s = &s;
     ev.node_bm.resize(comp.node_count());
     ev.alt_bm.resize(comp.node_count());
-    Bitmap final_bm(roaring_bitmap_copy(Eval(**root, k, ev)));
-    if (filter) {
-      SegEval fev;
-      fev.s = &s;
-      fev.node_bm.resize(filter_nodes);
-      fev.alt_bm.resize(filter_nodes);
-      roaring_bitmap_and_inplace(final_bm.get(), Eval(*filter, k, fev));
+    const roaring_bitmap_t* matches = Eval(**root, k, ev);
+    // The final matches: the query's, restricted by the filter and deletes.
+    const bool restricted = filter != nullptr || s.deleted_count > 0;
+    Bitmap restricted_bm;
+    if (restricted) {
+      restricted_bm.reset(roaring_bitmap_copy(matches));
+      if (filter) {
+        SegEval fev;
+        fev.s = &s;
+        fev.node_bm.resize(filter_nodes);
+        fev.alt_bm.resize(filter_nodes);
+        roaring_bitmap_and_inplace(restricted_bm.get(), Eval(*filter, k, fev));
+      }
+      roaring_bitmap_andnot_inplace(restricted_bm.get(), s.deleted.get());
+      matches = restricted_bm.get();
     }
-    roaring_bitmap_andnot_inplace(final_bm.get(), s.deleted.get());
-    const uint64_t m = roaring_bitmap_get_cardinality(final_bm.get());
+    const roaring_bitmap_t* final_bm = matches;
+    const uint64_t m = roaring_bitmap_get_cardinality(final_bm);
     result.total += m;
     if (m == 0) continue;
     for (const auto& f : req.facets) {
@@ -1029,20 +1107,23 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       auto& counts = facet_counts[f];
       for (uint32_t ti = 0; ti < seg.term_count(fd->slot); ++ti) {
         auto bm = seg.Postings(fd->slot, ti);
-        uint64_t c = roaring_bitmap_and_cardinality(bm.get(), final_bm.get());
+        uint64_t c = roaring_bitmap_and_cardinality(bm.get(), final_bm);
         if (c > 0) counts[std::string(seg.term(fd->slot, ti))] += c;
       }
     }
     if (want == 0) continue;
     if (use_maxscore) {
-      if (flat.size() > kMaxScoreTerms) AccumulateSegment(flat, k, snap, final_bm.get(), topk);
-      else MaxScoreSegment(flat, k, snap, final_bm.get(), topk);
+      // Without a filter, deletes or prohibited clauses, every document
+      // the flat terms reach is a match: no membership test per document.
+      const roaring_bitmap_t* check = restricted || flat_has_not ? final_bm : nullptr;
+      if (flat.size() > kMaxScoreTerms) AccumulateSegment(flat, k, snap, final_bm, topk);
+      else MaxScoreSegment(flat, k, snap, check, topk);
       continue;
     }
     std::vector<uint32_t> docs(m);
-    roaring_bitmap_to_uint32_array(final_bm.get(), docs.data());
+    roaring_bitmap_to_uint32_array(final_bm, docs.data());
     std::vector<double> scores(m, 0.0);
-    if (need_scores) Score(**root, final_bm.get(), k, snap, ev, docs, scores);
+    if (need_scores) Score(**root, final_bm, k, snap, ev, docs, scores);
     if (by_score) {
       for (size_t j = 0; j < m; ++j) topk.Offer(TopEntry{scores[j], static_cast<uint32_t>(k), docs[j], seg.id(docs[j])});
       continue;
@@ -1056,7 +1137,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       std::vector<bool> set(m, false);
       for (uint32_t ti = 0; ti < seg.term_count(fd->slot); ++ti) {
         auto bm = seg.Postings(fd->slot, ti);
-        Bitmap both(roaring_bitmap_and(bm.get(), final_bm.get()));
+        Bitmap both(roaring_bitmap_and(bm.get(), final_bm));
         roaring_uint32_iterator_t it;
         roaring_init_iterator(both.get(), &it);
         for (; it.has_value; roaring_advance_uint32_iterator(&it)) {
