@@ -34,6 +34,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "postings/fuzzy.h"
 #include "postings/query_parser.h"
 #include "postings/snapshot.h"
 
@@ -63,11 +64,19 @@ struct Alt {
   std::vector<std::string> terms;  // in query order; one for a term
   std::vector<uint32_t> rel;       // query positions, relative to the first
   uint32_t slop = 0;
-  std::vector<std::string> score_terms;  // distinct terms
-  std::vector<double> idf;               // per score term
-  double weight = 1.0;                   // field boost * query boosts
-  std::vector<std::vector<int64_t>> seg_terms;        // [segment][i] dictionary index of terms[i] or -1
-  std::vector<std::vector<int64_t>> seg_score_terms;  // [segment][i] for score_terms
+  // The distinct terms, when `terms` repeats one; empty otherwise (then
+  // the score terms are `terms`).
+  std::vector<std::string> score_terms;
+  std::vector<double> idf;  // per score term
+  double weight = 1.0;      // field boost * query boosts
+  std::vector<int64_t> seg_terms;        // [segment * terms.size() + i]: dictionary index of terms[i], or -1
+  std::vector<int64_t> seg_score_terms;  // likewise for score_terms (empty when it is)
+
+  const std::vector<std::string>& ScoreTerms() const { return score_terms.empty() ? terms : score_terms; }
+  int64_t SegTerm(size_t k, size_t i) const { return seg_terms[k * terms.size() + i]; }
+  int64_t SegScoreTerm(size_t k, size_t i) const {
+    return score_terms.empty() ? SegTerm(k, i) : seg_score_terms[k * score_terms.size() + i];
+  }
 };
 
 struct CNode {
@@ -194,29 +203,44 @@ class Compiler {
       } else {
         std::string t = NormalizeMultiTermText(*f, q.text);
         any_tokens = true;
-        std::set<std::string> expanded;
-        for (const auto& s : snap_.segments) {
-          const Segment& seg = *s.segment;
+        // Per segment, the dictionary indexes of the matching terms, in
+        // dictionary (bytewise) order.
+        const size_t ns = snap_.segments.size();
+        std::vector<std::vector<uint32_t>> found(ns);
+        for (size_t k = 0; k < ns; ++k) {
+          const Segment& seg = *snap_.segments[k].segment;
           if (q.kind == K::kPrefix) {
             for (uint32_t i = seg.LowerBound(f->slot, t); i < seg.term_count(f->slot); ++i) {
-              std::string_view term = seg.term(f->slot, i);
-              if (!term.starts_with(t)) break;
-              expanded.emplace(term);
+              if (!seg.term(f->slot, i).starts_with(t)) break;
+              found[k].push_back(i);
             }
           } else {
-            for (uint32_t i = 0; i < seg.term_count(f->slot); ++i) {
-              std::string_view term = seg.term(f->slot, i);
-              if (EditDistance(term, t, q.edits) <= q.edits) expanded.emplace(term);
-            }
+            ForEachFuzzyTerm(seg, f->slot, t, q.edits, [&](uint32_t i) { found[k].push_back(i); });
           }
         }
-        for (const auto& e : expanded) {
+        // Merged into distinct terms, each with its index in every segment.
+        std::vector<size_t> at(ns, 0);
+        std::vector<int64_t> index(ns);
+        for (;;) {
+          std::string_view least;
+          bool any = false;
+          for (size_t k = 0; k < ns; ++k) {
+            if (at[k] == found[k].size()) continue;
+            std::string_view term = snap_.segments[k].segment->term(f->slot, found[k][at[k]]);
+            if (!any || term < least) least = term;
+            any = true;
+          }
+          if (!any) break;
+          for (size_t k = 0; k < ns; ++k) {
+            const bool has = at[k] < found[k].size() && snap_.segments[k].segment->term(f->slot, found[k][at[k]]) == least;
+            index[k] = has ? static_cast<int64_t>(found[k][at[k]++]) : -1;
+          }
           Alt a;
           a.field = f->slot;
           a.weight = w;
-          a.terms.push_back(e);
+          a.terms.emplace_back(least);
           a.rel.push_back(0);
-          AddAlt(*n, std::move(a));
+          AddAlt(*n, std::move(a), index.data());
         }
       }
     }
@@ -225,20 +249,26 @@ class Compiler {
   }
 
  private:
-  void AddAlt(CNode& n, Alt a) {
+  // Resolves a's terms in every segment (`known`: the single term's index
+  // per segment, already found) and computes their idf.
+  void AddAlt(CNode& n, Alt a, const int64_t* known = nullptr) {
     for (const auto& t : a.terms)
       if (std::find(a.score_terms.begin(), a.score_terms.end(), t) == a.score_terms.end()) a.score_terms.push_back(t);
+    if (a.score_terms.size() == a.terms.size()) a.score_terms.clear();  // no repeats: score terms are `terms`
     const size_t ns = snap_.segments.size();
-    a.seg_terms.resize(ns);
-    a.seg_score_terms.resize(ns);
-    std::vector<uint64_t> df(a.score_terms.size(), 0);
+    const size_t nscore = a.ScoreTerms().size();
+    a.seg_terms.reserve(ns * a.terms.size());
+    std::vector<uint64_t> df(nscore, 0);
     for (size_t k = 0; k < ns; ++k) {
       const SegmentState& s = snap_.segments[k];
-      for (const auto& t : a.terms) a.seg_terms[k].push_back(s.segment->FindTerm(a.field, t));
-      for (size_t i = 0; i < a.score_terms.size(); ++i) {
-        // score_terms are terms without repeats: most often the same list.
-        int64_t ti = a.score_terms.size() == a.terms.size() ? a.seg_terms[k][i] : s.segment->FindTerm(a.field, a.score_terms[i]);
-        a.seg_score_terms[k].push_back(ti);
+      if (known != nullptr) {
+        a.seg_terms.push_back(known[k]);
+      } else {
+        for (const auto& t : a.terms) a.seg_terms.push_back(s.segment->FindTerm(a.field, t));
+      }
+      for (const auto& t : a.score_terms) a.seg_score_terms.push_back(s.segment->FindTerm(a.field, t));
+      for (size_t i = 0; i < nscore; ++i) {
+        const int64_t ti = a.SegScoreTerm(k, i);
         if (ti < 0) continue;
         uint64_t n = s.segment->entry(a.field, static_cast<uint32_t>(ti)).doc_freq;
         if (s.deleted_count > 0) {
@@ -481,7 +511,8 @@ const roaring_bitmap_t* Union(std::vector<const roaring_bitmap_t*>& parts, SegEv
 }
 
 ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
-  const auto& ti = a.seg_terms[k];
+  std::vector<int64_t> ti(a.terms.size());
+  for (size_t i = 0; i < ti.size(); ++i) ti[i] = a.SegTerm(k, i);
   for (int64_t t : ti)
     if (t < 0) return Owned(NewBitmap());
   if (ti.size() == 1) return seg.Postings(a.field, static_cast<uint32_t>(ti[0]));
@@ -632,8 +663,8 @@ void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, const Snapshot
     roaring_bitmap_to_uint32_array(e.get(), eff.data());
     const double avg = static_cast<double>(snap.sum_len[a.field]) / snap.with_tokens[a.field];
     const uint32_t* lens = seg.lengths(a.field);
-    for (size_t i = 0; i < a.score_terms.size(); ++i) {
-      int64_t ti = a.seg_score_terms[k][i];
+    for (size_t i = 0; i < a.ScoreTerms().size(); ++i) {
+      int64_t ti = a.SegScoreTerm(k, i);
       if (ti < 0) continue;
       PostingCursor cur(seg, a.field, static_cast<uint32_t>(ti));
       size_t j = 0;
@@ -824,7 +855,7 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
   std::vector<T> ts;
   for (size_t o = 0; o < alts.size(); ++o) {
     const Alt& a = *alts[o];
-    int64_t ti = a.seg_score_terms[k][0];
+    int64_t ti = a.SegScoreTerm(k, 0);
     if (ti < 0) continue;
     T t;
     t.cur = std::make_unique<PostingCursor>(seg, a.field, static_cast<uint32_t>(ti));
@@ -926,7 +957,7 @@ void AccumulateSegment(const std::vector<const Alt*>& alts, size_t k, const Snap
   std::vector<double> acc(seg.doc_count(), 0.0);
   uint32_t buf[256];
   for (const Alt* a : alts) {
-    int64_t ti = a->seg_score_terms[k][0];
+    int64_t ti = a->SegScoreTerm(k, 0);
     if (ti < 0) continue;
     const double avg = static_cast<double>(snap.sum_len[a->field]) / snap.with_tokens[a->field];
     const double widf = a->weight * a->idf[0];
