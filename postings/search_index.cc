@@ -1,7 +1,13 @@
 // SearchIndexImpl: the index worker's side of a search index — turning
 // batches into segment files, deletes into per-segment bitmaps, the
-// crash-safe manifest, the tiered merge policy — and publication of
-// reader snapshots. Queries run in searcher.cc.
+// crash-safe manifest, the tiered merge policy and its background thread —
+// and publication of reader snapshots. Queries run in searcher.cc.
+//
+// Threads: the index worker (ApplyBatch, Clear), one merge thread per index
+// (MergeLoop), and any number of readers (Search, the accessors). Both
+// writers build their segment files without locks and then commit under
+// commit_mu_: derive the next snapshot from the current one, write the
+// manifest, update ids_, publish. Readers only copy the snapshot pointer.
 //
 // Manifest file "MANIFEST", version 1 (little-endian), rewritten whole by
 // WriteFileAtomic (tmp, fsync, rename, fsync dir) after every batch/merge:
@@ -25,10 +31,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
+#include "common/hash.h"
 #include "postings/snapshot.h"
 
 namespace corvid::postings {
@@ -55,6 +65,16 @@ struct DocLoc {
   uint64_t segment;
   uint32_t doc;
 };
+
+// Lets ids_ be probed with a string_view (no std::string per lookup).
+struct IdHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return HashShortBytes(s); }
+};
+using IdMap = std::unordered_map<std::string, DocLoc, IdHash, std::equal_to<>>;
+
+std::mutex merge_hook_mu;
+std::function<void()> merge_hook;  // guarded by merge_hook_mu; SetMergeCommitHookForTesting
 
 // Collects the tokens of one text field of one document (all its values)
 // and hands them to the builder in one batch at Flush.
@@ -112,6 +132,8 @@ uint64_t Level(uint64_t live) {
 class SearchIndexImpl final : public SearchIndex {
  public:
   SearchIndexImpl(std::string dir, std::shared_ptr<const SearchDefinitionImpl> def) : dir_(std::move(dir)), def_(std::move(def)) {}
+  // Cancels a merge in flight (its output file is removed) and joins the thread.
+  ~SearchIndexImpl() override { StopMerges(); }
 
   Status Init();
   uint64_t LastAppliedEtag() const override { return Current()->etag; }
@@ -121,12 +143,15 @@ class SearchIndexImpl final : public SearchIndex {
   uint64_t DiskBytes() const override { return disk_bytes_.load(); }
   uint64_t MemoryBytes() const override { return memory_bytes_.load(); }
   Result<SearchResult> Search(const SearchRequest& request) const override { return RunSearch(*Current(), request); }
+  // Blocks until the merge thread finds nothing to merge (or is stopped).
+  void WaitForMerges();
 
  private:
   std::shared_ptr<const Snapshot> Current() const {
     std::lock_guard<std::mutex> l(snap_mu_);
     return snap_;
   }
+  // Requires commit_mu_ (reads ids_), or no merge thread yet.
   void Publish(std::shared_ptr<const Snapshot> s) {
     uint64_t disk = 0, mem = 0;
     for (const auto& seg : s->segments) {
@@ -152,19 +177,40 @@ class SearchIndexImpl final : public SearchIndex {
   Status LoadManifest();
   void WipeFiles();
   void RemoveUnreferenced(const Snapshot& s);
+  void Unlink(uint64_t segment_id) const { ::unlink((dir_ + "/" + SegmentName(segment_id)).c_str()); }
   Status IndexDocument(SegmentBuilder& b, const DocChange& c, std::vector<IndexError>& errors) const;
-  Status MaybeMerge();
-  Status Merge(std::vector<size_t> which);
   Result<std::shared_ptr<const Segment>> WriteSegment(const SegmentBuilder& b, uint64_t id);
+
+  // The merge thread: StartMerges/StopMerges run on the worker (Init,
+  // Clear, the destructor); RequestMerge after every batch.
+  void StartMerges();
+  void StopMerges();
+  void RequestMerge();
+  void MergeLoop();
+  Status MergeUntilBalanced();
+  Status Merge(const std::shared_ptr<const Snapshot>& base, const std::vector<size_t>& which);
 
   const std::string dir_;
   const std::shared_ptr<const SearchDefinitionImpl> def_;
   mutable std::mutex snap_mu_;
   std::shared_ptr<const Snapshot> snap_;  // guarded by snap_mu_
-  // Worker-owned (ApplyBatch/Clear are serialized by the caller):
-  std::unordered_map<std::string, DocLoc> ids_;  // live id -> its segment and doc number
-  uint64_t next_segment_id_ = 1;
+  // Serializes commits (ApplyBatch, a merge, Clear): each derives the next
+  // snapshot from the current one and writes the manifest while holding
+  // it, so manifests land in commit order. It is held across that one
+  // small file write and fsync — never across building or writing a
+  // segment; readers never take it. Order: commit_mu_, then snap_mu_.
+  std::mutex commit_mu_;
+  IdMap ids_;  // guarded by commit_mu_: live id -> its segment and doc number
+  std::atomic<uint64_t> next_segment_id_{1};
   std::atomic<uint64_t> disk_bytes_{0}, memory_bytes_{0};
+  // One merge runs at a time, on merge_thread_, so a segment being merged
+  // is never picked by another merge.
+  std::mutex merge_mu_;
+  std::condition_variable merge_cv_;
+  bool merge_wanted_ = false;          // guarded by merge_mu_: a batch arrived since the last pick
+  bool merging_ = false;               // guarded by merge_mu_: the thread is picking or merging
+  std::atomic<bool> stop_merges_{false};  // written under merge_mu_; polled by a running merge to cancel
+  std::thread merge_thread_;
 };
 
 void SearchIndexImpl::Recount(Snapshot& s) {
@@ -295,7 +341,7 @@ Status SearchIndexImpl::LoadManifest() {
       if (roaring_bitmap_contains(s.deleted.get(), d)) continue;
       ids_[std::string(s.segment->id(d))] = DocLoc{s.id, d};
     }
-    next_segment_id_ = std::max(next_segment_id_, s.id + 1);
+    next_segment_id_ = std::max(next_segment_id_.load(), s.id + 1);
   }
   Recount(*snap);
   RemoveUnreferenced(*snap);
@@ -308,15 +354,17 @@ Status SearchIndexImpl::Init() {
   struct stat sb;
   if (::stat(dir_.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) return Status::IOError("cannot create directory " + dir_);
   Status st = LoadManifest();
-  if (st.ok()) return st;
-  // Missing, unknown, corrupt or for another definition: rebuild from 0.
-  ids_.clear();
-  next_segment_id_ = 1;
-  WipeFiles();
-  auto empty = EmptySnapshot();
-  Status w = WriteManifest(*empty);
-  if (!w.ok()) return w;
-  Publish(std::move(empty));
+  if (!st.ok()) {
+    // Missing, unknown, corrupt or for another definition: rebuild from 0.
+    ids_.clear();
+    next_segment_id_ = 1;
+    WipeFiles();
+    auto empty = EmptySnapshot();
+    Status w = WriteManifest(*empty);
+    if (!w.ok()) return w;
+    Publish(std::move(empty));
+  }
+  StartMerges();  // the loaded segments may already call for a merge
   return Status::Ok();
 }
 
@@ -399,7 +447,6 @@ Result<std::shared_ptr<const Segment>> SearchIndexImpl::WriteSegment(const Segme
 }
 
 Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag, std::vector<IndexError>& errors) {
-  auto cur = Current();
   // The last change of each id wins; earlier ones in the batch are moot.
   std::unordered_map<std::string_view, size_t> last;
   last.reserve(batch.size());
@@ -410,55 +457,106 @@ Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t th
     Status st = IndexDocument(b, batch[i], errors);
     if (!st.ok()) return st;
   }
-  // Deletes: the previous version of every id in the batch.
-  std::unordered_map<uint64_t, std::vector<uint32_t>> dels;
-  for (const auto& [id, i] : last) {
-    auto it = ids_.find(std::string(id));
-    if (it != ids_.end()) dels[it->second.segment].push_back(it->second.doc);
-  }
-  auto next = std::make_shared<Snapshot>(*cur);
-  next->etag = std::max(cur->etag, through_etag);
-  for (auto& s : next->segments) {
-    auto it = dels.find(s.id);
-    if (it == dels.end()) continue;
-    Bitmap del(roaring_bitmap_copy(s.deleted.get()));
-    roaring_bitmap_add_many(del.get(), it->second.size(), it->second.data());
-    s = MakeState(s.id, s.segment, std::move(del));
-  }
   uint64_t new_id = 0;
+  std::shared_ptr<const Segment> seg;
   if (b.doc_count() > 0) {
     new_id = next_segment_id_++;
-    auto seg = WriteSegment(b, new_id);
-    if (!seg.ok()) return seg.status();
-    next->segments.push_back(MakeState(new_id, std::move(seg).value(), NewBitmap()));
+    auto written = WriteSegment(b, new_id);
+    if (!written.ok()) return written.status();
+    seg = std::move(written).value();
   }
-  // Fully deleted segments leave the manifest.
-  std::erase_if(next->segments, [](const SegmentState& s) { return s.live() == 0; });
-  Recount(*next);
-  Status st = WriteManifest(*next);
-  if (!st.ok()) {
-    if (new_id != 0) ::unlink((dir_ + "/" + SegmentName(new_id)).c_str());
-    return st;
+  std::vector<uint64_t> dropped;
+  {
+    std::lock_guard<std::mutex> l(commit_mu_);
+    auto cur = Current();
+    // Deletes: the previous version of every id in the batch, wherever the
+    // merges have moved it by now.
+    std::unordered_map<uint64_t, std::vector<uint32_t>> dels;
+    for (const auto& [id, i] : last) {
+      auto it = ids_.find(id);
+      if (it != ids_.end()) dels[it->second.segment].push_back(it->second.doc);
+    }
+    auto next = std::make_shared<Snapshot>(*cur);
+    next->etag = std::max(cur->etag, through_etag);
+    for (auto& s : next->segments) {
+      auto it = dels.find(s.id);
+      if (it == dels.end()) continue;
+      Bitmap del(roaring_bitmap_copy(s.deleted.get()));
+      roaring_bitmap_add_many(del.get(), it->second.size(), it->second.data());
+      s = MakeState(s.id, s.segment, std::move(del));
+    }
+    if (seg) next->segments.push_back(MakeState(new_id, seg, NewBitmap()));
+    // Fully deleted segments leave the manifest.
+    for (const auto& s : next->segments)
+      if (s.live() == 0) dropped.push_back(s.id);
+    std::erase_if(next->segments, [](const SegmentState& s) { return s.live() == 0; });
+    Recount(*next);
+    Status st = WriteManifest(*next);
+    if (!st.ok()) {
+      if (seg) Unlink(new_id);
+      return st;
+    }
+    for (const auto& [id, i] : last) {
+      auto it = ids_.find(id);
+      if (it != ids_.end()) ids_.erase(it);
+    }
+    if (seg)
+      for (uint32_t d = 0; d < seg->doc_count(); ++d) ids_[std::string(seg->id(d))] = DocLoc{new_id, d};
+    Publish(std::move(next));
   }
-  for (const auto& [id, i] : last) ids_.erase(std::string(id));
-  if (new_id != 0) {
-    const auto& seg = *next->segments.back().segment;
-    for (uint32_t d = 0; d < seg.doc_count(); ++d) ids_[std::string(seg.id(d))] = DocLoc{new_id, d};
-  }
-  std::vector<uint64_t> before;
-  for (const auto& s : cur->segments) before.push_back(s.id);
-  Publish(next);
-  for (uint64_t id : before) {
-    bool gone = std::none_of(next->segments.begin(), next->segments.end(), [&](const SegmentState& s) { return s.id == id; });
-    if (gone) ::unlink((dir_ + "/" + SegmentName(id)).c_str());  // mapped readers keep their pages
-  }
-  // The batch is durable; a failed merge only leaves more segments.
-  (void)MaybeMerge();
+  for (uint64_t id : dropped) Unlink(id);  // mapped readers (and a merge reading it) keep their pages
+  RequestMerge();
   return Status::Ok();
 }
 
-Status SearchIndexImpl::MaybeMerge() {
-  for (int round = 0; round < 64; ++round) {
+void SearchIndexImpl::StartMerges() {
+  {
+    std::lock_guard<std::mutex> l(merge_mu_);
+    stop_merges_ = false;
+    merge_wanted_ = true;
+  }
+  merge_thread_ = std::thread([this] { MergeLoop(); });
+}
+
+void SearchIndexImpl::StopMerges() {
+  {
+    std::lock_guard<std::mutex> l(merge_mu_);
+    stop_merges_ = true;
+  }
+  merge_cv_.notify_all();
+  if (merge_thread_.joinable()) merge_thread_.join();
+}
+
+void SearchIndexImpl::RequestMerge() {
+  {
+    std::lock_guard<std::mutex> l(merge_mu_);
+    merge_wanted_ = true;
+  }
+  merge_cv_.notify_all();
+}
+
+void SearchIndexImpl::WaitForMerges() {
+  std::unique_lock<std::mutex> l(merge_mu_);
+  merge_cv_.wait(l, [&] { return stop_merges_ || (!merge_wanted_ && !merging_); });
+}
+
+void SearchIndexImpl::MergeLoop() {
+  std::unique_lock<std::mutex> l(merge_mu_);
+  for (;;) {
+    merge_cv_.wait(l, [&] { return merge_wanted_ || stop_merges_; });
+    if (stop_merges_) return;
+    merge_wanted_ = false;
+    merging_ = true;
+    l.unlock();
+    (void)MergeUntilBalanced();  // a failed or cancelled merge only leaves more segments
+    l.lock();
+    merging_ = false;
+    merge_cv_.notify_all();
+  }
+}
+
+Status SearchIndexImpl::MergeUntilBalanced() {
+  for (int round = 0; round < 64 && !stop_merges_; ++round) {
     auto cur = Current();
     const auto& segs = cur->segments;
     std::vector<size_t> pick;
@@ -478,21 +576,26 @@ Status SearchIndexImpl::MaybeMerge() {
       pick.assign(v.begin(), v.begin() + kMergeFactor);
       std::sort(pick.begin(), pick.end());
     }
-    Status st = Merge(pick);
+    Status st = Merge(cur, pick);
     if (!st.ok()) return st;
   }
   return Status::Ok();
 }
 
-Status SearchIndexImpl::Merge(std::vector<size_t> which) {
-  auto cur = Current();
+// Merges base->segments[which] (their live documents as of `base`) into
+// one segment without locks, then commits it against the then-current
+// snapshot: documents deleted or updated in the sources meanwhile are
+// deleted in the merged segment too, and ids_ moves only the documents
+// still located in the sources.
+Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const std::vector<size_t>& which) {
   const auto nt = static_cast<uint32_t>(def_->text_fields().size());
   const auto nn = static_cast<uint32_t>(def_->numeric_fields().size());
+  const Status cancelled = Status::ShuttingDown("merge cancelled");
   SegmentBuilder b(nt, nn);
   std::vector<std::vector<uint32_t>> remap(which.size());
   constexpr uint32_t kGone = UINT32_MAX;
   for (size_t k = 0; k < which.size(); ++k) {
-    const SegmentState& s = cur->segments[which[k]];
+    const SegmentState& s = base->segments[which[k]];
     const Segment& seg = *s.segment;
     remap[k].assign(seg.doc_count(), kGone);
     for (uint32_t d = 0; d < seg.doc_count(); ++d) {
@@ -513,12 +616,12 @@ Status SearchIndexImpl::Merge(std::vector<size_t> which) {
   std::vector<bool> has_deletes(which.size());
   std::vector<uint32_t> doc_base(which.size(), 0);
   {
-    uint32_t base = 0;
+    uint32_t next_doc = 0;
     for (size_t k = 0; k < which.size(); ++k) {
-      const SegmentState& s = cur->segments[which[k]];
-      has_deletes[k] = roaring_bitmap_get_cardinality(s.deleted.get()) > 0;
-      doc_base[k] = base;
-      base += s.segment->doc_count() - static_cast<uint32_t>(roaring_bitmap_get_cardinality(s.deleted.get()));
+      const SegmentState& s = base->segments[which[k]];
+      has_deletes[k] = s.deleted_count > 0;
+      doc_base[k] = next_doc;
+      next_doc += static_cast<uint32_t>(s.live());
     }
   }
   std::vector<uint32_t> docs, out_docs, out_tfs;
@@ -532,7 +635,7 @@ Status SearchIndexImpl::Merge(std::vector<size_t> which) {
       at_min.clear();
       std::string_view min_term;
       for (size_t k = 0; k < which.size(); ++k) {
-        const Segment& seg = *cur->segments[which[k]].segment;
+        const Segment& seg = *base->segments[which[k]].segment;
         if (cursor[k] >= seg.term_count(f)) continue;
         std::string_view t = seg.term(f, cursor[k]);
         if (at_min.empty() || t < min_term) {
@@ -543,10 +646,11 @@ Status SearchIndexImpl::Merge(std::vector<size_t> which) {
         }
       }
       if (at_min.empty()) break;
+      if (stop_merges_.load(std::memory_order_relaxed)) return cancelled;
       int64_t index = -1;
       size_t need_docs = 0, need_bytes = 0;  // upper bounds, for one allocation per array
       for (size_t k : at_min) {
-        const TermEntry& e = cur->segments[which[k]].segment->entry(f, cursor[k]);
+        const TermEntry& e = base->segments[which[k]].segment->entry(f, cursor[k]);
         need_docs += e.doc_freq;
         need_bytes += e.skip_off - e.pos_off;
       }
@@ -555,7 +659,7 @@ Status SearchIndexImpl::Merge(std::vector<size_t> which) {
         b.ReservePostings(f, static_cast<uint32_t>(index), need_docs, need_bytes);
       };
       for (size_t k : at_min) {
-        const Segment& seg = *cur->segments[which[k]].segment;
+        const Segment& seg = *base->segments[which[k]].segment;
         const uint32_t ti = cursor[k]++;
         const TermEntry& e = seg.entry(f, ti);
         auto bm = seg.Postings(f, ti);
@@ -604,44 +708,106 @@ Status SearchIndexImpl::Merge(std::vector<size_t> which) {
       }
     }
   }
-  uint64_t new_id = next_segment_id_++;
+  const uint64_t new_id = next_segment_id_++;
   std::shared_ptr<const Segment> merged;
   if (b.doc_count() > 0) {
     auto seg = WriteSegment(b, new_id);
     if (!seg.ok()) return seg.status();
     merged = std::move(seg).value();
   }
-  auto next = std::make_shared<Snapshot>(*cur);
+  {
+    std::function<void()> hook;
+    {
+      std::lock_guard<std::mutex> l(merge_hook_mu);
+      hook = merge_hook;
+    }
+    if (hook) hook();
+  }
+  if (stop_merges_) {
+    if (merged) Unlink(new_id);
+    return cancelled;
+  }
   std::vector<uint64_t> removed;
-  for (size_t k = which.size(); k-- > 0;) {
-    removed.push_back(next->segments[which[k]].id);
-    next->segments.erase(next->segments.begin() + static_cast<std::ptrdiff_t>(which[k]));
+  bool kept = false;
+  {
+    std::lock_guard<std::mutex> l(commit_mu_);
+    auto now = Current();
+    auto next = std::make_shared<Snapshot>(*now);
+    Bitmap del = NewBitmap();
+    for (size_t k = 0; k < which.size(); ++k) {
+      const SegmentState& was = base->segments[which[k]];
+      auto it = std::find_if(next->segments.begin(), next->segments.end(), [&](const SegmentState& s) { return s.id == was.id; });
+      if (it == next->segments.end()) {
+        // Every document of it was deleted since `base` (fully deleted
+        // segments leave the snapshot); its merged documents are consecutive.
+        const uint64_t live = was.live();
+        if (live > 0) roaring_bitmap_add_range(del.get(), doc_base[k], doc_base[k] + live);
+        continue;
+      }
+      // Its deleted bitmap only grows: map every delete that is not yet
+      // purged (those made while this merge ran) to the merged numbering.
+      roaring_uint32_iterator_t di;
+      roaring_init_iterator(it->deleted.get(), &di);
+      for (; di.has_value; roaring_advance_uint32_iterator(&di))
+        if (remap[k][di.current_value] != kGone) roaring_bitmap_add(del.get(), remap[k][di.current_value]);
+      removed.push_back(was.id);
+      next->segments.erase(it);
+    }
+    if (merged) {
+      SegmentState st = MakeState(new_id, merged, std::move(del));
+      kept = st.live() > 0;
+      if (kept) next->segments.push_back(std::move(st));
+    }
+    Recount(*next);
+    Status st = WriteManifest(*next);
+    if (!st.ok()) {
+      if (merged) Unlink(new_id);
+      return st;
+    }
+    if (kept) {
+      // Only documents still located in a source move; the others were
+      // deleted or updated meanwhile (and are deleted in the merged segment).
+      for (size_t k = 0; k < which.size(); ++k) {
+        const SegmentState& was = base->segments[which[k]];
+        for (uint32_t d = 0; d < was.segment->doc_count(); ++d) {
+          if (remap[k][d] == kGone) continue;
+          auto it = ids_.find(was.segment->id(d));
+          if (it != ids_.end() && it->second.segment == was.id && it->second.doc == d) it->second = DocLoc{new_id, remap[k][d]};
+        }
+      }
+    }
+    Publish(std::move(next));
   }
-  if (merged) next->segments.push_back(MakeState(new_id, merged, NewBitmap()));
-  Recount(*next);
-  Status st = WriteManifest(*next);
-  if (!st.ok()) {
-    ::unlink((dir_ + "/" + SegmentName(new_id)).c_str());
-    return st;
-  }
-  if (merged)
-    for (uint32_t d = 0; d < merged->doc_count(); ++d) ids_[std::string(merged->id(d))] = DocLoc{new_id, d};
-  Publish(next);
-  for (uint64_t id : removed) ::unlink((dir_ + "/" + SegmentName(id)).c_str());
+  if (merged && !kept) Unlink(new_id);  // everything in it was deleted meanwhile
+  for (uint64_t id : removed) Unlink(id);  // mapped readers keep their pages
   return Status::Ok();
 }
 
 Status SearchIndexImpl::Clear() {
-  auto empty = EmptySnapshot();
-  Status st = WriteManifest(*empty);
-  if (!st.ok()) return st;
-  ids_.clear();
-  Publish(empty);
-  RemoveUnreferenced(*empty);
-  return Status::Ok();
+  StopMerges();  // a merge in flight is cancelled; it must not commit into the empty index
+  Status st;
+  {
+    std::lock_guard<std::mutex> l(commit_mu_);
+    auto empty = EmptySnapshot();
+    st = WriteManifest(*empty);
+    if (st.ok()) {
+      ids_.clear();
+      Publish(empty);
+      RemoveUnreferenced(*empty);
+    }
+  }
+  StartMerges();
+  return st;
 }
 
 }  // namespace
+
+void WaitForMerges(SearchIndex& index) { static_cast<SearchIndexImpl&>(index).WaitForMerges(); }
+
+void SetMergeCommitHookForTesting(std::function<void()> hook) {
+  std::lock_guard<std::mutex> l(merge_hook_mu);
+  merge_hook = std::move(hook);
+}
 
 Result<std::unique_ptr<SearchIndex>> SearchIndex::Open(const std::string& dir, std::shared_ptr<const SearchDefinition> definition) {
   auto def = std::dynamic_pointer_cast<const SearchDefinitionImpl>(definition);

@@ -1,4 +1,5 @@
-// Crash safety: a child process indexes batches (with merges) and reports
+// Crash safety: a child process indexes batches (its background merge
+// thread merging meanwhile, so kills land mid-merge too) and reports
 // each acknowledged etag through a pipe; the parent kills it with SIGKILL at
 // a random moment, reopens the index, and checks that nothing acknowledged
 // is missing and that results equal a fresh rebuild through the recovered

@@ -1,12 +1,18 @@
 // SearchIndex lifecycle and request features: definition validation,
-// updates/deletes, reopen, corrupt files, merges, sort, facets, stored
-// fields, highlights, filters and request errors.
+// updates/deletes, reopen, corrupt files, merges (also with batches applied
+// while a background merge runs), sort, facets, stored fields, highlights,
+// filters and request errors.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
+#include <random>
 
 #include "postings/definition.h"
 #include "postings/search_index.h"
+#include "postings/snapshot.h"
 #include "tests/postings/test_util.h"
 
 namespace corvid::postings {
@@ -216,6 +222,7 @@ TEST_CASE("merges bound the segment count and keep results", "[postings]") {
       for (int i = 0; i < 40; ++i) fx.store.Delete(std::to_string((b * 17 + i) % 1200));
     REQUIRE(fx.store.Flush(*fx.idx).ok());
   }
+  WaitForMerges(*fx.idx);
   size_t files = 0;
   for (auto& e : std::filesystem::directory_iterator(fx.dir.path()))
     files += e.path().filename().string().rfind("seg-", 0) == 0;
@@ -228,6 +235,128 @@ TEST_CASE("merges bound the segment count and keep results", "[postings]") {
   fx.Reopen();
   CHECK(fx.Q("w3").total == w3);
   CHECK(fx.idx->LiveDocuments() == fx.store.docs.size());
+}
+
+size_t SegmentFiles(const std::string& dir) {
+  size_t files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) files += e.path().filename().string().rfind("seg-", 0) == 0;
+  return files;
+}
+
+// What a reader sees: the totals and hits (ids and scores) of a few queries.
+std::string Results(SearchIndex& idx) {
+  std::string out;
+  for (const char* q : {"*", "common", "w3", "w1 OR w5 OR w12", "\"w4 common\"", "title:w1*", "score:[100 TO 900]",
+                        "common -w2"}) {
+    SearchRequest r;
+    r.q = q;
+    r.limit = 50;
+    auto res = idx.Search(r);
+    REQUIRE(res.ok());
+    out += std::string(q) + " " + std::to_string(res->total) + " " + res->hits_json + "\n";
+  }
+  return out + "live " + std::to_string(idx.LiveDocuments()) + "\n";
+}
+
+std::string DocJson(int id, int version) {
+  return R"({"title": "w)" + std::to_string((id + version) % 13) + " common w" + std::to_string(id % 5 + 1) +
+         R"(", "body": "version )" + std::to_string(version) + "\", \"score\": " + std::to_string(id) + "}";
+}
+
+// The same documents indexed from scratch in one batch.
+std::string FreshResults(const testing::Store& store, const std::shared_ptr<const SearchDefinition>& def) {
+  TempDir dir;
+  auto idx = std::move(SearchIndex::Open(dir.path(), def)).value();
+  testing::Store one;
+  for (const auto& [id, json] : store.docs) one.Put(id, json);
+  REQUIRE(one.Flush(*idx).ok());
+  return Results(*idx);
+}
+
+TEST_CASE("batches applied during a merge: its deletes and updates survive the commit", "[postings]") {
+  Fixture fx;
+  // The first merge stops before its commit until the batches below are in.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool merging = false, release = false;
+  SetMergeCommitHookForTesting([&] {
+    std::unique_lock<std::mutex> l(mu);
+    if (merging) return;
+    merging = true;
+    cv.notify_all();
+    cv.wait(l, [&] { return release; });
+  });
+  struct Unhook {
+    ~Unhook() { SetMergeCommitHookForTesting(nullptr); }
+  } unhook;
+  // Ten segments of 100 documents: one level, so they merge.
+  for (int b = 0; b < 10; ++b) {
+    for (int i = 0; i < 100; ++i) fx.store.Put(std::to_string(b * 100 + i), DocJson(b * 100 + i, 0));
+    REQUIRE(fx.store.Flush(*fx.idx).ok());
+  }
+  {
+    std::unique_lock<std::mutex> l(mu);
+    REQUIRE(cv.wait_for(l, std::chrono::seconds(60), [&] { return merging; }));
+  }
+  // The merge is built and waiting: update and delete documents of its
+  // sources (ApplyBatch does not wait for it), one source entirely.
+  for (int i = 0; i < 1000; i += 3) fx.store.Put(std::to_string(i), DocJson(i, 1));
+  for (int i = 1; i < 1000; i += 7) fx.store.Delete(std::to_string(i));
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  for (int i = 500; i < 600; ++i) fx.store.Delete(std::to_string(i));
+  for (int i = 1000; i < 1050; ++i) fx.store.Put(std::to_string(i), DocJson(i, 0));
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  const std::string expected = FreshResults(fx.store, fx.def);
+  CHECK(Results(*fx.idx) == expected);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  WaitForMerges(*fx.idx);
+  CHECK(SegmentFiles(fx.dir.path()) < 5);  // the merge committed
+  CHECK(Results(*fx.idx) == expected);
+  // Later batches find the merged documents (ids_ moved them).
+  for (int i = 0; i < 1000; i += 2) fx.store.Put(std::to_string(i), DocJson(i, 2));
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  WaitForMerges(*fx.idx);
+  const std::string expected2 = FreshResults(fx.store, fx.def);
+  CHECK(Results(*fx.idx) == expected2);
+  fx.Reopen();
+  CHECK(Results(*fx.idx) == expected2);
+}
+
+TEST_CASE("many small batches with updates and deletes while merges run", "[postings]") {
+  Fixture fx;
+  std::mt19937 rng(42);
+  for (int b = 0; b < 400; ++b) {
+    for (int i = 0; i < 25; ++i) {
+      const int id = static_cast<int>(rng() % 3000);
+      if (rng() % 5 == 0)
+        fx.store.Delete(std::to_string(id));
+      else
+        fx.store.Put(std::to_string(id), DocJson(id, b));
+    }
+    REQUIRE(fx.store.Flush(*fx.idx).ok());
+  }
+  const std::string expected = FreshResults(fx.store, fx.def);
+  CHECK(Results(*fx.idx) == expected);  // merges may still be running: snapshots are whole
+  WaitForMerges(*fx.idx);
+  CHECK(SegmentFiles(fx.dir.path()) <= 20);
+  CHECK(Results(*fx.idx) == expected);
+  fx.Reopen();
+  CHECK(Results(*fx.idx) == expected);
+  SECTION("Clear during merges") {
+    for (int b = 0; b < 30; ++b) {
+      for (int i = 0; i < 25; ++i) fx.store.Put(std::to_string(b * 25 + i), DocJson(b, 3));
+      REQUIRE(fx.store.Flush(*fx.idx).ok());
+    }
+    REQUIRE(fx.idx->Clear().ok());
+    CHECK(fx.idx->LiveDocuments() == 0);
+    WaitForMerges(*fx.idx);
+    CHECK(fx.Q("*").total == 0);
+    CHECK(SegmentFiles(fx.dir.path()) == 0);
+  }
 }
 
 TEST_CASE("sort, facets, fields, highlights, filter", "[postings]") {
