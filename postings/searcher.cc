@@ -524,30 +524,11 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
   roaring_bitmap_to_uint32_array(cand.get(), cdocs.data());
   std::vector<PostingCursor> cur;
   for (int64_t t : ti) cur.emplace_back(seg, a.field, static_cast<uint32_t>(t));
-  // A term whose postings are not much more than the candidates is walked
-  // as a decoded array (its rank is the index); a much longer one keeps
-  // the cursor's block-skipping Advance.
-  std::vector<std::vector<uint32_t>> arr(ti.size());
-  std::vector<size_t> at(ti.size(), 0);
-  for (size_t i = 0; i < ti.size(); ++i) {
-    const TermEntry& e = seg.entry(a.field, static_cast<uint32_t>(ti[i]));
-    if (e.doc_freq <= nc * 16) {
-      arr[i].resize(e.doc_freq);
-      roaring_bitmap_to_uint32_array(seg.Postings(a.field, static_cast<uint32_t>(ti[i])).get(), arr[i].data());
-    }
-  }
   std::vector<std::vector<uint32_t>> pos(ti.size());
   std::vector<uint32_t> matched;
   for (uint32_t d : cdocs) {
     for (size_t i = 0; i < cur.size(); ++i) {
-      if (!arr[i].empty()) {
-        size_t r = at[i];
-        while (arr[i][r] < d) ++r;  // d is in every term's postings
-        at[i] = r;
-        cur[i].SeekRank(static_cast<uint32_t>(r));
-      } else {
-        cur[i].Advance(d);
-      }
+      cur[i].Advance(d);  // d is in every term's postings
       if (cur.size() != 2) cur[i].Positions(pos[i]);
     }
     const bool match = cur.size() == 2 ? PhraseMatches2(cur[0].PositionsBegin(), cur[0].tf(), a.rel[0], cur[1].PositionsBegin(),
