@@ -54,6 +54,9 @@ constexpr const char* kManifestName = "MANIFEST";
 constexpr uint64_t kMergeFactor = 10;
 constexpr uint64_t kFloorDocs = 1000;
 constexpr double kMaxDeletedFraction = 0.3;
+// The batch builder keeps its dictionary and arrays between batches
+// (SegmentBuilder::Reset) unless they grew beyond this.
+constexpr size_t kMaxRetainedBuilderBytes = size_t{64} << 20;
 
 std::string SegmentName(uint64_t id) {
   char b[40];
@@ -158,7 +161,7 @@ class SearchIndexImpl final : public SearchIndex {
       disk += seg.segment->file_bytes();
       mem += roaring_bitmap_size_in_bytes(seg.deleted.get());
     }
-    mem += ids_.size() * 64;
+    mem += ids_.size() * 64 + builder_bytes_;
     disk_bytes_ = disk;
     memory_bytes_ = mem;
     std::lock_guard<std::mutex> l(snap_mu_);
@@ -179,7 +182,8 @@ class SearchIndexImpl final : public SearchIndex {
   void RemoveUnreferenced(const Snapshot& s);
   void Unlink(uint64_t segment_id) const { ::unlink((dir_ + "/" + SegmentName(segment_id)).c_str()); }
   Status IndexDocument(SegmentBuilder& b, const DocChange& c, std::vector<IndexError>& errors) const;
-  Result<std::shared_ptr<const Segment>> WriteSegment(const SegmentBuilder& b, uint64_t id);
+  // Encodes `b` into `image` (a reusable buffer) and writes it crash-safely.
+  Result<std::shared_ptr<const Segment>> WriteSegment(const SegmentBuilder& b, uint64_t id, std::string& image);
 
   // The merge thread: StartMerges/StopMerges run on the worker (Init,
   // Clear, the destructor); RequestMerge after every batch.
@@ -203,6 +207,11 @@ class SearchIndexImpl final : public SearchIndex {
   IdMap ids_;  // guarded by commit_mu_: live id -> its segment and doc number
   std::atomic<uint64_t> next_segment_id_{1};
   std::atomic<uint64_t> disk_bytes_{0}, memory_bytes_{0};
+  // Worker-only (ApplyBatch, Clear): the batch builder and its segment
+  // image buffer, reused (fresh ones per batch cost page faults).
+  std::unique_ptr<SegmentBuilder> builder_;
+  std::string image_;
+  std::atomic<uint64_t> builder_bytes_{0};  // its RetainedBytes after the last batch
   // One merge runs at a time, on merge_thread_, so a segment being merged
   // is never picked by another merge.
   std::mutex merge_mu_;
@@ -435,13 +444,12 @@ Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std
   return Status::Ok();
 }
 
-Result<std::shared_ptr<const Segment>> SearchIndexImpl::WriteSegment(const SegmentBuilder& b, uint64_t id) {
-  std::string image = b.Encode(def_->Fingerprint());
+Result<std::shared_ptr<const Segment>> SearchIndexImpl::WriteSegment(const SegmentBuilder& b, uint64_t id,
+                                                                     std::string& image) {
+  b.Encode(def_->Fingerprint(), image);
   std::string name = SegmentName(id);
   Status st = WriteFileAtomic(dir_, name, image);
   if (!st.ok()) return st;
-  image.clear();
-  image.shrink_to_fit();
   return Segment::Open(dir_ + "/" + name, def_->Fingerprint(), static_cast<uint32_t>(def_->text_fields().size()),
                        static_cast<uint32_t>(def_->numeric_fields().size()));
 }
@@ -451,7 +459,12 @@ Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t th
   std::unordered_map<std::string_view, size_t> last;
   last.reserve(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) last[batch[i].id] = i;
-  SegmentBuilder b(static_cast<uint32_t>(def_->text_fields().size()), static_cast<uint32_t>(def_->numeric_fields().size()));
+  if (builder_)
+    builder_->Reset();
+  else
+    builder_ = std::make_unique<SegmentBuilder>(static_cast<uint32_t>(def_->text_fields().size()),
+                                                static_cast<uint32_t>(def_->numeric_fields().size()));
+  SegmentBuilder& b = *builder_;
   for (size_t i = 0; i < batch.size(); ++i) {
     if (last[batch[i].id] != i || batch[i].deleted) continue;
     Status st = IndexDocument(b, batch[i], errors);
@@ -461,10 +474,17 @@ Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t th
   std::shared_ptr<const Segment> seg;
   if (b.doc_count() > 0) {
     new_id = next_segment_id_++;
-    auto written = WriteSegment(b, new_id);
+    auto written = WriteSegment(b, new_id, image_);
     if (!written.ok()) return written.status();
     seg = std::move(written).value();
   }
+  // Keep the builder and image buffer for the next batch unless they grew too big.
+  const size_t retained = b.RetainedBytes() + image_.capacity();
+  if (retained > kMaxRetainedBuilderBytes) {
+    builder_.reset();
+    image_ = std::string();
+  }
+  builder_bytes_ = builder_ ? retained : 0;
   std::vector<uint64_t> dropped;
   {
     std::lock_guard<std::mutex> l(commit_mu_);
@@ -711,7 +731,8 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
   const uint64_t new_id = next_segment_id_++;
   std::shared_ptr<const Segment> merged;
   if (b.doc_count() > 0) {
-    auto seg = WriteSegment(b, new_id);
+    std::string image;
+    auto seg = WriteSegment(b, new_id, image);
     if (!seg.ok()) return seg.status();
     merged = std::move(seg).value();
   }
@@ -792,6 +813,9 @@ Status SearchIndexImpl::Clear() {
     st = WriteManifest(*empty);
     if (st.ok()) {
       ids_.clear();
+      builder_.reset();
+      image_ = std::string();
+      builder_bytes_ = 0;
       Publish(empty);
       RemoveUnreferenced(*empty);
     }

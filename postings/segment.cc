@@ -64,6 +64,57 @@ void PutArray(std::string& out, const T* p, size_t n) {
 SegmentBuilder::SegmentBuilder(uint32_t text_fields, uint32_t numeric_fields)
     : text_(text_fields), lengths_(text_fields), columns_(numeric_fields), numbers_(numeric_fields) {}
 
+void SegmentBuilder::Reset() {
+  for (FieldBuild& fb : text_) {
+    for (TermBuild& t : fb.terms) {
+      t.last_doc = UINT32_MAX;
+      t.last_pos = 0;
+      t.pos.clear();
+      t.docs.clear();
+      t.tfs.clear();
+      t.skip.clear();
+    }
+  }
+  ids_.clear();
+  for (auto& l : lengths_) l.clear();
+  for (auto& c : columns_) c.clear();
+  for (auto& n : numbers_) n.clear();
+  memory_ = 0;
+}
+
+size_t SegmentBuilder::RetainedBytes() const {
+  size_t bytes = 0;
+  for (const FieldBuild& fb : text_) {
+    bytes += 8 * fb.slots.capacity() + sizeof(TermBuild) * fb.terms.capacity() + 4 * fb.by_name.capacity();
+    for (const TermBuild& t : fb.terms)
+      bytes += (t.name.capacity() > 15 ? t.name.capacity() : 0) + t.pos.capacity() +
+               4 * (t.docs.capacity() + t.tfs.capacity() + t.skip.capacity());
+  }
+  for (const auto& id : ids_) bytes += id.capacity() > 15 ? id.capacity() : 0;
+  bytes += sizeof(std::string) * ids_.capacity();
+  for (const auto& l : lengths_) bytes += 4 * l.capacity();
+  for (const auto& c : columns_) bytes += 8 * c.capacity();
+  for (const auto& n : numbers_) bytes += sizeof(NumEntry) * n.capacity();
+  return bytes;
+}
+
+const std::vector<uint32_t>& SegmentBuilder::SortedTerms(const FieldBuild& fb) const {
+  std::vector<uint32_t>& order = fb.by_name;
+  const size_t old = order.size();
+  if (old == fb.terms.size()) return order;
+  for (size_t t = old; t < fb.terms.size(); ++t) order.push_back(static_cast<uint32_t>(t));
+  if (fb.presorted) return order;  // AppendTerm: already in order
+  // Only the new terms are sorted; then one linear merge.
+  std::vector<std::pair<std::string_view, uint32_t>> fresh;
+  fresh.reserve(order.size() - old);
+  for (size_t i = old; i < order.size(); ++i) fresh.emplace_back(fb.terms[order[i]].name, order[i]);
+  std::sort(fresh.begin(), fresh.end());
+  for (size_t i = 0; i < fresh.size(); ++i) order[old + i] = fresh[i].second;
+  std::inplace_merge(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(old), order.end(),
+                     [&](uint32_t a, uint32_t b) { return fb.terms[a].name < fb.terms[b].name; });
+  return order;
+}
+
 uint32_t SegmentBuilder::AddDoc(std::string_view id) {
   ids_.emplace_back(id);
   for (auto& l : lengths_) l.push_back(0);
@@ -271,8 +322,14 @@ void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, double v) {
 }
 
 std::string SegmentBuilder::Encode(uint64_t fingerprint) const {
+  std::string out;
+  Encode(fingerprint, out);
+  return out;
+}
+
+void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) const {
   const uint32_t n = doc_count();
-  std::string out(kHeaderBytes, '\0');
+  out.assign(kHeaderBytes, '\0');
   std::string dir;
   // Ids.
   {
@@ -316,29 +373,31 @@ std::string SegmentBuilder::Encode(uint64_t fingerprint) const {
     uint64_t lengths_off = out.size();
     PutArray(out, lens.data(), lens.size());
     Align(out);
-    std::vector<std::pair<std::string_view, uint32_t>> sorted;
+    // The terms with postings in this segment, by name (a reused builder
+    // also knows terms of earlier batches).
+    std::vector<uint32_t> sorted;
     sorted.reserve(fb.terms.size());
-    for (uint32_t t = 0; t < fb.terms.size(); ++t) sorted.emplace_back(fb.terms[t].name, t);
-    if (!fb.presorted) std::sort(sorted.begin(), sorted.end());
+    for (uint32_t t : SortedTerms(fb))
+      if (!fb.terms[t].docs.empty()) sorted.push_back(t);
     const uint32_t nt = static_cast<uint32_t>(sorted.size());
     uint64_t term_offs_off = out.size();
     {
       uint32_t o = 0;
       PutFixed<uint32_t>(out, 0);
-      for (const auto& s : sorted) {
-        o += static_cast<uint32_t>(s.first.size());
+      for (uint32_t t : sorted) {
+        o += static_cast<uint32_t>(fb.terms[t].name.size());
         PutFixed<uint32_t>(out, o);
       }
       Align(out);
     }
     uint64_t term_blob_off = out.size();
-    for (const auto& s : sorted) out += s.first;
+    for (uint32_t t : sorted) out += fb.terms[t].name;
     Align(out);
     uint64_t entries_off = out.size();
     out.append(static_cast<size_t>(nt) * sizeof(TermEntry), '\0');
     Align(out);
     for (uint32_t ti = 0; ti < nt; ++ti) {
-      const TermBuild& t = fb.terms[sorted[ti].second];
+      const TermBuild& t = fb.terms[sorted[ti]];
       TermEntry e{};
       Align(out);  // frozen views need 32-byte alignment; the rest is unaligned
       Bitmap bm(roaring_bitmap_of_ptr(t.docs.size(), t.docs.data()));
@@ -415,7 +474,6 @@ std::string SegmentBuilder::Encode(uint64_t fingerprint) const {
   std::memcpy(h + 48, &file_len, 8);
   PutFixed<uint64_t>(out, Checksum64(out.data(), out.size()));
   out.append(kFooterMagic, 8);
-  return out;
 }
 
 Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, uint64_t fingerprint,

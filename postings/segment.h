@@ -71,9 +71,17 @@ struct TfArray {
 };
 
 // The mutable in-memory segment. Not thread-safe; owned by the index worker.
+// Reusable: Reset() after Encode keeps the term dictionary and the arrays'
+// capacity, so later batches allocate almost nothing per term or token.
 class SegmentBuilder {
  public:
   SegmentBuilder(uint32_t text_fields, uint32_t numeric_fields);
+  // Forgets every document and posting; keeps the term dictionary and the
+  // capacity of its arrays (terms without postings are not encoded). A
+  // caller bounds the memory kept by dropping the builder instead.
+  void Reset();
+  // Heap bytes held (used or retained for reuse); O(terms).
+  size_t RetainedBytes() const;
   uint32_t AddDoc(std::string_view id);
   // Tokens of one document and field must come with non-decreasing doc
   // numbers per term and increasing positions within a document.
@@ -111,8 +119,12 @@ class SegmentBuilder {
   void AddNumber(uint32_t slot, uint32_t doc, double v);
   uint32_t doc_count() const { return static_cast<uint32_t>(ids_.size()); }
   size_t MemoryBytes() const { return memory_; }
-  // Serializes to the segment format. Cost: O(postings + terms log terms).
+  // Serializes to the segment format. Cost: O(postings + terms) plus
+  // sorting the terms added since the previous Encode.
   std::string Encode(uint64_t fingerprint) const;
+  // The same into `out` (replacing its contents, reusing its capacity: a
+  // builder reused across batches can reuse one buffer too).
+  void Encode(uint64_t fingerprint, std::string& out) const;
 
  private:
   // Positions are kept encoded as they are written (varint deltas per
@@ -132,7 +144,11 @@ class SegmentBuilder {
     std::vector<uint64_t> slots = std::vector<uint64_t>(1024, 0);
     std::vector<TermBuild> terms;
     bool presorted = false;  // filled by AppendTerm: names already sorted
+    // Indexes of terms[0, by_name.size()) ordered by name; Encode merges
+    // the terms added since into it (a cache: Encode stays const).
+    mutable std::vector<uint32_t> by_name;
   };
+  const std::vector<uint32_t>& SortedTerms(const FieldBuild& fb) const;
   TermBuild& Term(uint32_t field, std::string_view term);
   uint32_t TermIndex(FieldBuild& fb, std::string_view term, uint64_t h);
   void AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position);
