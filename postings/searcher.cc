@@ -183,12 +183,18 @@ class Compiler {
     }
     n->kind = CNode::Kind::kLeaf;
     bool any_tokens = false;
+    std::vector<std::pair<const analyzers::Analyzer*, VectorSink>> analyzed;  // the text, once per analyzer
     for (const FieldDef* f : fields) {
       double w = boost * f->boost;
       if (q.kind == K::kTerm || q.kind == K::kPhrase) {
-        VectorSink sink;
-        Status st = f->analyzer->Analyze(q.text, sink);
-        if (!st.ok()) return st;
+        auto same = std::find_if(analyzed.begin(), analyzed.end(), [&](const auto& e) { return e.first == f->analyzer; });
+        if (same == analyzed.end()) {
+          analyzed.emplace_back(f->analyzer, VectorSink());
+          Status st = f->analyzer->Analyze(q.text, analyzed.back().second);
+          if (!st.ok()) return st;
+          same = analyzed.end() - 1;
+        }
+        const VectorSink& sink = same->second;
         if (sink.terms.empty()) continue;
         any_tokens = true;
         Alt a;
@@ -622,14 +628,20 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
 }
 
 // Adds the BM25 contributions of `n` to scores[], where docs[] is the
-// segment's sorted final matches and `anc` the docs where every ancestor matches.
+// segment's sorted final matches and `anc` the docs where n and every
+// ancestor match (a subset of docs and of n's matches).
 void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, const Snapshot& snap, SegEval& ev,
            const std::vector<uint32_t>& docs, std::vector<double>& scores) {
   if (n.kind == CNode::Kind::kBool) {
-    Bitmap a2(roaring_bitmap_and(anc, ev.node_bm[n.id]));
-    if (roaring_bitmap_is_empty(a2.get())) return;
-    for (const auto& [occ, c] : n.clauses)
-      if (occ != Occur::kMustNot) Score(*c, a2.get(), k, snap, ev, docs, scores);
+    for (const auto& [occ, c] : n.clauses) {
+      if (occ == Occur::kMustNot) continue;
+      if (occ == Occur::kMust) {
+        Score(*c, anc, k, snap, ev, docs, scores);  // n matches only where its required clauses do
+        continue;
+      }
+      Bitmap a2(roaring_bitmap_and(anc, ev.node_bm[c->id]));
+      if (!roaring_bitmap_is_empty(a2.get())) Score(*c, a2.get(), k, snap, ev, docs, scores);
+    }
     return;
   }
   if (n.kind != CNode::Kind::kLeaf) return;
@@ -637,11 +649,13 @@ void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, const Snapshot
   std::vector<uint32_t> eff;
   for (size_t ai = 0; ai < n.alts.size(); ++ai) {
     const Alt& a = n.alts[ai];
-    Bitmap e(roaring_bitmap_and(anc, ev.alt_bm[n.id][ai].get()));
-    uint64_t c = roaring_bitmap_get_cardinality(e.get());
+    // The alternative's matches among anc (anc itself for a leaf of one alternative).
+    Bitmap e(n.alts.size() == 1 ? nullptr : roaring_bitmap_and(anc, ev.alt_bm[n.id][ai].get()));
+    const roaring_bitmap_t* eb = e ? e.get() : anc;
+    uint64_t c = roaring_bitmap_get_cardinality(eb);
     if (c == 0) continue;
     eff.resize(c);
-    roaring_bitmap_to_uint32_array(e.get(), eff.data());
+    roaring_bitmap_to_uint32_array(eb, eff.data());
     const double avg = static_cast<double>(snap.sum_len[a.field]) / snap.with_tokens[a.field];
     const uint32_t* lens = seg.lengths(a.field);
     for (size_t i = 0; i < a.ScoreTerms().size(); ++i) {
@@ -928,6 +942,98 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
 }
 
 
+// The scoring alternatives of a boolean of leaves with at least one
+// required leaf ("a AND b", "+a b -c"), each a single term, in the order
+// Score adds them; false for any other shape.
+bool ConjunctionTerms(const CNode& root, std::vector<const Alt*>& out) {
+  if (root.kind != CNode::Kind::kBool) return false;
+  bool any_must = false;
+  for (const auto& [occ, c] : root.clauses) {
+    if (occ == Occur::kMustNot) continue;
+    if (c->kind != CNode::Kind::kLeaf) return false;
+    for (const Alt& a : c->alts)
+      if (a.terms.size() != 1) return false;
+    any_must |= occ == Occur::kMust;
+  }
+  if (!any_must) return false;
+  for (const auto& [occ, c] : root.clauses)
+    if (occ != Occur::kMustNot)
+      for (const Alt& a : c->alts) out.push_back(&a);
+  return true;
+}
+
+// Top-k over the final matches of a ConjunctionTerms query, document at a
+// time with block-max skipping: for the window up to the nearest end of the
+// terms' current blocks, the sum of those blocks' bounds bounds every
+// document's score; a window that cannot reach the threshold is skipped
+// without touching the postings. Scores are summed in Score's order
+// (bit-identical).
+void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Snapshot& snap, const roaring_bitmap_t* final_bm,
+                        TopK& top) {
+  const Segment& seg = *snap.segments[k].segment;
+  struct T {
+    std::unique_ptr<PostingCursor> cur;
+    double weight, idf, avg;
+    const uint32_t* lens;
+    const BlockMax* blocks;
+    uint32_t nblocks;
+    uint32_t block = 0;  // first block whose last doc >= the window start
+    uint32_t bound_block = UINT32_MAX;
+    double bound = 0;
+  };
+  std::vector<T> ts;
+  for (const Alt* a : alts) {
+    const int64_t ti = a->SegScoreTerm(k, 0);
+    if (ti < 0) continue;
+    T t;
+    t.cur = std::make_unique<PostingCursor>(seg, a->field, static_cast<uint32_t>(ti));
+    t.weight = a->weight;
+    t.idf = a->idf[0];
+    t.avg = static_cast<double>(snap.sum_len[a->field]) / snap.with_tokens[a->field];
+    t.lens = seg.lengths(a->field);
+    t.blocks = seg.Blocks(a->field, static_cast<uint32_t>(ti));
+    t.nblocks = (seg.entry(a->field, static_cast<uint32_t>(ti)).doc_freq + kPostingBlock - 1) / kPostingBlock;
+    ts.push_back(std::move(t));
+  }
+  roaring_uint32_iterator_t it;
+  roaring_init_iterator(final_bm, &it);
+  uint32_t window_end = 0;
+  bool in_window = false;
+  while (it.has_value) {
+    const uint32_t d = it.current_value;
+    if (!in_window || d > window_end) {
+      double bound = 0;
+      uint32_t end = UINT32_MAX;
+      for (T& t : ts) {
+        while (t.block < t.nblocks && t.blocks[t.block].last_doc < d) ++t.block;
+        if (t.block == t.nblocks) continue;  // no more postings: contributes nothing
+        if (t.bound_block != t.block) {
+          const BlockMax& bm = t.blocks[t.block];
+          t.bound = t.weight * (t.idf * bm.max_tf / (bm.max_tf + kK1 * (1 - kB + kB * bm.min_len / t.avg))) * (1 + 1e-9) + 1e-300;
+          t.bound_block = t.block;
+        }
+        bound += t.bound;
+        end = std::min(end, t.blocks[t.block].last_doc);
+      }
+      window_end = end;
+      in_window = true;
+      if (bound < top.threshold()) {
+        if (end == UINT32_MAX) break;
+        roaring_move_uint32_iterator_equalorlarger(&it, end + 1);
+        in_window = false;
+        continue;
+      }
+    }
+    double score = 0;
+    for (T& t : ts) {
+      t.cur->Advance(d);
+      if (t.cur->valid() && t.cur->doc() == d) score += t.weight * Bm25(t.idf, t.cur->tf(), t.lens[d], t.avg);
+    }
+    top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
+    roaring_advance_uint32_iterator(&it);
+  }
+}
+
 // Term-at-a-time for flat disjunctions of many terms (prefix and fuzzy
 // expansions): accumulates every posting into a dense per-segment array,
 // each document's contributions added in alternative order (bit-identical to
@@ -1085,6 +1191,8 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   TopK topk(want);
   std::vector<const Alt*> flat;
   const bool use_maxscore = by_score && FlatTerms(**root, flat);
+  std::vector<const Alt*> conj;
+  const bool use_conjunction = by_score && !use_maxscore && ConjunctionTerms(**root, conj);
   const bool flat_has_not = use_maxscore && std::any_of((**root).clauses.begin(), (**root).clauses.end(),
                                                         [](const auto& c) { return c.first == Occur::kMustNot; });
   for (size_t k = 0; k < snap.segments.size(); ++k) {
@@ -1130,6 +1238,10 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       const roaring_bitmap_t* check = restricted || flat_has_not ? final_bm : nullptr;
       if (flat.size() > kMaxScoreTerms) AccumulateSegment(flat, k, snap, final_bm, topk);
       else MaxScoreSegment(flat, k, snap, check, topk);
+      continue;
+    }
+    if (use_conjunction) {
+      ConjunctionSegment(conj, k, snap, final_bm, topk);
       continue;
     }
     std::vector<uint32_t> docs(m);
