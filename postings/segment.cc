@@ -35,7 +35,6 @@
 //   Footer, 16 bytes: u64 Checksum64 of every byte before it, char[8] "CVDSEGND".
 #include "postings/segment.h"
 
-#include "common/hash.h"
 
 #include <algorithm>
 #include <cmath>
@@ -51,7 +50,42 @@ constexpr size_t kTextDirBytes = 48;
 constexpr size_t kNumericDirBytes = 24;
 
 void Align(std::string& out) {
-  while (out.size() % 32 != 0) out.push_back('\0');
+  out.append((32 - out.size() % 32) % 32, '\0');
+}
+
+// The dictionary's in-memory hash (never stored; any good mix will do):
+// HashShortBytes' multiply-xorshift rounds, but the bytes after the last
+// whole word are read with fixed-size loads (one overlapping 8-byte load,
+// or two 4-byte ones, or three bytes) instead of a variable-length memcpy,
+// which is a library call per token.
+inline uint64_t TermHash(std::string_view s) {
+  const char* p = s.data();
+  const size_t n = s.size();
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  size_t i = 0;
+  uint64_t w;
+  for (; i + 8 <= n; i += 8) {
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+    h ^= h >> 32;
+  }
+  const size_t rest = n - i;
+  if (rest == 0) {
+    w = 0;
+  } else if (n >= 8) {
+    std::memcpy(&w, p + n - 8, 8);
+  } else if (rest >= 4) {
+    uint32_t a, b;
+    std::memcpy(&a, p, 4);
+    std::memcpy(&b, p + n - 4, 4);
+    w = (uint64_t{a} << 32) | b;
+  } else {
+    w = (uint64_t{static_cast<uint8_t>(p[0])} << 16) | (uint64_t{static_cast<uint8_t>(p[rest / 2])} << 8) |
+        static_cast<uint8_t>(p[rest - 1]);
+  }
+  h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+  h ^= h >> 29;
+  return h * 0x9E3779B97F4A7C15ull;
 }
 
 template <typename T>
@@ -156,7 +190,7 @@ uint32_t SegmentBuilder::TermIndex(FieldBuild& fb, std::string_view term, uint64
         std::vector<uint64_t> bigger(fb.slots.size() * 2, 0);
         const size_t m2 = bigger.size() - 1;
         for (uint32_t t = 0; t < fb.terms.size(); ++t) {
-          uint64_t h2 = HashShortBytes(fb.terms[t].name);
+          uint64_t h2 = TermHash(fb.terms[t].name);
           size_t j = h2 & m2;
           while (bigger[j] != 0) j = (j + 1) & m2;
           bigger[j] = ((h2 >> 32) << 32) | (t + 1);
@@ -175,7 +209,7 @@ uint32_t SegmentBuilder::TermIndex(FieldBuild& fb, std::string_view term, uint64
 
 SegmentBuilder::TermBuild& SegmentBuilder::Term(uint32_t field, std::string_view term) {
   FieldBuild& fb = text_[field];
-  return fb.terms[TermIndex(fb, term, HashShortBytes(term))];
+  return fb.terms[TermIndex(fb, term, TermHash(term))];
 }
 
 inline void SegmentBuilder::AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position) {
@@ -214,7 +248,7 @@ void SegmentBuilder::AddTokens(uint32_t field, uint32_t doc, std::span<const std
   {
     const size_t mask = fb.slots.size() - 1;
     for (size_t i = 0; i < n; ++i) {
-      const uint64_t h = HashShortBytes(terms[i]);
+      const uint64_t h = TermHash(terms[i]);
       hash_buf_[i] = h;
       __builtin_prefetch(&fb.slots[h & mask]);
     }
@@ -412,7 +446,10 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) const {
       e.tf_width = e.max_tf < 256 ? 1 : 4;
       e.tf_off = out.size();
       if (e.tf_width == 1) {
-        for (uint32_t tf : t.tfs) out.push_back(static_cast<char>(tf));
+        const size_t at_tf = out.size();
+        out.resize(at_tf + t.tfs.size());
+        char* q = out.data() + at_tf;
+        for (uint32_t tf : t.tfs) *q++ = static_cast<char>(tf);
       } else {
         PutArray(out, t.tfs.data(), t.tfs.size());
       }

@@ -130,8 +130,9 @@ class SegmentBuilder {
   // Positions are kept encoded as they are written (varint deltas per
   // posting), with the skip table built as postings arrive.
   // The members a token touches come first (name, current doc, position
-  // bytes), so a probe costs few cache lines.
-  struct TermBuild {
+  // bytes) and, cache-line aligned, share the record's first line: a
+  // token costs one line, plus one for a new posting (docs, tfs).
+  struct alignas(64) TermBuild {
     std::string name;
     uint32_t last_doc = UINT32_MAX;  // doc of the current (last) posting; none yet
     uint32_t last_pos = 0;           // previous position of the current posting
