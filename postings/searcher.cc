@@ -522,8 +522,22 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
   for (int64_t t : ti)
     if (t < 0) return Owned(NewBitmap());
   if (ti.size() == 1) return seg.Postings(a.field, static_cast<uint32_t>(ti[0]));
+  // Adjacent common words: the segment's pair table lists the documents
+  // where one follows the other (pairs.h). For two words that is the
+  // answer; for more, a much smaller candidate set.
+  std::vector<ConstBitmap> pairs;
+  if (a.slop == 0) {
+    for (size_t i = 0; i + 1 < ti.size(); ++i) {
+      ConstBitmap p;
+      if (a.rel[i + 1] - a.rel[i] == 1 &&
+          seg.PairPostings(a.field, static_cast<uint32_t>(ti[i]), static_cast<uint32_t>(ti[i + 1]), &p))
+        pairs.push_back(std::move(p));
+    }
+    if (ti.size() == 2 && !pairs.empty()) return std::move(pairs[0]);
+  }
   Bitmap cand(roaring_bitmap_copy(seg.Postings(a.field, static_cast<uint32_t>(ti[0])).get()));
   for (size_t i = 1; i < ti.size(); ++i) roaring_bitmap_and_inplace(cand.get(), seg.Postings(a.field, static_cast<uint32_t>(ti[i])).get());
+  for (const auto& p : pairs) roaring_bitmap_and_inplace(cand.get(), p.get());
   const uint64_t nc = roaring_bitmap_get_cardinality(cand.get());
   if (nc == 0) return Owned(std::move(cand));
   std::vector<uint32_t> cdocs(nc);

@@ -1,12 +1,12 @@
 // Segment file encoder and reader.
 //
-// Segment file format, version 1 (all integers little-endian; every section
+// Segment file format, version 2 (all integers little-endian; every section
 // and every frozen roaring bitmap starts at a 32-byte aligned offset, which
 // frozen views require; a term's other arrays follow its bitmap unaligned):
 //
 //   Header, 64 bytes:
 //     0  char[8] magic "CVDSEG01"
-//     8  u32 format version (1)
+//     8  u32 format version (2; 1 had no pair sections)
 //    12  u32 roaring tag (major*10000 + minor*100 + revision of CRoaring that
 //            wrote the frozen bitmaps; a different one is "unknown")
 //    16  u64 definition fingerprint
@@ -25,12 +25,14 @@
 //     from 0); skip table: u32 per block of 64 postings, the byte offset of
 //     the block's first posting in the positions; BlockMax[blocks]
 //     {u32 last_doc, u32 max_tf, u32 min_len, u32 0}.
+//     The common-word pair section (format in pairs.h).
 //   Per numeric (number/date) field: f64 column[doc_count] (the document's
 //     smallest value, NaN when it has none); NumEntry[m] {f64 value, u32 doc,
 //     u32 0} sorted by (value, doc), one per value of every document.
 //   Directory: u64 ids_offsets_off, u64 ids_blob_off; per text field
 //     {u64 lengths_off, u64 sum_len, u32 docs_with_tokens, u32 term_count,
-//      u64 term_offsets_off, u64 term_blob_off, u64 entries_off};
+//      u64 term_offsets_off, u64 term_blob_off, u64 entries_off,
+//      u64 pairs_off (the field's common-word pair section, pairs.h)};
 //     per numeric field {u64 column_off, u64 sorted_off, u64 sorted_count}.
 //   Footer, 16 bytes: u64 Checksum64 of every byte before it, char[8] "CVDSEGND".
 #include "postings/segment.h"
@@ -46,7 +48,7 @@ namespace {
 constexpr char kMagic[8] = {'C', 'V', 'D', 'S', 'E', 'G', '0', '1'};
 constexpr char kFooterMagic[8] = {'C', 'V', 'D', 'S', 'E', 'G', 'N', 'D'};
 constexpr size_t kHeaderBytes = 64;
-constexpr size_t kTextDirBytes = 48;
+constexpr size_t kTextDirBytes = 56;
 constexpr size_t kNumericDirBytes = 24;
 
 void Align(std::string& out) {
@@ -355,13 +357,13 @@ void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, double v) {
   memory_ += 16;
 }
 
-std::string SegmentBuilder::Encode(uint64_t fingerprint) const {
+std::string SegmentBuilder::Encode(uint64_t fingerprint, bool pair_tables) const {
   std::string out;
-  Encode(fingerprint, out);
+  Encode(fingerprint, out, pair_tables);
   return out;
 }
 
-void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) const {
+void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out, bool pair_tables) const {
   const uint32_t n = doc_count();
   out.assign(kHeaderBytes, '\0');
   std::string dir;
@@ -476,6 +478,17 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) const {
     PutFixed<uint64_t>(dir, term_offs_off);
     PutFixed<uint64_t>(dir, term_blob_off);
     PutFixed<uint64_t>(dir, entries_off);
+    {
+      std::vector<uint32_t> dfs(nt);
+      for (uint32_t ti = 0; ti < nt; ++ti) dfs[ti] = static_cast<uint32_t>(fb.terms[sorted[ti]].docs.size());
+      const std::vector<uint32_t> common = pair_tables ? ChooseCommonTerms(dfs, n) : std::vector<uint32_t>();
+      std::vector<PairSource> sources;
+      for (uint32_t ti : common) {
+        const TermBuild& t = fb.terms[sorted[ti]];
+        sources.push_back(PairSource{t.docs, t.tfs, reinterpret_cast<const uint8_t*>(t.pos.data())});
+      }
+      PutFixed<uint64_t>(dir, AppendPairSection(out, common, BuildPairs(sources)));
+    }
   }
   for (size_t s = 0; s < columns_.size(); ++s) {
     Align(out);
@@ -556,6 +569,7 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     if (!in(tb, t.offs[t.term_count])) return bad("terms out of bounds");
     t.blob = b + tb;
     t.entries = reinterpret_cast<const TermEntry*>(b + te);
+    if (!t.pairs.Parse(b, size - 16, GetFixed<uint64_t>(d + 48), t.term_count)) return bad("pair section out of bounds");
     for (uint32_t i = 0; i < t.term_count; ++i) {
       const TermEntry& e = t.entries[i];
       uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;

@@ -16,10 +16,11 @@
 
 #include "common/status.h"
 #include "postings/file_util.h"
+#include "postings/pairs.h"
 
 namespace corvid::postings {
 
-inline constexpr uint32_t kSegmentFormatVersion = 1;
+inline constexpr uint32_t kSegmentFormatVersion = 2;
 // The frozen roaring layout is tied to the library version (DESIGN.md):
 // a segment written by another CRoaring is "unknown" and rebuilt.
 inline constexpr uint32_t kRoaringTag = ROARING_VERSION_MAJOR * 10000 + ROARING_VERSION_MINOR * 100 + ROARING_VERSION_REVISION;
@@ -120,11 +121,13 @@ class SegmentBuilder {
   uint32_t doc_count() const { return static_cast<uint32_t>(ids_.size()); }
   size_t MemoryBytes() const { return memory_; }
   // Serializes to the segment format. Cost: O(postings + terms) plus
-  // sorting the terms added since the previous Encode.
-  std::string Encode(uint64_t fingerprint) const;
+  // sorting the terms added since the previous Encode, plus, with
+  // `pair_tables`, O(positions of each field's common terms) for the
+  // common-word pair tables (pairs.h; without, the tables are empty).
+  std::string Encode(uint64_t fingerprint, bool pair_tables = true) const;
   // The same into `out` (replacing its contents, reusing its capacity: a
   // builder reused across batches can reuse one buffer too).
-  void Encode(uint64_t fingerprint, std::string& out) const;
+  void Encode(uint64_t fingerprint, std::string& out, bool pair_tables = true) const;
 
  private:
   // Positions are kept encoded as they are written (varint deltas per
@@ -201,6 +204,15 @@ class Segment {
   const uint8_t* PositionsStart(uint32_t f, uint32_t i) const {
     return reinterpret_cast<const uint8_t*>(base() + entry(f, i).pos_off);
   }
+  // If terms i and j of field f are both among its common terms (pairs.h),
+  // sets *out to the documents where i is immediately followed by j and
+  // returns true; otherwise false.
+  bool PairPostings(uint32_t f, uint32_t i, uint32_t j, ConstBitmap* out) const {
+    const roaring_bitmap_t* docs;
+    if (!text_[f].pairs.Find(i, j, &docs)) return false;
+    out->reset(docs != nullptr ? docs : roaring_bitmap_create());
+    return true;
+  }
   const BlockMax* Blocks(uint32_t f, uint32_t i) const {
     return reinterpret_cast<const BlockMax*>(base() + entry(f, i).block_off);
   }
@@ -217,6 +229,7 @@ class Segment {
     const uint32_t* offs;
     const char* blob;
     const TermEntry* entries;
+    PairTable pairs;
   };
   struct NumericField {
     const double* column;
