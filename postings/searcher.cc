@@ -839,6 +839,18 @@ bool FlatTerms(const CNode& root, std::vector<const Alt*>& out) {
   return any;
 }
 
+// The posting lists Eval found for FlatTerms' alternatives, in its order.
+std::vector<const roaring_bitmap_t*> FlatPostings(const CNode& root, const SegEval& ev) {
+  std::vector<const roaring_bitmap_t*> out;
+  auto leaf = [&](const CNode& n) {
+    for (const auto& b : ev.alt_bm[n.id]) out.push_back(b.get());
+  };
+  if (root.kind == CNode::Kind::kLeaf) leaf(root);
+  for (const auto& [occ, c] : root.clauses)
+    if (occ != Occur::kMustNot) leaf(*c);
+  return out;
+}
+
 // MaxScore with block-max bounds over the posting lists of `alts` in
 // segment k: only documents that can still enter `top` are fully scored.
 // Each document's score is summed in alternative order, so it is
@@ -1052,27 +1064,37 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
 // expansions): accumulates every posting into a dense per-segment array,
 // each document's contributions added in alternative order (bit-identical to
 // Score), then offers the final matches to `top`.
-void AccumulateSegment(const std::vector<const Alt*>& alts, size_t k, const Snapshot& snap, const roaring_bitmap_t* final_bm,
-                       TopK& top) {
+// `postings[i]`: alts[i]'s posting list in the segment (from Eval).
+void AccumulateSegment(const std::vector<const Alt*>& alts, const std::vector<const roaring_bitmap_t*>& postings, size_t k,
+                       const Snapshot& snap, const roaring_bitmap_t* final_bm, TopK& top) {
   const Segment& seg = *snap.segments[k].segment;
-  std::vector<double> acc(seg.doc_count(), 0.0);
+  static thread_local std::vector<double> acc;  // reused: a fresh one is a fresh mmap per query
+  acc.assign(seg.doc_count(), 0.0);
   uint32_t buf[256];
-  for (const Alt* a : alts) {
+  for (size_t ai = 0; ai < alts.size(); ++ai) {
+    const Alt* a = alts[ai];
     int64_t ti = a->SegScoreTerm(k, 0);
     if (ti < 0) continue;
     const double avg = static_cast<double>(snap.sum_len[a->field]) / snap.with_tokens[a->field];
     const double widf = a->weight * a->idf[0];
     const uint32_t* lens = seg.lengths(a->field);
-    auto bm = seg.Postings(a->field, static_cast<uint32_t>(ti));
     TfArray tfs = seg.Tfs(a->field, static_cast<uint32_t>(ti));
     roaring_uint32_iterator_t it;
-    roaring_init_iterator(bm.get(), &it);
+    roaring_init_iterator(postings[ai], &it);
     uint32_t rank = 0;
     while (uint32_t got = roaring_read_uint32_iterator(&it, buf, 256)) {
-      for (uint32_t i = 0; i < got; ++i, ++rank) {
-        const uint32_t d = buf[i];
-        const uint32_t tf = tfs[rank];
-        acc[d] += widf * tf / (tf + kK1 * (1 - kB + kB * lens[d] / avg));
+      if (tfs.width == 1) {
+        for (uint32_t i = 0; i < got; ++i, ++rank) {
+          const uint32_t d = buf[i];
+          const uint32_t tf = tfs.data[rank];
+          acc[d] += widf * tf / (tf + kK1 * (1 - kB + kB * lens[d] / avg));
+        }
+      } else {
+        for (uint32_t i = 0; i < got; ++i, ++rank) {
+          const uint32_t d = buf[i];
+          const uint32_t tf = tfs[rank];
+          acc[d] += widf * tf / (tf + kK1 * (1 - kB + kB * lens[d] / avg));
+        }
       }
     }
   }
@@ -1250,7 +1272,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       // Without a filter, deletes or prohibited clauses, every document
       // the flat terms reach is a match: no membership test per document.
       const roaring_bitmap_t* check = restricted || flat_has_not ? final_bm : nullptr;
-      if (flat.size() > kMaxScoreTerms) AccumulateSegment(flat, k, snap, final_bm, topk);
+      if (flat.size() > kMaxScoreTerms) AccumulateSegment(flat, FlatPostings(**root, ev), k, snap, final_bm, topk);
       else MaxScoreSegment(flat, k, snap, check, topk);
       continue;
     }
