@@ -95,7 +95,83 @@ void PutArray(std::string& out, const T* p, size_t n) {
   out.append(reinterpret_cast<const char*>(p), n * sizeof(T));
 }
 
+// CRoaring's frozen layout of a bitmap with one container (as
+// roaring_bitmap_frozen_serialize writes it): the container's data (array:
+// u16 low bits per value; run: u16 start, u16 length - 1 per run), u16 key
+// (high bits), u16 count (array: cardinality - 1; run: runs), u8 type
+// (2 array, 3 run), u32 (containers << 15 | 13766).
+constexpr uint8_t kFrozenArray = 2, kFrozenRun = 3;
+constexpr uint32_t kFrozenCookie = 13766;
+
+// The fast path of AppendFrozenBitmap: one chunk of at most 4096 values,
+// written directly (no bitmap built). False, writing nothing, otherwise.
+bool AppendFrozenSmall(std::string& out, std::span<const uint32_t> docs) {
+  const size_t n = docs.size();
+  if (n == 0 || n > 4096 || (docs.front() >> 16) != (docs.back() >> 16)) return false;
+  size_t runs = 1;
+  for (size_t i = 1; i < n; ++i) runs += docs[i] != docs[i - 1] + 1;
+  // run_optimize keeps an array unless runs are strictly smaller (4r vs 2n bytes).
+  const bool as_run = 2 * runs < n;
+  const size_t at = out.size();
+  out.resize(at + (as_run ? 4 * runs : 2 * n) + 9);
+  char* p = out.data() + at;
+  auto put16 = [&](uint32_t v) {
+    const uint16_t x = static_cast<uint16_t>(v);
+    std::memcpy(p, &x, 2);
+    p += 2;
+  };
+  if (as_run) {
+    size_t start = 0;
+    for (size_t i = 1; i <= n; ++i) {
+      if (i < n && docs[i] == docs[i - 1] + 1) continue;
+      put16(docs[start]);
+      put16(static_cast<uint32_t>(i - start - 1));
+      start = i;
+    }
+  } else {
+    for (uint32_t d : docs) put16(d);
+  }
+  put16(docs.front() >> 16);
+  put16(static_cast<uint32_t>(as_run ? runs : n - 1));
+  *p++ = static_cast<char>(as_run ? kFrozenRun : kFrozenArray);
+  const uint32_t header = (uint32_t{1} << 15) | kFrozenCookie;
+  std::memcpy(p, &header, 4);
+  return true;
+}
+
+void AppendFrozenByLibrary(std::string& out, std::span<const uint32_t> docs) {
+  Bitmap bm(roaring_bitmap_of_ptr(docs.size(), docs.data()));
+  roaring_bitmap_run_optimize(bm.get());
+  const size_t at = out.size();
+  out.resize(at + roaring_bitmap_frozen_size_in_bytes(bm.get()));
+  roaring_bitmap_frozen_serialize(bm.get(), out.data() + at);
+}
+
+// Whether the fast path writes exactly what this CRoaring writes: checked
+// once per process on arrays and runs around the array/run threshold, so
+// another library version falls back to the library instead of writing a
+// layout it cannot read.
+bool FrozenFastPathAgrees() {
+  static const bool agrees = [] {
+    const std::vector<std::vector<uint32_t>> cases = {
+        {5}, {1, 2}, {1, 2, 3}, {1, 3, 5, 7, 9}, {7, 8, 20, 21}, {7, 8, 20, 21, 22}, {65536 * 3 + 1, 65536 * 3 + 2, 65536 * 4 - 1}};
+    for (const auto& c : cases) {
+      std::string a, b;
+      if (!AppendFrozenSmall(a, c)) return false;
+      AppendFrozenByLibrary(b, c);
+      if (a != b) return false;
+    }
+    return true;
+  }();
+  return agrees;
+}
+
 }  // namespace
+
+void AppendFrozenBitmap(std::string& out, std::span<const uint32_t> docs) {
+  if (FrozenFastPathAgrees() && AppendFrozenSmall(out, docs)) return;
+  AppendFrozenByLibrary(out, docs);
+}
 
 SegmentBuilder::SegmentBuilder(uint32_t text_fields, uint32_t numeric_fields)
     : text_(text_fields), lengths_(text_fields), columns_(numeric_fields), numbers_(numeric_fields) {}
@@ -436,14 +512,10 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out, bool pair_ta
       const TermBuild& t = fb.terms[sorted[ti]];
       TermEntry e{};
       Align(out);  // frozen views need 32-byte alignment; the rest is unaligned
-      Bitmap bm(roaring_bitmap_of_ptr(t.docs.size(), t.docs.data()));
-      roaring_bitmap_run_optimize(bm.get());
       e.bitmap_off = out.size();
-      e.bitmap_len = static_cast<uint32_t>(roaring_bitmap_frozen_size_in_bytes(bm.get()));
+      AppendFrozenBitmap(out, t.docs);
+      e.bitmap_len = static_cast<uint32_t>(out.size() - e.bitmap_off);
       e.doc_freq = static_cast<uint32_t>(t.docs.size());
-      size_t at = out.size();
-      out.append(e.bitmap_len, '\0');
-      roaring_bitmap_frozen_serialize(bm.get(), out.data() + at);
       e.max_tf = *std::max_element(t.tfs.begin(), t.tfs.end());
       e.tf_width = e.max_tf < 256 ? 1 : 4;
       e.tf_off = out.size();

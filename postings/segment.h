@@ -59,6 +59,13 @@ struct NumEntry {
 };
 #pragma pack(pop)
 
+// Appends the frozen roaring serialization of `docs` (ascending, no
+// repeats), run-optimized, exactly as roaring_bitmap_frozen_serialize
+// writes it; the caller aligns `out` (frozen views need 32 bytes). Small
+// single-container bitmaps (every batch term in fewer than 4097 documents)
+// are written directly, without building a bitmap.
+void AppendFrozenBitmap(std::string& out, std::span<const uint32_t> docs);
+
 // Term frequencies of one posting list, indexed by rank in the bitmap.
 struct TfArray {
   const uint8_t* data = nullptr;

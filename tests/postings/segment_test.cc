@@ -154,6 +154,30 @@ TEST_CASE("a reused builder encodes exactly what a fresh one does", "[postings]"
   }
 }
 
+TEST_CASE("frozen bitmaps are written exactly as CRoaring writes them", "[postings]") {
+  uint32_t x = 12345;
+  auto next = [&] { return x = x * 1103515245u + 12345u; };
+  for (int round = 0; round < 3000; ++round) {
+    // Sparse, dense (runs), around the array/run threshold, across chunks, above 4096.
+    std::vector<uint32_t> docs;
+    const uint32_t n = round % 50 == 0 ? 4000 + next() % 5000 : 1 + next() % 300;
+    const uint32_t gap = 1 + (round % 4 == 0 ? 0 : next() % (round % 3 == 0 ? 3 : 900));
+    uint32_t d = (round % 7 == 0 ? 65530 : 0) + next() % 100;
+    for (uint32_t i = 0; i < n; ++i) {
+      docs.push_back(d);
+      d += round % 5 == 0 ? 1 + next() % 2 : gap;
+    }
+    std::string mine = "xyz";
+    AppendFrozenBitmap(mine, docs);
+    Bitmap bm(roaring_bitmap_of_ptr(docs.size(), docs.data()));
+    roaring_bitmap_run_optimize(bm.get());
+    std::string lib(roaring_bitmap_frozen_size_in_bytes(bm.get()), '\0');
+    roaring_bitmap_frozen_serialize(bm.get(), lib.data());
+    INFO("round " << round << " n " << n);
+    REQUIRE(mine == "xyz" + lib);
+  }
+}
+
 TEST_CASE("checksum is sensitive to every byte and the length", "[postings]") {
   std::string s(1000, 'x');
   uint64_t h = Checksum64(s.data(), s.size());
