@@ -338,7 +338,13 @@ void SegmentBuilder::AddTokens(uint32_t field, uint32_t doc, std::span<const std
     if (i + kProbeAhead < n) {
       const uint64_t s = fb.slots[hash_buf_[i + kProbeAhead] & (fb.slots.size() - 1)];
       const uint32_t idx = static_cast<uint32_t>(s) - 1;
-      if (s != 0 && idx < fb.terms.size()) __builtin_prefetch(&fb.terms[idx]);
+      if (s != 0 && idx < fb.terms.size()) {
+        // The line a probe reads (name) and the ones a new posting writes (docs, tfs, skip).
+        const char* rec = reinterpret_cast<const char*>(&fb.terms[idx]);
+        __builtin_prefetch(rec);
+        __builtin_prefetch(rec + 64);
+        __builtin_prefetch(rec + 128);
+      }
     }
     index_buf_[i] = TermIndex(fb, terms[i], hash_buf_[i]);
   }
