@@ -12,7 +12,11 @@
 // of JSON). SQLite FTS5 indexes the same text in the same run, one
 // transaction per batch. Figures: documents/s and MB/s of field text (the
 // W3 bar: ≥ 50 MB/s of text per worker thread); JSON MB/s beside it.
-// Only ApplyBatch (or the FTS5 inserts and commit) is timed, not generation.
+// docs/s and MB/s are over the time spent in ApplyBatch — the index
+// worker thread; merges run on the index's background thread (waited for
+// at the end) — or in the FTS5 inserts and commits. "cpu" is the process
+// CPU time of indexing, merges included, generation excluded: MB per
+// CPU-second is the figure that does not depend on other load.
 //
 //   w3_bench [--docs 10000] [--set one|many|both] [--runs 3] [--peer-runs 1]
 //            [--peers 0|1] [--batch-bytes 33554432] [--batch-docs 8192]
@@ -33,6 +37,7 @@
 #include <vector>
 
 #include "postings/search_index.h"
+#include "postings/snapshot.h"  // WaitForMerges
 
 #ifdef CORVID_BENCH_SQLITE
 #include <sqlite3.h>
@@ -146,14 +151,19 @@ size_t NextBatch(const Vocabulary& v, Set set, size_t& next, size_t ndocs, size_
   return n;
 }
 
+// secs: time in ApplyBatch (Corvid's worker thread; merges run on the
+// index's background thread) or in the FTS5 inserts and commits.
+// cpu: process CPU time of indexing, merges included, generation excluded.
+// merged_secs: wall time from the first batch until merges are done,
+// generation included (it overlaps background merges).
 struct Run {
-  double secs = 0, cpu = 0, text_mb = 0, json_mb = 0, disk_mb = 0;
+  double secs = 0, cpu = 0, merged_secs = 0, text_mb = 0, json_mb = 0, disk_mb = 0;
   size_t docs = 0, batches = 0;
 };
 
-double CpuNow() {
+double CpuNow(clockid_t clock = CLOCK_PROCESS_CPUTIME_ID) {
   timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  clock_gettime(clock, &ts);
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
@@ -186,18 +196,23 @@ bool RunCorvid(const Vocabulary& v, Set set, size_t ndocs, size_t max_docs, size
   std::vector<DocChange> changes;
   std::vector<IndexError> errors;
   size_t next = 0;
-  while (size_t n = NextBatch(v, set, next, ndocs, max_docs, max_bytes, batch)) {
+  const double cpu0 = CpuNow();
+  const auto start = Clock::now();
+  double gen_cpu = 0;
+  for (;;) {
+    const double g0 = CpuNow(CLOCK_THREAD_CPUTIME_ID);
+    const size_t n = NextBatch(v, set, next, ndocs, max_docs, max_bytes, batch);
+    gen_cpu += CpuNow(CLOCK_THREAD_CPUTIME_ID) - g0;
+    if (n == 0) break;
     changes.clear();
     for (size_t j = 0; j < n; ++j) {
       changes.push_back(DocChange{next - n + j + 1, batch[j].id, false, batch[j].json});
       r.text_mb += batch[j].text_bytes / 1e6;
       r.json_mb += batch[j].json.size() / 1e6;
     }
-    const double c0 = CpuNow();
     const auto t0 = Clock::now();
     Status st = (*idx)->ApplyBatch(changes, changes.back().etag, errors);
     r.secs += std::chrono::duration<double>(Clock::now() - t0).count();
-    r.cpu += CpuNow() - c0;
     if (!st.ok()) {
       fprintf(stderr, "%s\n", st.ToString().c_str());
       return false;
@@ -205,6 +220,9 @@ bool RunCorvid(const Vocabulary& v, Set set, size_t ndocs, size_t max_docs, size
     r.docs += n;
     ++r.batches;
   }
+  postings::WaitForMerges(**idx);
+  r.merged_secs = std::chrono::duration<double>(Clock::now() - start).count();
+  r.cpu = CpuNow() - cpu0 - gen_cpu;
   if (!errors.empty()) fprintf(stderr, "%zu index errors, first: %s\n", errors.size(), errors[0].message.c_str());
   r.disk_mb = (*idx)->DiskBytes() / 1e6;
   return true;
@@ -275,11 +293,10 @@ bool RunFts5(const Vocabulary& v, Set set, size_t ndocs, size_t max_docs, size_t
 #endif
 
 void Print(const char* who, const Run& r) {
-  printf(
-      "  %-7s %8.0f docs/s  %6.1f MB/s text  %6.1f MB/s JSON  (%.2f s, cpu %.2f s = %.1f MB text/cpu-s; %zu batches, "
-      "disk %.0f MB)\n",
-      who, r.docs / r.secs, r.text_mb / r.secs, r.json_mb / r.secs, r.secs, r.cpu, r.text_mb / r.cpu, r.batches,
-      r.disk_mb);
+  printf("  %-7s %8.0f docs/s  %6.1f MB/s text  %6.1f MB/s JSON  (%.2f s; cpu %.2f s = %.1f MB text/cpu-s", who,
+         r.docs / r.secs, r.text_mb / r.secs, r.json_mb / r.secs, r.secs, r.cpu, r.text_mb / r.cpu);
+  if (r.merged_secs > 0) printf("; merges done at %.2f s", r.merged_secs);
+  printf("; %zu batches, disk %.0f MB)\n", r.batches, r.disk_mb);
 }
 
 void PrintMachine() {
@@ -345,8 +362,11 @@ int main(int argc, char** argv) {
     const Run med = all[all.size() / 2];
     printf("  median:\n");
     Print("corvid", med);
-    printf("  text %.1f MB, JSON %.1f MB; W3 bar >= 50 MB/s of text per thread: %s\n", med.text_mb, med.json_mb,
-           med.text_mb / med.secs >= 50 ? "met" : "MISSED");
+    printf(
+        "  text %.1f MB, JSON %.1f MB; W3 bar >= 50 MB/s of text per worker thread: %s (per CPU-second, merges "
+        "included: %s)\n",
+        med.text_mb, med.json_mb, med.text_mb / med.secs >= 50 ? "met" : "MISSED",
+        med.text_mb / med.cpu >= 50 ? "met" : "MISSED");
     std::filesystem::remove_all(dir + "/corvid");
 #ifdef CORVID_BENCH_SQLITE
     if (peers && peer_runs > 0) {
