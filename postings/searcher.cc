@@ -927,7 +927,8 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
         t.block_ub = block_bound(t, b);
       }
       bound += t.block_ub;
-      end = std::min(end, t.blocks[b].last_doc);
+      const uint32_t last = t.blocks[b].last_doc;  // a copy: BlockMax is packed, unaligned in the file
+      end = std::min(end, last);
     }
     if (bound < top.threshold()) {
       for (size_t i = first_ess; i < n; ++i) ts[i].cur->Advance(end + 1);
@@ -1039,7 +1040,8 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
           t.bound_block = t.block;
         }
         bound += t.bound;
-        end = std::min(end, t.blocks[t.block].last_doc);
+        const uint32_t last = t.blocks[t.block].last_doc;  // a copy: BlockMax is packed, unaligned in the file
+        end = std::min(end, last);
       }
       window_end = end;
       in_window = true;
