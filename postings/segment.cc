@@ -166,6 +166,23 @@ bool FrozenFastPathAgrees() {
   return agrees;
 }
 
+// The skip table of a posting list: the byte offset into `positions` of
+// every kPostingBlock-th posting, found by walking the tf varints of each
+// posting (a byte below 0x80 ends one) up to the last block start only.
+void AppendSkipTable(std::string& out, std::span<const uint32_t> tfs, const uint8_t* positions) {
+  const size_t n = tfs.size();
+  const uint8_t* p = positions;
+  for (size_t block = 0; block * kPostingBlock < n; ++block) {
+    PutFixed<uint32_t>(out, static_cast<uint32_t>(p - positions));
+    if ((block + 1) * kPostingBlock >= n) break;
+    for (size_t i = block * kPostingBlock; i < (block + 1) * kPostingBlock; ++i)
+      for (uint32_t k = tfs[i]; k > 0; --k) {
+        while (*p & 0x80) ++p;
+        ++p;
+      }
+  }
+}
+
 }  // namespace
 
 void AppendFrozenBitmap(std::string& out, std::span<const uint32_t> docs) {
@@ -184,7 +201,6 @@ void SegmentBuilder::Reset() {
       t.pos.clear();
       t.docs.clear();
       t.tfs.clear();
-      t.skip.clear();
     }
   }
   ids_.clear();
@@ -200,7 +216,7 @@ size_t SegmentBuilder::RetainedBytes() const {
     bytes += 8 * fb.slots.capacity() + sizeof(TermBuild) * fb.terms.capacity() + 4 * fb.by_name.capacity();
     for (const TermBuild& t : fb.terms)
       bytes += (t.name.capacity() > 15 ? t.name.capacity() : 0) + t.pos.capacity() +
-               4 * (t.docs.capacity() + t.tfs.capacity() + t.skip.capacity());
+               4 * (t.docs.capacity() + t.tfs.capacity());
   }
   for (const auto& id : ids_) bytes += id.capacity() > 15 ? id.capacity() : 0;
   bytes += sizeof(std::string) * ids_.capacity();
@@ -292,7 +308,6 @@ SegmentBuilder::TermBuild& SegmentBuilder::Term(uint32_t field, std::string_view
 
 inline void SegmentBuilder::AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position) {
   if (t.last_doc != doc) {
-    if (t.docs.size() % kPostingBlock == 0) t.skip.push_back(static_cast<uint32_t>(t.pos.size()));
     t.last_doc = doc;
     t.docs.push_back(doc);
     t.tfs.push_back(0);
@@ -339,11 +354,10 @@ void SegmentBuilder::AddTokens(uint32_t field, uint32_t doc, std::span<const std
       const uint64_t s = fb.slots[hash_buf_[i + kProbeAhead] & (fb.slots.size() - 1)];
       const uint32_t idx = static_cast<uint32_t>(s) - 1;
       if (s != 0 && idx < fb.terms.size()) {
-        // The line a probe reads (name) and the ones a new posting writes (docs, tfs, skip).
+        // The line a probe reads (name) and the one a new posting writes (docs, tfs).
         const char* rec = reinterpret_cast<const char*>(&fb.terms[idx]);
         __builtin_prefetch(rec);
         __builtin_prefetch(rec + 64);
-        __builtin_prefetch(rec + 128);
       }
     }
     index_buf_[i] = TermIndex(fb, terms[i], hash_buf_[i]);
@@ -362,7 +376,6 @@ void SegmentBuilder::AddTokens(uint32_t field, uint32_t doc, std::span<const std
 
 void SegmentBuilder::AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions) {
   TermBuild& t = Term(field, term);
-  if (t.docs.size() % kPostingBlock == 0) t.skip.push_back(static_cast<uint32_t>(t.pos.size()));
   t.docs.push_back(doc);
   t.tfs.push_back(static_cast<uint32_t>(positions.size()));
   t.last_doc = doc;
@@ -382,7 +395,6 @@ void SegmentBuilder::AddPostings(uint32_t field, std::string_view term, std::spa
   const size_t before = t.pos.size();
   size_t p = 0;
   for (size_t i = 0; i < docs.size(); ++i) {
-    if (t.docs.size() % kPostingBlock == 0) t.skip.push_back(static_cast<uint32_t>(t.pos.size()));
     t.docs.push_back(docs[i]);
     t.tfs.push_back(tfs[i]);
     uint32_t prev = 0;
@@ -407,24 +419,6 @@ uint32_t SegmentBuilder::AppendTerm(uint32_t field, std::string_view term) {
 void SegmentBuilder::AddEncodedPostings(uint32_t field, uint32_t index, std::span<const uint32_t> docs,
                                         std::span<const uint32_t> tfs, std::string_view bytes) {
   TermBuild& t = text_[field].terms[index];
-  const size_t base = t.pos.size();
-  // Skip entries for the postings that start a block: walk the varints (a
-  // byte below 0x80 ends one); no walk past the last block start.
-  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-  const auto* start = p;
-  const size_t n0 = t.docs.size();
-  const size_t first = (kPostingBlock - n0 % kPostingBlock) % kPostingBlock;  // first i with (n0+i) % 64 == 0
-  if (first < docs.size()) {
-    const size_t last = first + (docs.size() - 1 - first) / kPostingBlock * kPostingBlock;
-    for (size_t i = 0; i <= last; ++i) {
-      if ((n0 + i) % kPostingBlock == 0) t.skip.push_back(static_cast<uint32_t>(base + (p - start)));
-      if (i == last) break;
-      for (uint32_t k = tfs[i]; k > 0; --k) {
-        while (*p & 0x80) ++p;
-        ++p;
-      }
-    }
-  }
   t.docs.insert(t.docs.end(), docs.begin(), docs.end());
   t.tfs.insert(t.tfs.end(), tfs.begin(), tfs.end());
   t.pos.append(bytes);
@@ -471,7 +465,7 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out, bool pair_ta
         const TermBuild& t = text_[f].terms[i];
         const size_t d = t.docs.size();
         est += t.name.size() + 4 + sizeof(TermEntry) + 32 + 64 + 2 * d + 16 * (d / 4096 + 2) + 4 * d + t.pos.size() +
-               4 * t.skip.size() + sizeof(BlockMax) * (d / kPostingBlock + 1);
+               4 * (d / kPostingBlock + 1) + sizeof(BlockMax) * (d / kPostingBlock + 1);
       }
     }
     for (size_t s = 0; s < columns_.size(); ++s) est += 8 * n + sizeof(NumEntry) * numbers_[s].size() + 96;
@@ -544,7 +538,7 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out, bool pair_ta
       e.pos_off = out.size();
       out += t.pos;
       e.skip_off = out.size();
-      PutArray(out, t.skip.data(), t.skip.size());
+      AppendSkipTable(out, t.tfs, reinterpret_cast<const uint8_t*>(t.pos.data()));
       e.block_off = out.size();
       PutArray(out, blocks.data(), blocks.size());
       std::memcpy(out.data() + entries_off + ti * sizeof(TermEntry), &e, sizeof(e));

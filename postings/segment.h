@@ -138,16 +138,16 @@ class SegmentBuilder {
 
  private:
   // Positions are kept encoded as they are written (varint deltas per
-  // posting), with the skip table built as postings arrive.
-  // The members a token touches come first (name, current doc, position
-  // bytes) and, cache-line aligned, share the record's first line: a
-  // token costs one line, plus one for a new posting (docs, tfs).
+  // posting); Encode derives the skip table from them. The members a token
+  // touches come first (name, current doc, position bytes) and, cache-line
+  // aligned, share the record's first line: a token costs one line, plus
+  // the second for a new posting (docs, tfs).
   struct alignas(64) TermBuild {
     std::string name;
     uint32_t last_doc = UINT32_MAX;  // doc of the current (last) posting; none yet
     uint32_t last_pos = 0;           // previous position of the current posting
     std::string pos;
-    std::vector<uint32_t> docs, tfs, skip;
+    std::vector<uint32_t> docs, tfs;  // the skip table is derived by Encode
   };
   // Open addressing (linear probing) from term to index in `terms`: a slot
   // holds the hash's high 32 bits and index + 1 (0: empty); load <= 1/2.
