@@ -271,34 +271,37 @@ inline bool SameTerm(const std::string& a, std::string_view b) {
 }
 }  // namespace
 
-uint32_t SegmentBuilder::TermIndex(FieldBuild& fb, std::string_view term, uint64_t h) {
+// The probe is inlined into AddTokens; inserting a term is not.
+inline uint32_t SegmentBuilder::TermIndex(FieldBuild& fb, std::string_view term, uint64_t h) {
   const uint64_t tag = h >> 32;
-  size_t mask = fb.slots.size() - 1;
+  const size_t mask = fb.slots.size() - 1;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
-    uint64_t s = fb.slots[i];
-    if (s == 0) {
-      fb.slots[i] = (tag << 32) | (fb.terms.size() + 1);
-      memory_ += term.size() + 112;
-      fb.terms.emplace_back().name.assign(term);
-      if (fb.terms.size() * 2 > fb.slots.size()) {
-        std::vector<uint64_t> bigger(fb.slots.size() * 2, 0);
-        const size_t m2 = bigger.size() - 1;
-        for (uint32_t t = 0; t < fb.terms.size(); ++t) {
-          uint64_t h2 = TermHash(fb.terms[t].name);
-          size_t j = h2 & m2;
-          while (bigger[j] != 0) j = (j + 1) & m2;
-          bigger[j] = ((h2 >> 32) << 32) | (t + 1);
-        }
-        memory_ += 8 * fb.slots.size();
-        fb.slots.swap(bigger);
-      }
-      return static_cast<uint32_t>(fb.terms.size() - 1);
-    }
+    const uint64_t s = fb.slots[i];
+    if (s == 0) return InsertTerm(fb, term, tag, i);
     if ((s >> 32) == tag) {
       const uint32_t idx = static_cast<uint32_t>(s) - 1;
       if (SameTerm(fb.terms[idx].name, term)) return idx;
     }
   }
+}
+
+uint32_t SegmentBuilder::InsertTerm(FieldBuild& fb, std::string_view term, uint64_t tag, size_t slot) {
+  fb.slots[slot] = (tag << 32) | (fb.terms.size() + 1);
+  memory_ += term.size() + 112;
+  fb.terms.emplace_back().name.assign(term);
+  if (fb.terms.size() * 2 > fb.slots.size()) {
+    std::vector<uint64_t> bigger(fb.slots.size() * 2, 0);
+    const size_t m2 = bigger.size() - 1;
+    for (uint32_t t = 0; t < fb.terms.size(); ++t) {
+      uint64_t h2 = TermHash(fb.terms[t].name);
+      size_t j = h2 & m2;
+      while (bigger[j] != 0) j = (j + 1) & m2;
+      bigger[j] = ((h2 >> 32) << 32) | (t + 1);
+    }
+    memory_ += 8 * fb.slots.size();
+    fb.slots.swap(bigger);
+  }
+  return static_cast<uint32_t>(fb.terms.size() - 1);
 }
 
 SegmentBuilder::TermBuild& SegmentBuilder::Term(uint32_t field, std::string_view term) {

@@ -162,6 +162,8 @@ class SegmentBuilder {
   const std::vector<uint32_t>& SortedTerms(const FieldBuild& fb) const;
   TermBuild& Term(uint32_t field, std::string_view term);
   uint32_t TermIndex(FieldBuild& fb, std::string_view term, uint64_t h);
+  // Adds `term` at empty slot `slot` (its hash's high bits `tag`); grows the table.
+  [[gnu::noinline]] uint32_t InsertTerm(FieldBuild& fb, std::string_view term, uint64_t tag, size_t slot);
   void AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position);
   std::vector<uint64_t> hash_buf_;
   std::vector<uint32_t> index_buf_;
