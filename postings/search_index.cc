@@ -218,8 +218,8 @@ class SearchIndexImpl final : public SearchIndex {
   // is never picked by another merge.
   std::mutex merge_mu_;
   std::condition_variable merge_cv_;
-  bool merge_wanted_ = false;          // guarded by merge_mu_: a batch arrived since the last pick
-  bool merging_ = false;               // guarded by merge_mu_: the thread is picking or merging
+  bool merge_wanted_ = false;             // guarded by merge_mu_: a batch arrived since the last pick
+  bool merging_ = false;                  // guarded by merge_mu_: the thread is picking or merging
   std::atomic<bool> stop_merges_{false};  // written under merge_mu_; polled by a running merge to cancel
   std::thread merge_thread_;
 };
@@ -456,7 +456,8 @@ Result<std::shared_ptr<const Segment>> SearchIndexImpl::WriteSegment(const Segme
                        static_cast<uint32_t>(def_->numeric_fields().size()));
 }
 
-Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag, std::vector<IndexError>& errors) {
+Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
+                                   std::vector<IndexError>& errors) {
   // The last change of each id wins; earlier ones in the batch are moot.
   std::unordered_map<std::string_view, size_t> last;
   last.reserve(batch.size());
@@ -761,7 +762,8 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
     Bitmap del = NewBitmap();
     for (size_t k = 0; k < which.size(); ++k) {
       const SegmentState& was = base->segments[which[k]];
-      auto it = std::find_if(next->segments.begin(), next->segments.end(), [&](const SegmentState& s) { return s.id == was.id; });
+      auto it = std::find_if(next->segments.begin(), next->segments.end(),
+                             [&](const SegmentState& s) { return s.id == was.id; });
       if (it == next->segments.end()) {
         // Every document of it was deleted since `base` (fully deleted
         // segments leave the snapshot); its merged documents are consecutive.
@@ -797,13 +799,14 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
         for (uint32_t d = 0; d < was.segment->doc_count(); ++d) {
           if (remap[k][d] == kGone) continue;
           auto it = ids_.find(was.segment->id(d));
-          if (it != ids_.end() && it->second.segment == was.id && it->second.doc == d) it->second = DocLoc{new_id, remap[k][d]};
+          if (it != ids_.end() && it->second.segment == was.id && it->second.doc == d)
+            it->second = DocLoc{new_id, remap[k][d]};
         }
       }
     }
     Publish(std::move(next));
   }
-  if (merged && !kept) Unlink(new_id);  // everything in it was deleted meanwhile
+  if (merged && !kept) Unlink(new_id);     // everything in it was deleted meanwhile
   for (uint64_t id : removed) Unlink(id);  // mapped readers keep their pages
   return Status::Ok();
 }

@@ -153,8 +153,8 @@ void AppendFrozenByLibrary(std::string& out, std::span<const uint32_t> docs) {
 // layout it cannot read.
 bool FrozenFastPathAgrees() {
   static const bool agrees = [] {
-    const std::vector<std::vector<uint32_t>> cases = {
-        {5}, {1, 2}, {1, 2, 3}, {1, 3, 5, 7, 9}, {7, 8, 20, 21}, {7, 8, 20, 21, 22}, {65536 * 3 + 1, 65536 * 3 + 2, 65536 * 4 - 1}};
+    const std::vector<std::vector<uint32_t>> cases = {{5}, {1, 2}, {1, 2, 3}, {1, 3, 5, 7, 9}, {7, 8, 20, 21},
+                                                      {7, 8, 20, 21, 22}, {65536 * 3 + 1, 65536 * 3 + 2, 65536 * 4 - 1}};
     for (const auto& c : cases) {
       std::string a, b;
       if (!AppendFrozenSmall(a, c)) return false;
