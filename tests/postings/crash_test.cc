@@ -90,11 +90,15 @@ TEST_CASE("kill -9 during indexing and merging loses nothing acknowledged", "[po
       _exit(st.ok() ? 0 : 3);
     }
     close(fds[1]);
-    usleep(20000 + rng() % 300000);
+    // Kill only after the child acknowledged a batch (on a loaded machine
+    // a fixed delay may end it before its first commit), then at a random
+    // point of what follows.
+    uint64_t e;
+    if (read(fds[0], &e, sizeof e) == sizeof e) acked = std::max(acked, e);
+    usleep(rng() % 300000);
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
-    uint64_t e;
     while (read(fds[0], &e, sizeof e) == sizeof e) acked = std::max(acked, e);
     close(fds[0]);
     auto idx = std::move(SearchIndex::Open(dir.path(), def)).value();
