@@ -916,7 +916,6 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
     // its current block, so if those blocks' bounds plus the non-essential
     // lists' bounds cannot reach the threshold, no document up to `end`
     // can enter the top-k.
-    double bound = prefix[first_ess];
     uint32_t end = UINT32_MAX;
     for (size_t i = first_ess; i < n; ++i) {
       T& t = ts[i];
@@ -926,10 +925,13 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
         t.block = b;
         t.block_ub = block_bound(t, b);
       }
-      bound += t.block_ub;
       const uint32_t last = t.blocks[b].last_doc;  // a copy: BlockMax is packed, unaligned in the file
       end = std::min(end, last);
     }
+    // Lists whose next posting lies past the window add nothing in it.
+    double bound = prefix[first_ess];
+    for (size_t i = first_ess; i < n; ++i)
+      if (ts[i].cur->valid() && ts[i].cur->doc() <= end) bound += ts[i].block_ub;
     if (bound < top.threshold()) {
       for (size_t i = first_ess; i < n; ++i) ts[i].cur->Advance(end + 1);
       continue;
@@ -1003,9 +1005,7 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     double weight, idf, avg;
     const uint32_t* lens;
     const BlockMax* blocks;
-    uint32_t nblocks;
-    uint32_t block = 0;  // first block whose last doc >= the window start
-    uint32_t bound_block = UINT32_MAX;
+    uint32_t bound_block = UINT32_MAX;  // the block `bound` bounds
     double bound = 0;
   };
   std::vector<T> ts;
@@ -1019,7 +1019,6 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     t.avg = static_cast<double>(snap.sum_len[a->field]) / snap.with_tokens[a->field];
     t.lens = seg.lengths(a->field);
     t.blocks = seg.Blocks(a->field, static_cast<uint32_t>(ti));
-    t.nblocks = (seg.entry(a->field, static_cast<uint32_t>(ti)).doc_freq + kPostingBlock - 1) / kPostingBlock;
     ts.push_back(std::move(t));
   }
   roaring_uint32_iterator_t it;
@@ -1029,20 +1028,24 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
   while (it.has_value) {
     const uint32_t d = it.current_value;
     if (!in_window || d > window_end) {
-      double bound = 0;
       uint32_t end = UINT32_MAX;
       for (T& t : ts) {
-        while (t.block < t.nblocks && t.blocks[t.block].last_doc < d) ++t.block;
-        if (t.block == t.nblocks) continue;  // no more postings: contributes nothing
-        if (t.bound_block != t.block) {
-          const BlockMax& bm = t.blocks[t.block];
+        t.cur->Advance(d);
+        if (!t.cur->valid()) continue;  // no more postings: contributes nothing
+        const uint32_t b = t.cur->rank() / kPostingBlock;
+        if (t.bound_block != b) {
+          const BlockMax& bm = t.blocks[b];
           t.bound = t.weight * (t.idf * bm.max_tf / (bm.max_tf + kK1 * (1 - kB + kB * bm.min_len / t.avg))) * (1 + 1e-9) + 1e-300;
-          t.bound_block = t.block;
+          t.bound_block = b;
         }
-        bound += t.bound;
-        const uint32_t last = t.blocks[t.block].last_doc;  // a copy: BlockMax is packed, unaligned in the file
+        const uint32_t last = t.blocks[b].last_doc;  // a copy: BlockMax is packed, unaligned in the file
         end = std::min(end, last);
       }
+      // A term whose next posting lies past the window adds nothing in it
+      // (a title term is sparse where its body term is dense).
+      double bound = 0;
+      for (const T& t : ts)
+        if (t.cur->valid() && t.cur->doc() <= end) bound += t.bound;
       window_end = end;
       in_window = true;
       if (bound < top.threshold()) {
