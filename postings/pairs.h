@@ -7,7 +7,7 @@
 // far fewer candidates.
 //
 // Built by SegmentBuilder::Encode from the term data it already holds
-// (merges included, since they go through a builder too); stored in the
+// (for batches and merges alike); stored in the
 // segment file (format in segment.cc) and read by Segment::PairPostings.
 #pragma once
 

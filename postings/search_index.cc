@@ -183,9 +183,7 @@ class SearchIndexImpl final : public SearchIndex {
   void Unlink(uint64_t segment_id) const { ::unlink((dir_ + "/" + SegmentName(segment_id)).c_str()); }
   Status IndexDocument(SegmentBuilder& b, const DocChange& c, std::vector<IndexError>& errors) const;
   // Encodes `b` into `image` (a reusable buffer) and writes it crash-safely.
-  // pair_tables: see SegmentBuilder::Encode.
-  Result<std::shared_ptr<const Segment>> WriteSegment(const SegmentBuilder& b, uint64_t id, std::string& image,
-                                                      bool pair_tables);
+  Result<std::shared_ptr<const Segment>> WriteSegment(const SegmentBuilder& b, uint64_t id, std::string& image);
 
   // The merge thread: StartMerges/StopMerges run on the worker (Init,
   // Clear, the destructor); RequestMerge after every batch.
@@ -447,8 +445,8 @@ Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std
 }
 
 Result<std::shared_ptr<const Segment>> SearchIndexImpl::WriteSegment(const SegmentBuilder& b, uint64_t id,
-                                                                     std::string& image, bool pair_tables) {
-  b.Encode(def_->Fingerprint(), image, pair_tables);
+                                                                     std::string& image) {
+  b.Encode(def_->Fingerprint(), image);
   std::string name = SegmentName(id);
   Status st = WriteFileAtomic(dir_, name, image);
   if (!st.ok()) return st;
@@ -477,9 +475,7 @@ Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t th
   std::shared_ptr<const Segment> seg;
   if (b.doc_count() > 0) {
     new_id = next_segment_id_++;
-    // A batch's segment has no pair tables (they cost ~10% of its
-    // indexing); merges, in the background, build them.
-    auto written = WriteSegment(b, new_id, image_, false);
+    auto written = WriteSegment(b, new_id, image_);
     if (!written.ok()) return written.status();
     seg = std::move(written).value();
   }
@@ -737,7 +733,7 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
   std::shared_ptr<const Segment> merged;
   if (b.doc_count() > 0) {
     std::string image;
-    auto seg = WriteSegment(b, new_id, image, true);
+    auto seg = WriteSegment(b, new_id, image);
     if (!seg.ok()) return seg.status();
     merged = std::move(seg).value();
   }

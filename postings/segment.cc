@@ -436,13 +436,13 @@ void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, double v) {
   memory_ += 16;
 }
 
-std::string SegmentBuilder::Encode(uint64_t fingerprint, bool pair_tables) const {
+std::string SegmentBuilder::Encode(uint64_t fingerprint) const {
   std::string out;
-  Encode(fingerprint, out, pair_tables);
+  Encode(fingerprint, out);
   return out;
 }
 
-void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out, bool pair_tables) const {
+void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) const {
   const uint32_t n = doc_count();
   out.assign(kHeaderBytes, '\0');
   std::string dir;
@@ -556,7 +556,7 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out, bool pair_ta
     {
       std::vector<uint32_t> dfs(nt);
       for (uint32_t ti = 0; ti < nt; ++ti) dfs[ti] = static_cast<uint32_t>(fb.terms[sorted[ti]].docs.size());
-      const std::vector<uint32_t> common = pair_tables ? ChooseCommonTerms(dfs, n) : std::vector<uint32_t>();
+      const std::vector<uint32_t> common = ChooseCommonTerms(dfs, n);
       std::vector<PairSource> sources;
       for (uint32_t ti : common) {
         const TermBuild& t = fb.terms[sorted[ti]];

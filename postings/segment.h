@@ -128,13 +128,12 @@ class SegmentBuilder {
   uint32_t doc_count() const { return static_cast<uint32_t>(ids_.size()); }
   size_t MemoryBytes() const { return memory_; }
   // Serializes to the segment format. Cost: O(postings + terms) plus
-  // sorting the terms added since the previous Encode, plus, with
-  // `pair_tables`, O(positions of each field's common terms) for the
-  // common-word pair tables (pairs.h; without, the tables are empty).
-  std::string Encode(uint64_t fingerprint, bool pair_tables = true) const;
+  // sorting the terms added since the previous Encode, plus O(positions of
+  // each field's common terms) for the common-word pair tables (pairs.h).
+  std::string Encode(uint64_t fingerprint) const;
   // The same into `out` (replacing its contents, reusing its capacity: a
   // builder reused across batches can reuse one buffer too).
-  void Encode(uint64_t fingerprint, std::string& out, bool pair_tables = true) const;
+  void Encode(uint64_t fingerprint, std::string& out) const;
 
  private:
   // Positions are kept encoded as they are written (varint deltas per

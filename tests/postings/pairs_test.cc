@@ -2,6 +2,7 @@
 // the documents of every pair, against a brute force over the tokens.
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -114,68 +115,98 @@ TEST_CASE("a field without common terms has an empty pair table", "[postings]") 
   CHECK_FALSE((*opened)->PairPostings(0, 0, 1, &got));
 }
 
-// What the phrase queries return: totals and hits, ids and scores.
-std::string PhraseResults(SearchIndex& idx, const std::vector<std::string>& queries) {
-  std::string out;
-  for (const auto& q : queries) {
-    SearchRequest r;
-    r.q = q;
-    r.limit = 20;
-    auto res = idx.Search(r);
-    REQUIRE(res.ok());
-    out += q + " " + std::to_string(res->total) + " " + res->hits_json + "\n";
-  }
-  return out;
+// The ids a query matches, and its total.
+std::pair<uint64_t, std::set<std::string>> Matches(SearchIndex& idx, const std::string& q) {
+  SearchRequest r;
+  r.q = q;
+  r.limit = 100000;
+  auto res = idx.Search(r);
+  REQUIRE(res.ok());
+  std::set<std::string> ids;
+  for (const auto& h : ParseHits(res->hits_json)) ids.insert(h.id);
+  return {res->total, ids};
 }
 
-TEST_CASE("phrases answered by pair tables equal phrases verified by positions", "[postings]") {
+TEST_CASE("phrase matches with pair tables equal a brute force over positions", "[postings]") {
   auto def = SearchDefinition::Compile(R"({"type":"search","collection":"c","fields":{"body":{"analyzer":"standard"}}})");
   REQUIRE(def.ok());
   std::mt19937 rng(11);
+  // 150 words, Zipf-like: the most frequent are common terms (pair tables),
+  // the rest are verified by positions.
   std::vector<double> weight;
-  for (int i = 0; i < 40; ++i) weight.push_back(1.0 / (i + 1));
+  for (int i = 0; i < 150; ++i) weight.push_back(1.0 / (i + 1));
   std::discrete_distribution<int> word(weight.begin(), weight.end());
   auto w = [&] { return std::string("w").append(std::to_string(word(rng))); };
-  // Merged: many small batches, merged in the background (pair tables).
-  // Fresh: one batch, one segment without pair tables (every phrase is
-  // verified against positions).
-  TempDir merged_dir, fresh_dir;
+  // Each document: an array of two values; positions jump by 100 between
+  // them (kArrayPositionGap), so no phrase spans both.
+  std::map<std::string, std::vector<std::pair<std::string, int>>> tokens;  // id -> (word, position)
+  TempDir merged_dir, one_dir;
   auto merged = std::move(SearchIndex::Open(merged_dir.path(), *def)).value();
-  auto fresh = std::move(SearchIndex::Open(fresh_dir.path(), *def)).value();
-  Store merged_store, fresh_store;
+  auto one = std::move(SearchIndex::Open(one_dir.path(), *def)).value();
+  Store merged_store, one_store;
   for (int b = 0; b < 40; ++b) {
     for (int i = 0; i < 50; ++i) {
-      std::string json = R"({"body": [")";
-      for (int k = 0; k < 12; ++k) json.append(k ? " " : "").append(w());
-      json.append(R"(", ")").append(w()).append(" ").append(w()).append(R"("]})");
       const std::string id = std::string("d").append(std::to_string(b * 50 + i));
+      auto& t = tokens[id];
+      std::string json = R"({"body": [")";
+      for (int k = 0; k < 12; ++k) {
+        t.emplace_back(w(), k);
+        json.append(k ? " " : "").append(t.back().first);
+      }
+      json.append(R"(", ")");
+      for (int k = 0; k < 2; ++k) {
+        t.emplace_back(w(), 12 + 100 + k);
+        json.append(k ? " " : "").append(t.back().first);
+      }
+      json.append(R"("]})");
       merged_store.Put(id, json);
-      fresh_store.Put(id, json);
+      one_store.Put(id, json);
     }
     REQUIRE(merged_store.Flush(*merged).ok());
   }
-  REQUIRE(fresh_store.Flush(*fresh).ok());
+  REQUIRE(one_store.Flush(*one).ok());
   WaitForMerges(*merged);
-  auto phrase = [&](int words, const char* suffix) {
-    std::string q = "\"";
-    for (int k = 0; k < words; ++k) q.append(k ? " " : "").append(w());
-    return q.append("\"").append(suffix);
+  // The phrase rule (searcher.cc): positions p_i of the words, chosen
+  // independently, with max(p_i - i) - min(p_i - i) <= slop.
+  auto brute = [&](const std::vector<std::string>& words, int slop) {
+    std::set<std::string> out;
+    for (const auto& [id, t] : tokens) {
+      std::vector<std::vector<int>> pos(words.size());
+      for (const auto& [word, p] : t)
+        for (size_t i = 0; i < words.size(); ++i)
+          if (word == words[i]) pos[i].push_back(p - static_cast<int>(i));
+      std::function<bool(size_t, int, int)> any = [&](size_t i, int lo, int hi) {
+        if (i == words.size()) return hi - lo <= slop;
+        for (int q : pos[i])
+          if (any(i + 1, std::min(lo, q), std::max(hi, q))) return true;
+        return false;
+      };
+      if (any(0, INT32_MAX, INT32_MIN)) out.insert(id);
+    }
+    return out;
   };
-  std::vector<std::string> queries;
-  for (int i = 0; i < 60; ++i) queries.push_back(phrase(2, ""));
-  for (int i = 0; i < 30; ++i) queries.push_back(phrase(3, ""));
-  for (int i = 0; i < 20; ++i) queries.push_back(phrase(2, "~1"));
-  queries.push_back("\"w0 w0\"");
-  queries.push_back("\"w0 w1 w0\"");
-  const std::string want = PhraseResults(*fresh, queries);
-  CHECK(PhraseResults(*merged, queries) == want);
-  size_t matched = 0;
-  for (const auto& q : queries) {
-    SearchRequest r;
-    r.q = q;
-    matched += (*fresh->Search(r)).total > 0;
+  size_t checked = 0, matched = 0;
+  for (int n = 0; n < 120; ++n) {
+    const size_t words = n < 60 ? 2 : n < 100 ? 3 : 2;
+    const int slop = n < 100 ? 0 : 1;
+    std::vector<std::string> ws;
+    for (size_t k = 0; k < words; ++k) ws.push_back(n % 7 == 0 ? "w0" : w());
+    std::string q = "\"";
+    for (size_t k = 0; k < words; ++k) q.append(k ? " " : "").append(ws[k]);
+    q.append("\"");
+    if (slop > 0) q.append("~").append(std::to_string(slop));
+    const auto want = brute(ws, slop);
+    INFO("query " << q);
+    for (SearchIndex* idx : {merged.get(), one.get()}) {
+      const auto [total, ids] = Matches(*idx, q);
+      CHECK(total == want.size());
+      CHECK(ids == want);
+      ++checked;
+    }
+    matched += !want.empty();
   }
-  CHECK(matched > 50);  // most phrases match something: the comparison is not of empty sets
+  CHECK(checked == 240);
+  CHECK(matched > 60);  // the comparison is mostly of non-empty sets
 }
 
 }  // namespace
