@@ -96,6 +96,14 @@ double Bm25(double idf, uint32_t tf, uint32_t len, double avglen) {
   return idf * tf / (tf + kK1 * (1 - kB + kB * len / avglen));
 }
 
+// An upper bound of weight * Bm25 over a block of postings: the formula at
+// the block's largest tf and shortest length, nudged up so that it is never
+// below a rounded actual score.
+double BlockBound(double weight, double idf, const BlockMax& bm, double avglen) {
+  const uint32_t tf = bm.max_tf, len = bm.min_len;  // copies: BlockMax is packed, unaligned in the file
+  return weight * Bm25(idf, tf, len, avglen) * (1 + 1e-9) + 1e-300;
+}
+
 Result<double> ParseNumberOrDate(const FieldDef& f, std::string_view s, size_t offset) {
   if (f.kind == FieldKind::kDate) {
     if (auto d = ParseIsoDate(s)) return *d;
@@ -861,17 +869,13 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
   const Segment& seg = *st.segment;
   struct T {
     std::unique_ptr<PostingCursor> cur;
-    double widf, ub, avg;
+    double weight, idf, ub, avg;
     const BlockMax* blocks;
     const uint32_t* lens;
     size_t order;
     uint32_t block = UINT32_MAX;  // the block `block_ub` bounds
     double block_ub = 0;
-  };
-  // An upper bound of the scores in block b of t's postings.
-  auto block_bound = [](const T& t, uint32_t b) {
-    const BlockMax& bm = t.blocks[b];
-    return (t.widf * bm.max_tf / (bm.max_tf + kK1 * (1 - kB + kB * bm.min_len / t.avg))) * (1 + 1e-9) + 1e-300;
+    double Contribution(uint32_t d) const { return weight * Bm25(idf, cur->tf(), lens[d], avg); }
   };
   std::vector<T> ts;
   for (size_t o = 0; o < alts.size(); ++o) {
@@ -880,18 +884,15 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
     if (ti < 0) continue;
     T t;
     t.cur = std::make_unique<PostingCursor>(seg, a.field, static_cast<uint32_t>(ti));
-    t.widf = a.weight * a.idf[0];
+    t.weight = a.weight;
+    t.idf = a.idf[0];
     t.avg = static_cast<double>(snap.sum_len[a.field]) / snap.with_tokens[a.field];
     t.blocks = seg.Blocks(a.field, static_cast<uint32_t>(ti));
     t.lens = seg.lengths(a.field);
     t.order = o;
     t.ub = 0;
     uint32_t nb = (seg.entry(a.field, static_cast<uint32_t>(ti)).doc_freq + kPostingBlock - 1) / kPostingBlock;
-    for (uint32_t b = 0; b < nb; ++b) {
-      const BlockMax& bm = t.blocks[b];
-      t.ub = std::max(t.ub, t.widf * bm.max_tf / (bm.max_tf + kK1 * (1 - kB + kB * bm.min_len / t.avg)));
-    }
-    t.ub = t.ub * (1 + 1e-9) + 1e-300;  // never below a rounded actual score
+    for (uint32_t b = 0; b < nb; ++b) t.ub = std::max(t.ub, BlockBound(t.weight, t.idf, t.blocks[b], t.avg));
     ts.push_back(std::move(t));
   }
   if (ts.empty()) return;
@@ -923,7 +924,7 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
       const uint32_t b = t.cur->rank() / kPostingBlock;
       if (t.block != b) {
         t.block = b;
-        t.block_ub = block_bound(t, b);
+        t.block_ub = BlockBound(t.weight, t.idf, t.blocks[b], t.avg);
       }
       const uint32_t last = t.blocks[b].last_doc;  // a copy: BlockMax is packed, unaligned in the file
       end = std::min(end, last);
@@ -941,8 +942,7 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
     for (size_t i = first_ess; i < n; ++i) {
       T& t = ts[i];
       if (!t.cur->valid() || t.cur->doc() != d) continue;
-      uint32_t tf = t.cur->tf();
-      double c = t.widf * tf / (tf + kK1 * (1 - kB + kB * t.lens[d] / t.avg));
+      const double c = t.Contribution(d);
       contrib[t.order] = c;
       partial += c;
       t.cur->Next();
@@ -958,8 +958,7 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
       T& t = ts[i];
       t.cur->Advance(d);
       if (!t.cur->valid() || t.cur->doc() != d) continue;
-      uint32_t tf = t.cur->tf();
-      double c = t.widf * tf / (tf + kK1 * (1 - kB + kB * t.lens[d] / t.avg));
+      const double c = t.Contribution(d);
       contrib[t.order] = c;
       partial += c;
     }
@@ -1034,8 +1033,7 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
         if (!t.cur->valid()) continue;  // no more postings: contributes nothing
         const uint32_t b = t.cur->rank() / kPostingBlock;
         if (t.bound_block != b) {
-          const BlockMax& bm = t.blocks[b];
-          t.bound = t.weight * (t.idf * bm.max_tf / (bm.max_tf + kK1 * (1 - kB + kB * bm.min_len / t.avg))) * (1 + 1e-9) + 1e-300;
+          t.bound = BlockBound(t.weight, t.idf, t.blocks[b], t.avg);
           t.bound_block = b;
         }
         const uint32_t last = t.blocks[b].last_doc;  // a copy: BlockMax is packed, unaligned in the file
@@ -1081,26 +1079,14 @@ void AccumulateSegment(const std::vector<const Alt*>& alts, const std::vector<co
     int64_t ti = a->SegScoreTerm(k, 0);
     if (ti < 0) continue;
     const double avg = static_cast<double>(snap.sum_len[a->field]) / snap.with_tokens[a->field];
-    const double widf = a->weight * a->idf[0];
+    const double weight = a->weight, idf = a->idf[0];
     const uint32_t* lens = seg.lengths(a->field);
     TfArray tfs = seg.Tfs(a->field, static_cast<uint32_t>(ti));
     roaring_uint32_iterator_t it;
     roaring_init_iterator(postings[ai], &it);
     uint32_t rank = 0;
     while (uint32_t got = roaring_read_uint32_iterator(&it, buf, 256)) {
-      if (tfs.width == 1) {
-        for (uint32_t i = 0; i < got; ++i, ++rank) {
-          const uint32_t d = buf[i];
-          const uint32_t tf = tfs.data[rank];
-          acc[d] += widf * tf / (tf + kK1 * (1 - kB + kB * lens[d] / avg));
-        }
-      } else {
-        for (uint32_t i = 0; i < got; ++i, ++rank) {
-          const uint32_t d = buf[i];
-          const uint32_t tf = tfs[rank];
-          acc[d] += widf * tf / (tf + kK1 * (1 - kB + kB * lens[d] / avg));
-        }
-      }
+      for (uint32_t i = 0; i < got; ++i, ++rank) acc[buf[i]] += weight * Bm25(idf, tfs[rank], lens[buf[i]], avg);
     }
   }
   roaring_uint32_iterator_t it;
