@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "analyzers/analyzer.h"
+#include "bench/machine.h"
 
 namespace {
 
@@ -186,14 +187,6 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
 
 }  // namespace
 
@@ -205,8 +198,7 @@ int main(int argc, char** argv) {
   std::printf("analyzers_bench: one thread; MB/s per core = input bytes / thread CPU time,\n"
               "median of %d runs (wall-clock medians beside; the same text for every method)\n",
               runs);
-  std::printf("machine: nproc=%u, cpu=%s, ICU %s\n", std::thread::hardware_concurrency(),
-              CpuModel().c_str(), U_ICU_VERSION);
+  std::printf("machine: %s; ICU %s\n", corvid::bench::MachineDescription().c_str(), U_ICU_VERSION);
 
   const std::vector<Corpus> corpora = {
       MakeCorpus("english 1KB docs", 1024, 16 << 20, EnglishText),

@@ -4,7 +4,6 @@
 // transaction, then GROUP BY). Medians of repeated runs.
 //   mapreduce_bench [--runs N] [--skip-1m] [--dir DIR]
 #include <sqlite3.h>
-#include <sys/utsname.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/machine.h"
 #include "mapreduce/mapreduce_index.h"
 
 using namespace corvid;
@@ -140,20 +140,6 @@ double SqlitePeer(const std::vector<Row>& rows, const std::string& path, std::st
   return Seconds(t0, t1);
 }
 
-void PrintMachine() {
-  struct utsname u;
-  uname(&u);
-  std::string cpu = "?";
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  int cores = 0;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0 && cpu == "?") cpu = line.substr(line.find(':') + 2);
-    if (line.rfind("processor", 0) == 0) ++cores;
-  }
-  std::printf("machine: %s, %d logical CPUs, %s %s; sqlite %s\n", cpu.c_str(), cores, u.sysname, u.release,
-              sqlite3_libversion());
-}
 
 }  // namespace
 
@@ -167,7 +153,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
   }
   std::filesystem::create_directories(dir);
-  PrintMachine();
+  std::printf("machine: %s; sqlite %s\n", corvid::bench::MachineDescription().c_str(), sqlite3_libversion());
   std::printf("W1: map {month: substr(metadata.createdAt, 0, 7), score}, groupBy [month], reduce {sum, count};"
               " ApplyBatch of %zu docs, durable commit per batch; median of %d runs\n\n", kBatch, runs);
 

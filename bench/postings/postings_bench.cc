@@ -7,7 +7,6 @@
 //
 //   postings_bench [--docs 100000] [--batch 5000] [--queries 1000] [--passes 3]
 //                  [--peer-passes 1] [--peers 0|1] [--dir /tmp/postings_bench]
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/machine.h"
 #include "postings/search_index.h"
 #include "postings/snapshot.h"  // WaitForMerges
 
@@ -143,18 +143,6 @@ Stats Measure(const std::vector<Query>& qs, int passes, const std::function<size
   return all[all.size() / 2];
 }
 
-void PrintMachine() {
-  utsname u;
-  uname(&u);
-  std::string cpu;
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
-  printf("machine: %s %s, %s, %ld cores online\n", u.sysname, u.release, cpu.c_str(), sysconf(_SC_NPROCESSORS_ONLN));
-}
 
 }  // namespace
 
@@ -177,7 +165,7 @@ int main(int argc, char** argv) {
     else if (k == "--dump") dump = argv[i + 1];
   }
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  PrintMachine();
+  printf("machine: %s\n", bench::MachineDescription().c_str());
   printf("W2: %zu docs, batches of %zu, %zu queries per type, median of %d passes (peers: %d)\n", ndocs, batch, nq, passes,
          peer_passes);
   auto t0 = Clock::now();

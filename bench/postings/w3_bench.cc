@@ -21,7 +21,6 @@
 //   w3_bench [--docs 10000] [--set one|many|both] [--runs 3] [--peer-runs 1]
 //            [--peers 0|1] [--batch-bytes 33554432] [--batch-docs 8192]
 //            [--dir /tmp/w3_bench]
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/machine.h"
 #include "postings/search_index.h"
 #include "postings/snapshot.h"  // WaitForMerges
 
@@ -299,21 +299,6 @@ void Print(const char* who, const Run& r) {
   printf("; %zu batches, disk %.0f MB)\n", r.batches, r.disk_mb);
 }
 
-void PrintMachine() {
-  utsname u;
-  uname(&u);
-  std::string cpu;
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
-  double load[3] = {0, 0, 0};
-  getloadavg(load, 3);
-  printf("machine: %s %s, %s, %ld cores online, load average %.2f\n", u.sysname, u.release, cpu.c_str(),
-         sysconf(_SC_NPROCESSORS_ONLN), load[0]);
-}
 
 }  // namespace
 
@@ -342,7 +327,7 @@ int main(int argc, char** argv) {
       dir = argv[i + 1];
   }
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  PrintMachine();
+  printf("machine: %s\n", bench::MachineDescription().c_str());
   printf("W3: %zu docs per set, batches of <= %zu docs / < %zu bytes of JSON, corvid median of %d runs, peers %d\n",
          ndocs, max_docs, max_bytes, runs, peers ? peer_runs : 0);
   const Vocabulary vocab;
