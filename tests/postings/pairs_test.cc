@@ -98,6 +98,22 @@ TEST_CASE("pair tables equal a brute force over the tokens", "[postings]") {
   }
 }
 
+TEST_CASE("pairs of tokens that share a position", "[postings]") {
+  // No analyzer puts two tokens at one position, but the builder accepts
+  // it; the pair table must still list every word followed by another.
+  std::vector<uint32_t> docs = {0, 1};
+  std::vector<uint32_t> one = {1, 1};
+  const uint8_t a_pos[] = {0, 5};     // a: doc 0 at 0; doc 1 at 5
+  const uint8_t b_pos[] = {0, 6};     // b: doc 0 at 0 (beside a); doc 1 at 6
+  const uint8_t c_pos[] = {1, 7};     // c: doc 0 at 1; doc 1 at 7
+  std::vector<PairSource> sources = {{docs, one, a_pos}, {docs, one, b_pos}, {docs, one, c_pos}};
+  std::map<std::pair<int, int>, std::vector<uint32_t>> got;
+  for (const auto& p : BuildPairs(sources)) got[{p.first, p.second}] = p.docs;
+  const std::map<std::pair<int, int>, std::vector<uint32_t>> want = {
+      {{0, 2}, {0}}, {{1, 2}, {0, 1}}, {{0, 1}, {1}}};  // doc 0: a/b then c; doc 1: a b c
+  CHECK(got == want);
+}
+
 TEST_CASE("a field without common terms has an empty pair table", "[postings]") {
   // 200 docs, each word in one document only: below 1/64 of the documents.
   SegmentBuilder b(1, 0);
