@@ -854,23 +854,26 @@ class SearchMixin:
 # 1 + 2: the oracle, then updates and deletes
 
 
-class SearchOracleTest(SearchMixin, CorvidTestCase):
-    DOCS = 600
+class CorpusTestCase(SearchMixin, CorvidTestCase):
+    """One collection per class with a search index over it and the oracle
+    built from the same documents; every test starts once the index has
+    seen them all."""
 
     @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.rng = random.Random(SEED)
-        cls.coll_name = 'oracle_articles'
-        cls.index = 'articles_search'
+    def setUpCorpus(cls, seed, coll_name, index):
+        cls.rng = random.Random(seed)
+        cls.coll_name = coll_name
+        cls.index = index
         cls.analyze = Analyzer(cls.c)
         cls.oracle = Oracle(cls.analyze)
         resp = cls.c.put('/indexes/' + cls.index, json.dumps(search_definition(cls.coll_name)))
         assert resp.status == 201, resp.describe()
-        docs = random_corpus(cls.rng, cls.DOCS)
         cls.last_etag = 0
-        for i in range(0, len(docs), 100):
-            body = '\n'.join(json.dumps(d, ensure_ascii=False) for d in docs[i:i + 100])
+
+    @classmethod
+    def loadCorpus(cls, docs, chunk=100):
+        for i in range(0, len(docs), chunk):
+            body = '\n'.join(json.dumps(d, ensure_ascii=False) for d in docs[i:i + chunk])
             resp = cls.c.post(bulk_path(cls.coll_name), body)
             assert resp.status == 200, resp.describe()
             cls.last_etag = resp.json['lastEtag']
@@ -880,6 +883,16 @@ class SearchOracleTest(SearchMixin, CorvidTestCase):
     def setUp(self):
         super().setUp()
         self.fresh(self.index, self.last_etag, q='*', limit=0)
+
+
+class SearchOracleTest(CorpusTestCase):
+    DOCS = 600
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.setUpCorpus(SEED, 'oracle_articles', 'articles_search')
+        cls.loadCorpus(random_corpus(cls.rng, cls.DOCS))
 
     def run_queries(self, count_per_kind, label):
         gen = QueryGen(self.rng, self.oracle)
@@ -1036,18 +1049,12 @@ def insert_em(text, spans):
     return (out + raw[p:]).decode('utf-8')
 
 
-class SearchFeaturesTest(SearchMixin, CorvidTestCase):
+class SearchFeaturesTest(CorpusTestCase):
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.rng = random.Random(SEED + 1)
-        cls.coll_name = 'features'
-        cls.index = 'feat'
-        cls.analyze = Analyzer(cls.c)
-        cls.oracle = Oracle(cls.analyze)
-        resp = cls.c.put('/indexes/' + cls.index, json.dumps(search_definition(cls.coll_name)))
-        assert resp.status == 201, resp.describe()
+        cls.setUpCorpus(SEED + 1, 'features', 'feat')
         docs = random_corpus(cls.rng, 150)
         # short bodies for exact highlight checks, long ones for fragments
         docs.append({'id': 'hl1', 'title': 'Running late', 'body': 'The dog was running, dogs run.',
@@ -1058,16 +1065,7 @@ class SearchFeaturesTest(SearchMixin, CorvidTestCase):
                              ['running dog'] + ['tail words'] * 40)
         docs.append({'id': 'hl3', 'body': long_body, 'tags': ['ml']})
         docs.append({'id': 'hl4', 'body': 'A cat sat near the dog.'})
-        body = '\n'.join(json.dumps(d, ensure_ascii=False) for d in docs)
-        resp = cls.c.post(bulk_path(cls.coll_name), body)
-        assert resp.status == 200, resp.describe()
-        cls.last_etag = resp.json['lastEtag']
-        for d in docs:
-            cls.oracle.put(d)
-
-    def setUp(self):
-        super().setUp()
-        self.fresh(self.index, self.last_etag, q='*', limit=0)
+        cls.loadCorpus(docs, chunk=len(docs))
 
     def test_sort(self):
         cases = ['n', '-n', 'd', '-d', 'tags', '-tags', 'n,-d', '-n,_score', '_score']
