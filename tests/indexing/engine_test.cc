@@ -54,14 +54,22 @@ struct Env {
 
   uint64_t Put(const std::string& coll, const std::string& id, const std::string& body) {
     storage::WriteRequest req;
-    req.ops.push_back({storage::WriteKind::kPut, coll, id, body});
+    storage::WriteOp op;
+    op.collection = coll;
+    op.id = id;
+    op.body = body;
+    req.ops.push_back(std::move(op));
     auto r = store->Write(std::move(req));
     REQUIRE(r.status.ok());
     return r.last_etag;
   }
   uint64_t Delete(const std::string& coll, const std::string& id) {
     storage::WriteRequest req;
-    req.ops.push_back({storage::WriteKind::kDelete, coll, id, ""});
+    storage::WriteOp op;
+    op.kind = storage::WriteKind::kDelete;
+    op.collection = coll;
+    op.id = id;
+    req.ops.push_back(std::move(op));
     auto r = store->Write(std::move(req));
     REQUIRE(r.status.ok());
     return r.last_etag;
@@ -77,6 +85,19 @@ struct Env {
       std::this_thread::sleep_for(2ms);
     }
     FAIL("index " << name << " did not reach etag " << etag);
+  }
+
+  // Pauses and resets the index, then waits (bounded) until its progress
+  // shows the reset (etag 0); returns that progress.
+  indexing::IndexProgress ResetWhilePaused(const std::string& name) {
+    REQUIRE(engine->Pause(name).ok());
+    REQUIRE(engine->Reset(name).ok());
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (std::chrono::steady_clock::now() < deadline && engine->Progress(name)->last_indexed_etag != 0)
+      std::this_thread::sleep_for(2ms);
+    auto p = engine->Progress(name);
+    REQUIRE(p.ok());
+    return *p;
   }
 
   rapidjson::Document Rows(const std::string& name, std::vector<std::pair<std::string, std::string>> params = {}) {
@@ -192,7 +213,7 @@ TEST_CASE("pause holds the index back; resume catches up; reset rebuilds", "[ind
   uint64_t e = env.Put("users", "a", UserDoc("2024-01", 1));
   env.WaitFor("m", e);
   REQUIRE(env.engine->Pause("m").ok());  // returns after any batch in flight
-  for (int i = 0; i < 5; ++i) e = env.Put("users", "p" + std::to_string(i), UserDoc("2024-01", 1));
+  for (int i = 0; i < 5; ++i) e = env.Put("users", std::string("p").append(std::to_string(i)), UserDoc("2024-01", 1));
   std::this_thread::sleep_for(50ms);
   auto p = env.engine->Progress("m");
   CHECK(p->state == "paused");
@@ -205,14 +226,9 @@ TEST_CASE("pause holds the index back; resume catches up; reset rebuilds", "[ind
   CHECK(env.Rows("m")[0]["users"].GetInt64() == 6);
 
   // Reset while paused: the state is dropped (nothing to read, etag 0)...
-  REQUIRE(env.engine->Pause("m").ok());
-  REQUIRE(env.engine->Reset("m").ok());
-  auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (std::chrono::steady_clock::now() < deadline && env.engine->Progress("m")->last_indexed_etag != 0)
-    std::this_thread::sleep_for(2ms);
-  auto cleared = env.engine->Progress("m");
-  CHECK(cleared->last_indexed_etag == 0);
-  CHECK(cleared->entries == 0);
+  auto cleared = env.ResetWhilePaused("m");
+  CHECK(cleared.last_indexed_etag == 0);
+  CHECK(cleared.entries == 0);
   CHECK(env.Rows("m").Size() == 0);
   // ...and after Resume it rebuilds from etag 0 to the same answer.
   REQUIRE(env.engine->Resume("m").ok());
@@ -247,15 +263,10 @@ TEST_CASE("documents that fail to map are recorded as index errors", "[indexing]
   CHECK(again->recent_errors.back().id == "bad");
   CHECK(again->recent_errors.back().message == p->recent_errors.back().message);
   // A reset forgets them, and rebuilding finds the bad document again.
-  REQUIRE(env.engine->Pause("m").ok());
-  REQUIRE(env.engine->Reset("m").ok());
-  auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (std::chrono::steady_clock::now() < deadline && env.engine->Progress("m")->last_indexed_etag != 0)
-    std::this_thread::sleep_for(2ms);
-  auto cleared = env.engine->Progress("m");
-  CHECK(cleared->last_indexed_etag == 0);
-  CHECK(cleared->error_count == 0);
-  CHECK(cleared->recent_errors.empty());
+  auto cleared = env.ResetWhilePaused("m");
+  CHECK(cleared.last_indexed_etag == 0);
+  CHECK(cleared.error_count == 0);
+  CHECK(cleared.recent_errors.empty());
   REQUIRE(env.engine->Resume("m").ok());
   env.WaitFor("m", e);
   CHECK(env.engine->Progress("m")->error_count == count);
