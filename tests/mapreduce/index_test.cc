@@ -212,7 +212,7 @@ TEST_CASE("index: queries see whole batches while the writer runs", "[mapreduce]
     Batch batch;
     for (int k = 0; k < 50; ++k) {
       ++etag;
-      batch.Put(etag, "d" + std::to_string(etag), R"J({"v":1})J");
+      batch.Put(etag, std::string("d").append(std::to_string(etag)), R"J({"v":1})J");
     }
     std::vector<IndexError> errors;
     REQUIRE((*idx)->ApplyBatch(batch.changes(), etag, errors).ok());
