@@ -183,7 +183,7 @@ class SearchIndexImpl final : public SearchIndex {
   void Unlink(uint64_t segment_id) const { ::unlink((dir_ + "/" + SegmentName(segment_id)).c_str()); }
   Status IndexDocument(SegmentBuilder& b, const DocChange& c, std::vector<IndexError>& errors) const;
   // Encodes `b` into `image` (a reusable buffer) and writes it crash-safely.
-  Result<std::shared_ptr<const Segment>> WriteSegment(const SegmentBuilder& b, uint64_t id, std::string& image);
+  Result<std::shared_ptr<const Segment>> WriteSegment(SegmentBuilder& b, uint64_t id, std::string& image);
 
   // The merge thread: StartMerges/StopMerges run on the worker (Init,
   // Clear, the destructor); RequestMerge after every batch.
@@ -444,7 +444,7 @@ Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std
   return Status::Ok();
 }
 
-Result<std::shared_ptr<const Segment>> SearchIndexImpl::WriteSegment(const SegmentBuilder& b, uint64_t id,
+Result<std::shared_ptr<const Segment>> SearchIndexImpl::WriteSegment(SegmentBuilder& b, uint64_t id,
                                                                      std::string& image) {
   b.Encode(def_->Fingerprint(), image);
   std::string name = SegmentName(id);

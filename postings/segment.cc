@@ -51,6 +51,7 @@ constexpr size_t kHeaderBytes = 64;
 constexpr size_t kTextDirBytes = 56;
 constexpr size_t kNumericDirBytes = 24;
 
+
 void Align(std::string& out) {
   out.append((32 - out.size() % 32) % 32, '\0');
 }
@@ -202,6 +203,8 @@ void SegmentBuilder::Reset() {
       t.docs.clear();
       t.tfs.clear();
     }
+    fb.log.clear();
+    fb.log_docs.clear();
   }
   ids_.clear();
   for (auto& l : lengths_) l.clear();
@@ -213,13 +216,13 @@ void SegmentBuilder::Reset() {
 size_t SegmentBuilder::RetainedBytes() const {
   size_t bytes = 0;
   for (const FieldBuild& fb : text_) {
-    bytes += 8 * fb.slots.capacity() + sizeof(TermBuild) * fb.terms.capacity() + 4 * fb.by_name.capacity();
-    for (const TermBuild& t : fb.terms)
-      bytes += (t.name.capacity() > 15 ? t.name.capacity() : 0) + t.pos.capacity() +
-               4 * (t.docs.capacity() + t.tfs.capacity());
+    bytes += 8 * fb.slots.capacity() + sizeof(TermBuild) * fb.terms.capacity() + 4 * fb.by_name.capacity() +
+             fb.names.capacity() + 4 * fb.name_end.capacity() + sizeof(LogEntry) * fb.log.capacity() +
+             sizeof(LogDoc) * fb.log_docs.capacity();
+    for (const TermBuild& t : fb.terms) bytes += t.pos.capacity() + 4 * (t.docs.capacity() + t.tfs.capacity());
   }
   for (const auto& id : ids_) bytes += id.capacity() > 15 ? id.capacity() : 0;
-  bytes += sizeof(std::string) * ids_.capacity();
+  bytes += sizeof(std::string) * ids_.capacity() + 4 * count_buf_.capacity() + 8 * sort_buf_.capacity();
   for (const auto& l : lengths_) bytes += 4 * l.capacity();
   for (const auto& c : columns_) bytes += 8 * c.capacity();
   for (const auto& n : numbers_) bytes += sizeof(NumEntry) * n.capacity();
@@ -235,11 +238,11 @@ const std::vector<uint32_t>& SegmentBuilder::SortedTerms(const FieldBuild& fb) c
   // Only the new terms are sorted; then one linear merge.
   std::vector<std::pair<std::string_view, uint32_t>> fresh;
   fresh.reserve(order.size() - old);
-  for (size_t i = old; i < order.size(); ++i) fresh.emplace_back(fb.terms[order[i]].name, order[i]);
+  for (size_t i = old; i < order.size(); ++i) fresh.emplace_back(fb.Name(order[i]), order[i]);
   std::sort(fresh.begin(), fresh.end());
   for (size_t i = 0; i < fresh.size(); ++i) order[old + i] = fresh[i].second;
   std::inplace_merge(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(old), order.end(),
-                     [&](uint32_t a, uint32_t b) { return fb.terms[a].name < fb.terms[b].name; });
+                     [&](uint32_t a, uint32_t b) { return fb.Name(a) < fb.Name(b); });
   return order;
 }
 
@@ -253,21 +256,34 @@ uint32_t SegmentBuilder::AddDoc(std::string_view id) {
 
 
 namespace {
-inline bool SameTerm(const std::string& a, std::string_view b) {
+inline bool SameTerm(std::string_view a, std::string_view b) {
+  // Fixed-size (overlapping) loads, as TermHash reads: most terms are
+  // shorter than 8 bytes, and a byte loop mispredicts on every length.
   const size_t n = b.size();
   if (a.size() != n) return false;
   const char* x = a.data();
   const char* y = b.data();
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
+  if (n >= 8) {
     uint64_t u, v;
-    std::memcpy(&u, x + i, 8);
-    std::memcpy(&v, y + i, 8);
-    if (u != v) return false;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+      std::memcpy(&u, x + i, 8);
+      std::memcpy(&v, y + i, 8);
+      if (u != v) return false;
+    }
+    std::memcpy(&u, x + n - 8, 8);
+    std::memcpy(&v, y + n - 8, 8);
+    return u == v;
   }
-  for (; i < n; ++i)
-    if (x[i] != y[i]) return false;
-  return true;
+  if (n >= 4) {
+    uint32_t u1, v1, u2, v2;
+    std::memcpy(&u1, x, 4);
+    std::memcpy(&v1, y, 4);
+    std::memcpy(&u2, x + n - 4, 4);
+    std::memcpy(&v2, y + n - 4, 4);
+    return ((u1 ^ v1) | (u2 ^ v2)) == 0;
+  }
+  if (n == 0) return true;
+  return x[0] == y[0] && x[n / 2] == y[n / 2] && x[n - 1] == y[n - 1];
 }
 }  // namespace
 
@@ -280,20 +296,19 @@ inline uint32_t SegmentBuilder::TermIndex(FieldBuild& fb, std::string_view term,
     if (s == 0) return InsertTerm(fb, term, tag, i);
     if ((s >> 32) == tag) {
       const uint32_t idx = static_cast<uint32_t>(s) - 1;
-      if (SameTerm(fb.terms[idx].name, term)) return idx;
+      if (SameTerm(fb.Name(idx), term)) return idx;
     }
   }
 }
 
 uint32_t SegmentBuilder::InsertTerm(FieldBuild& fb, std::string_view term, uint64_t tag, size_t slot) {
   fb.slots[slot] = (tag << 32) | (fb.terms.size() + 1);
-  memory_ += term.size() + 112;
-  fb.terms.emplace_back().name.assign(term);
+  NewTerm(fb, term);
   if (fb.terms.size() * 2 > fb.slots.size()) {
     std::vector<uint64_t> bigger(fb.slots.size() * 2, 0);
     const size_t m2 = bigger.size() - 1;
     for (uint32_t t = 0; t < fb.terms.size(); ++t) {
-      uint64_t h2 = TermHash(fb.terms[t].name);
+      uint64_t h2 = TermHash(fb.Name(t));
       size_t j = h2 & m2;
       while (bigger[j] != 0) j = (j + 1) & m2;
       bigger[j] = ((h2 >> 32) << 32) | (t + 1);
@@ -304,9 +319,55 @@ uint32_t SegmentBuilder::InsertTerm(FieldBuild& fb, std::string_view term, uint6
   return static_cast<uint32_t>(fb.terms.size() - 1);
 }
 
+uint32_t SegmentBuilder::NewTerm(FieldBuild& fb, std::string_view term) {
+  fb.names.append(term);
+  fb.name_end.push_back(static_cast<uint32_t>(fb.names.size()));
+  fb.terms.emplace_back();
+  memory_ += term.size() + 4 + sizeof(TermBuild);
+  return static_cast<uint32_t>(fb.terms.size() - 1);
+}
+
 SegmentBuilder::TermBuild& SegmentBuilder::Term(uint32_t field, std::string_view term) {
   FieldBuild& fb = text_[field];
+  FlushLog(fb);  // postings added directly go after the logged ones
   return fb.terms[TermIndex(fb, term, TermHash(term))];
+}
+
+inline void SegmentBuilder::Log(FieldBuild& fb, uint32_t doc, uint32_t term, uint32_t position) {
+  if (fb.log_docs.empty() || fb.log_docs.back().doc != doc)
+    fb.log_docs.push_back(LogDoc{doc, static_cast<uint32_t>(fb.log.size())});
+  fb.log.push_back(LogEntry{term, position});
+}
+
+void SegmentBuilder::FlushLog(FieldBuild& fb) {
+  const size_t n = fb.log.size();
+  if (n == 0) return;
+  // Counting sort by term, stable (per term, tokens stay in the order
+  // added): sort_buf_ gets (doc << 32 | position) grouped by term.
+  count_buf_.assign(fb.terms.size() + 1, 0);
+  for (const LogEntry& e : fb.log) ++count_buf_[e.term + 1];
+  for (size_t t = 1; t < count_buf_.size(); ++t) count_buf_[t] += count_buf_[t - 1];
+  sort_buf_.resize(n);
+  for (size_t d = 0; d < fb.log_docs.size(); ++d) {
+    const uint64_t doc = uint64_t{fb.log_docs[d].doc} << 32;
+    const size_t end = d + 1 < fb.log_docs.size() ? fb.log_docs[d + 1].first : n;
+    for (size_t i = fb.log_docs[d].first; i < end; ++i) {
+      const LogEntry e = fb.log[i];
+      sort_buf_[count_buf_[e.term]++] = doc | e.position;
+    }
+  }
+  // count_buf_[t] is now the end of term t's run (and the start of t + 1's).
+  size_t i = 0;
+  for (uint32_t t = 0; t < fb.terms.size(); ++t) {
+    const size_t end = count_buf_[t];
+    if (i == end) continue;
+    TermBuild& tb = fb.terms[t];
+    for (; i < end; ++i)
+      AddTokenTo(tb, static_cast<uint32_t>(sort_buf_[i] >> 32), static_cast<uint32_t>(sort_buf_[i]));
+  }
+  memory_ -= sizeof(LogEntry) * n;
+  fb.log.clear();
+  fb.log_docs.clear();
 }
 
 inline void SegmentBuilder::AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position) {
@@ -331,15 +392,18 @@ inline void SegmentBuilder::AddTokenTo(TermBuild& t, uint32_t doc, uint32_t posi
 }
 
 void SegmentBuilder::AddToken(uint32_t field, uint32_t doc, std::string_view term, uint32_t position) {
-  AddTokenTo(Term(field, term), doc, position);
+  FieldBuild& fb = text_[field];
+  Log(fb, doc, TermIndex(fb, term, TermHash(term)), position);
+  memory_ += sizeof(LogEntry);
+  if (fb.log.size() >= kMaxLogTokens) FlushLog(fb);
 }
 
 void SegmentBuilder::AddTokens(uint32_t field, uint32_t doc, std::span<const std::string_view> terms,
                                std::span<const uint32_t> positions) {
   FieldBuild& fb = text_[field];
   const size_t n = terms.size();
+  if (n == 0) return;
   hash_buf_.resize(n);
-  index_buf_.resize(n);
   // Pass 1: hashes, and prefetch of each probe's first slot.
   {
     const size_t mask = fb.slots.size() - 1;
@@ -349,32 +413,24 @@ void SegmentBuilder::AddTokens(uint32_t field, uint32_t doc, std::span<const std
       __builtin_prefetch(&fb.slots[h & mask]);
     }
   }
-  // Pass 2: the term indexes (inserting new terms in token order), and
-  // prefetch of the term records a few tokens ahead.
+  // Pass 2: the term indexes (inserting new terms in token order), with
+  // the names a few probes ahead prefetched, and the log entries.
   constexpr size_t kProbeAhead = 8;
+  if (fb.log_docs.empty() || fb.log_docs.back().doc != doc)
+    fb.log_docs.push_back(LogDoc{doc, static_cast<uint32_t>(fb.log.size())});
+  const size_t at = fb.log.size();
+  fb.log.resize(at + n);
+  LogEntry* out = fb.log.data() + at;
   for (size_t i = 0; i < n; ++i) {
     if (i + kProbeAhead < n) {
       const uint64_t s = fb.slots[hash_buf_[i + kProbeAhead] & (fb.slots.size() - 1)];
       const uint32_t idx = static_cast<uint32_t>(s) - 1;
-      if (s != 0 && idx < fb.terms.size()) {
-        // The line a probe reads (name) and the one a new posting writes (docs, tfs).
-        const char* rec = reinterpret_cast<const char*>(&fb.terms[idx]);
-        __builtin_prefetch(rec);
-        __builtin_prefetch(rec + 64);
-      }
+      if (s != 0 && idx < fb.terms.size()) __builtin_prefetch(fb.names.data() + (idx == 0 ? 0 : fb.name_end[idx - 1]));
     }
-    index_buf_[i] = TermIndex(fb, terms[i], hash_buf_[i]);
+    out[i] = LogEntry{TermIndex(fb, terms[i], hash_buf_[i]), positions[i]};
   }
-  // Pass 3: the postings, in token order.
-  constexpr size_t kAhead = 4;
-  for (size_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) {
-      const TermBuild& a = fb.terms[index_buf_[i + kAhead]];
-      __builtin_prefetch(a.pos.data() + a.pos.size(), 1);
-      if (!a.docs.empty()) __builtin_prefetch(a.docs.data() + a.docs.size(), 1);
-    }
-    AddTokenTo(fb.terms[index_buf_[i]], doc, positions[i]);
-  }
+  memory_ += sizeof(LogEntry) * n;
+  if (fb.log.size() >= kMaxLogTokens) FlushLog(fb);
 }
 
 void SegmentBuilder::AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions) {
@@ -413,10 +469,9 @@ void SegmentBuilder::AddPostings(uint32_t field, std::string_view term, std::spa
 
 uint32_t SegmentBuilder::AppendTerm(uint32_t field, std::string_view term) {
   FieldBuild& fb = text_[field];
+  FlushLog(fb);
   fb.presorted = true;
-  fb.terms.emplace_back().name.assign(term);
-  memory_ += term.size() + 112;
-  return static_cast<uint32_t>(fb.terms.size() - 1);
+  return NewTerm(fb, term);
 }
 
 void SegmentBuilder::AddEncodedPostings(uint32_t field, uint32_t index, std::span<const uint32_t> docs,
@@ -436,13 +491,14 @@ void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, double v) {
   memory_ += 16;
 }
 
-std::string SegmentBuilder::Encode(uint64_t fingerprint) const {
+std::string SegmentBuilder::Encode(uint64_t fingerprint) {
   std::string out;
   Encode(fingerprint, out);
   return out;
 }
 
-void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) const {
+void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
+  for (FieldBuild& fb : text_) FlushLog(fb);
   const uint32_t n = doc_count();
   out.assign(kHeaderBytes, '\0');
   std::string dir;
@@ -464,10 +520,11 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) const {
     for (const auto& id : ids_) est += id.size();
     for (size_t f = 0; f < text_.size(); ++f) {
       est += 4 * n + 96;
+      est += text_[f].names.size();
       for (size_t i = 0; i < text_[f].terms.size(); ++i) {
         const TermBuild& t = text_[f].terms[i];
         const size_t d = t.docs.size();
-        est += t.name.size() + 4 + sizeof(TermEntry) + 32 + 64 + 2 * d + 16 * (d / 4096 + 2) + 4 * d + t.pos.size() +
+        est += 4 + sizeof(TermEntry) + 32 + 64 + 2 * d + 16 * (d / 4096 + 2) + 4 * d + t.pos.size() +
                4 * (d / kPostingBlock + 1) + sizeof(BlockMax) * (d / kPostingBlock + 1);
       }
     }
@@ -500,13 +557,13 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) const {
       uint32_t o = 0;
       PutFixed<uint32_t>(out, 0);
       for (uint32_t t : sorted) {
-        o += static_cast<uint32_t>(fb.terms[t].name.size());
+        o += static_cast<uint32_t>(fb.Name(t).size());
         PutFixed<uint32_t>(out, o);
       }
       Align(out);
     }
     uint64_t term_blob_off = out.size();
-    for (uint32_t t : sorted) out += fb.terms[t].name;
+    for (uint32_t t : sorted) out += fb.Name(t);
     Align(out);
     uint64_t entries_off = out.size();
     out.append(static_cast<size_t>(nt) * sizeof(TermEntry), '\0');

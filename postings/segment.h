@@ -25,6 +25,10 @@ inline constexpr uint32_t kSegmentFormatVersion = 2;
 // a segment written by another CRoaring is "unknown" and rebuilt.
 inline constexpr uint32_t kRoaringTag = ROARING_VERSION_MAJOR * 10000 + ROARING_VERSION_MINOR * 100 + ROARING_VERSION_REVISION;
 inline constexpr uint32_t kPostingBlock = 64;  // postings per skip/block-max entry
+// A builder's field moves its logged tokens to their terms at this many
+// tokens (8 bytes each, plus as much to sort them), so a batch of large
+// documents does not hold a log of all its tokens (SegmentBuilder).
+inline constexpr size_t kMaxLogTokens = size_t{1} << 20;
 
 // Owns a roaring bitmap (heap or frozen view); frees it on destruction.
 struct RoaringDeleter {
@@ -130,42 +134,65 @@ class SegmentBuilder {
   // Serializes to the segment format. Cost: O(postings + terms) plus
   // sorting the terms added since the previous Encode, plus O(positions of
   // each field's common terms) for the common-word pair tables (pairs.h).
-  std::string Encode(uint64_t fingerprint) const;
+  // Not const: tokens still in a field's log are moved to their terms first.
+  std::string Encode(uint64_t fingerprint);
   // The same into `out` (replacing its contents, reusing its capacity: a
   // builder reused across batches can reuse one buffer too).
-  void Encode(uint64_t fingerprint, std::string& out) const;
+  void Encode(uint64_t fingerprint, std::string& out);
 
  private:
-  // Positions are kept encoded as they are written (varint deltas per
-  // posting); Encode derives the skip table from them. The members a token
-  // touches come first (name, current doc, position bytes) and, cache-line
-  // aligned, share the record's first line: a token costs one line, plus
-  // the second for a new posting (docs, tfs).
-  struct alignas(64) TermBuild {
-    std::string name;
+  // Tokens are not added to their terms one by one: a token costs a
+  // dictionary probe (slots and names, dense arrays that stay in cache)
+  // and an entry in its field's log. FlushLog then moves the log's tokens
+  // to their terms grouped by term (a counting sort), so each term's
+  // record and arrays are touched once per flush, not once per token
+  // (random accesses to ~100 bytes per term were half of indexing).
+  struct TermBuild {
     uint32_t last_doc = UINT32_MAX;  // doc of the current (last) posting; none yet
     uint32_t last_pos = 0;           // previous position of the current posting
-    std::string pos;
+    std::string pos;                 // positions encoded as written (varint deltas per posting)
     std::vector<uint32_t> docs, tfs;  // the skip table is derived by Encode
+  };
+  struct LogEntry {
+    uint32_t term;
+    uint32_t position;
+  };
+  struct LogDoc {
+    uint32_t doc;
+    uint32_t first;  // index of the document's first entry in the log
   };
   // Open addressing (linear probing) from term to index in `terms`: a slot
   // holds the hash's high 32 bits and index + 1 (0: empty); load <= 1/2.
   struct FieldBuild {
     std::vector<uint64_t> slots = std::vector<uint64_t>(1024, 0);
+    std::string names;               // the terms' names back to back
+    std::vector<uint32_t> name_end;  // term i is names[name_end[i - 1] (0 for i = 0), name_end[i])
     std::vector<TermBuild> terms;
+    std::vector<LogEntry> log;       // tokens not yet in `terms`, in the order added
+    std::vector<LogDoc> log_docs;
     bool presorted = false;  // filled by AppendTerm: names already sorted
     // Indexes of terms[0, by_name.size()) ordered by name; Encode merges
-    // the terms added since into it (a cache: Encode stays const).
+    // the terms added since into it (kept across batches).
     mutable std::vector<uint32_t> by_name;
+    std::string_view Name(uint32_t i) const {
+      const uint32_t start = i == 0 ? 0 : name_end[i - 1];
+      return std::string_view(names.data() + start, name_end[i] - start);
+    }
   };
   const std::vector<uint32_t>& SortedTerms(const FieldBuild& fb) const;
   TermBuild& Term(uint32_t field, std::string_view term);
   uint32_t TermIndex(FieldBuild& fb, std::string_view term, uint64_t h);
   // Adds `term` at empty slot `slot` (its hash's high bits `tag`); grows the table.
   [[gnu::noinline]] uint32_t InsertTerm(FieldBuild& fb, std::string_view term, uint64_t tag, size_t slot);
+  // Appends a term without hashing it (AppendTerm).
+  uint32_t NewTerm(FieldBuild& fb, std::string_view term);
   void AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position);
+  void Log(FieldBuild& fb, uint32_t doc, uint32_t term, uint32_t position);
+  // Moves the field's logged tokens to their terms (AddTokenTo), term by term.
+  void FlushLog(FieldBuild& fb);
+  std::vector<uint32_t> count_buf_;
+  std::vector<uint64_t> sort_buf_;
   std::vector<uint64_t> hash_buf_;
-  std::vector<uint32_t> index_buf_;
 
   std::vector<std::string> ids_;
   std::vector<FieldBuild> text_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include "postings/segment.h"
 #include "tests/postings/test_util.h"
@@ -152,6 +153,39 @@ TEST_CASE("a reused builder encodes exactly what a fresh one does", "[postings]"
     INFO("batch " << seed);
     CHECK(image == fresh.Encode(7));
   }
+}
+
+TEST_CASE("tokens encode exactly as the same postings added whole, across log flushes", "[postings]") {
+  // More tokens than kMaxLogTokens, so the log is moved to the terms
+  // mid-batch; a term's postings then come from several flushes.
+  SegmentBuilder by_token(1, 0), by_posting(1, 0);
+  uint32_t x = 99;
+  auto next = [&] { return x = x * 1103515245u + 12345u; };
+  size_t tokens = 0;
+  for (uint32_t d = 0; tokens <= kMaxLogTokens + 50000; ++d) {
+    const std::string id = std::string("d").append(std::to_string(d));
+    const uint32_t doc = by_token.AddDoc(id);
+    REQUIRE(by_posting.AddDoc(id) == doc);
+    std::vector<std::string> terms;
+    std::vector<uint32_t> positions;
+    std::map<std::string, std::vector<uint32_t>> postings;
+    const uint32_t n = 100 + next() % 400;
+    uint32_t p = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t r = next() >> 8;
+      terms.push_back(std::string("w").append(std::to_string(r % 97 == 0 ? r % 5000 : r % 60)));
+      p += 1 + (r % 11 == 0);
+      positions.push_back(p);
+      postings[terms.back()].push_back(p);
+    }
+    tokens += n;
+    std::vector<std::string_view> views(terms.begin(), terms.end());
+    by_token.AddTokens(0, doc, views, positions);
+    for (const auto& [term, pos] : postings) by_posting.AddPosting(0, doc, term, pos);
+    by_token.SetLength(0, doc, n);
+    by_posting.SetLength(0, doc, n);
+  }
+  CHECK(by_token.Encode(3) == by_posting.Encode(3));
 }
 
 TEST_CASE("frozen bitmaps are written exactly as CRoaring writes them", "[postings]") {
