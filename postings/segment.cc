@@ -235,12 +235,26 @@ const std::vector<uint32_t>& SegmentBuilder::SortedTerms(const FieldBuild& fb) c
   if (old == fb.terms.size()) return order;
   for (size_t t = old; t < fb.terms.size(); ++t) order.push_back(static_cast<uint32_t>(t));
   if (fb.presorted) return order;  // AppendTerm: already in order
-  // Only the new terms are sorted; then one linear merge.
-  std::vector<std::pair<std::string_view, uint32_t>> fresh;
+  // Only the new terms are sorted; then one linear merge. Each carries its
+  // first 8 bytes as a big-endian integer (zero-padded): a strictly smaller
+  // key means a bytewise smaller name, so most comparisons are one integer
+  // compare and only equal keys compare the names.
+  struct Keyed {
+    uint64_t key;
+    uint32_t term;
+  };
+  std::vector<Keyed> fresh;
   fresh.reserve(order.size() - old);
-  for (size_t i = old; i < order.size(); ++i) fresh.emplace_back(fb.Name(order[i]), order[i]);
-  std::sort(fresh.begin(), fresh.end());
-  for (size_t i = 0; i < fresh.size(); ++i) order[old + i] = fresh[i].second;
+  for (size_t i = old; i < order.size(); ++i) {
+    const std::string_view name = fb.Name(order[i]);
+    uint64_t key = 0;
+    for (size_t b = 0; b < 8; ++b) key = key << 8 | (b < name.size() ? static_cast<uint8_t>(name[b]) : 0);
+    fresh.push_back(Keyed{key, order[i]});
+  }
+  std::sort(fresh.begin(), fresh.end(), [&](const Keyed& a, const Keyed& b) {
+    return a.key != b.key ? a.key < b.key : fb.Name(a.term) < fb.Name(b.term);
+  });
+  for (size_t i = 0; i < fresh.size(); ++i) order[old + i] = fresh[i].term;
   std::inplace_merge(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(old), order.end(),
                      [&](uint32_t a, uint32_t b) { return fb.Name(a) < fb.Name(b); });
   return order;

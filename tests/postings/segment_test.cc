@@ -188,6 +188,28 @@ TEST_CASE("tokens encode exactly as the same postings added whole, across log fl
   CHECK(by_token.Encode(3) == by_posting.Encode(3));
 }
 
+TEST_CASE("the dictionary is sorted bytewise, with shared prefixes and NUL bytes", "[postings]") {
+  using namespace std::string_literals;
+  // Names equal in their first 8 bytes, NULs where the sort pads short
+  // names, and bytes above 0x7f (unsigned order).
+  const std::vector<std::string> names = {"abcdefgh"s, "abcdefgh\0"s, "abcdefghz"s, "abcdefgha"s, "ab"s, "ab\0"s,
+                                          "ab\0\0x"s, "a\xff"s, "a\x01"s, "b"s, "abcdefg"s, "abcdefgg\xff"s};
+  SegmentBuilder b(1, 0);
+  const uint32_t doc = b.AddDoc("d");
+  for (uint32_t i = 0; i < names.size(); ++i) b.AddToken(0, doc, names[i], i);
+  b.SetLength(0, doc, static_cast<uint32_t>(names.size()));
+  TempDir dir;
+  REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(1)).ok());
+  auto s = Segment::Open(dir.path() + "/s.cvs", 1, 1, 0);
+  REQUIRE(s.ok());
+  std::vector<std::string> want = names;
+  std::sort(want.begin(), want.end());
+  std::vector<std::string> got;
+  for (uint32_t i = 0; i < (*s)->term_count(0); ++i) got.emplace_back((*s)->term(0, i));
+  CHECK(got == want);
+  for (const auto& n : names) CHECK((*s)->FindTerm(0, n) >= 0);
+}
+
 TEST_CASE("frozen bitmaps are written exactly as CRoaring writes them", "[postings]") {
   uint32_t x = 12345;
   auto next = [&] { return x = x * 1103515245u + 12345u; };
