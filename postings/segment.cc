@@ -199,12 +199,15 @@ void SegmentBuilder::Reset() {
     for (TermBuild& t : fb.terms) {
       t.last_doc = UINT32_MAX;
       t.last_pos = 0;
-      t.pos.clear();
-      t.docs.clear();
-      t.tfs.clear();
+      if (t.lists) {
+        t.lists->pos.clear();
+        t.lists->docs.clear();
+        t.lists->tfs.clear();
+      }
     }
     fb.log.clear();
     fb.log_docs.clear();
+    fb.from_log = true;
   }
   ids_.clear();
   for (auto& l : lengths_) l.clear();
@@ -219,7 +222,9 @@ size_t SegmentBuilder::RetainedBytes() const {
     bytes += 8 * fb.slots.capacity() + sizeof(TermBuild) * fb.terms.capacity() + 4 * fb.by_name.capacity() +
              fb.names.capacity() + 4 * fb.name_end.capacity() + sizeof(LogEntry) * fb.log.capacity() +
              sizeof(LogDoc) * fb.log_docs.capacity();
-    for (const TermBuild& t : fb.terms) bytes += t.pos.capacity() + 4 * (t.docs.capacity() + t.tfs.capacity());
+    for (const TermBuild& t : fb.terms)
+      if (t.lists)
+        bytes += sizeof(Lists) + t.lists->pos.capacity() + 4 * (t.lists->docs.capacity() + t.lists->tfs.capacity());
   }
   for (const auto& id : ids_) bytes += id.capacity() > 15 ? id.capacity() : 0;
   bytes += sizeof(std::string) * ids_.capacity() + 4 * count_buf_.capacity() + 8 * sort_buf_.capacity();
@@ -353,11 +358,8 @@ inline void SegmentBuilder::Log(FieldBuild& fb, uint32_t doc, uint32_t term, uin
   fb.log.push_back(LogEntry{term, position});
 }
 
-void SegmentBuilder::FlushLog(FieldBuild& fb) {
+void SegmentBuilder::SortLog(const FieldBuild& fb) {
   const size_t n = fb.log.size();
-  if (n == 0) return;
-  // Counting sort by term, stable (per term, tokens stay in the order
-  // added): sort_buf_ gets (doc << 32 | position) grouped by term.
   count_buf_.assign(fb.terms.size() + 1, 0);
   for (const LogEntry& e : fb.log) ++count_buf_[e.term + 1];
   for (size_t t = 1; t < count_buf_.size(); ++t) count_buf_[t] += count_buf_[t - 1];
@@ -371,6 +373,13 @@ void SegmentBuilder::FlushLog(FieldBuild& fb) {
     }
   }
   // count_buf_[t] is now the end of term t's run (and the start of t + 1's).
+}
+
+void SegmentBuilder::FlushLog(FieldBuild& fb) {
+  fb.from_log = false;
+  const size_t n = fb.log.size();
+  if (n == 0) return;
+  SortLog(fb);
   size_t i = 0;
   for (uint32_t t = 0; t < fb.terms.size(); ++t) {
     const size_t end = count_buf_[t];
@@ -384,24 +393,49 @@ void SegmentBuilder::FlushLog(FieldBuild& fb) {
   fb.log_docs.clear();
 }
 
+void SegmentBuilder::RunToLists(uint32_t t, Lists& out) const {
+  out.docs.clear();
+  out.tfs.clear();
+  out.pos.clear();
+  uint32_t last_doc = UINT32_MAX, last_pos = 0;
+  for (size_t i = t == 0 ? 0 : count_buf_[t - 1]; i < count_buf_[t]; ++i) {
+    const auto doc = static_cast<uint32_t>(sort_buf_[i] >> 32);
+    const auto position = static_cast<uint32_t>(sort_buf_[i]);
+    if (doc != last_doc) {
+      out.docs.push_back(doc);
+      out.tfs.push_back(0);
+      last_doc = doc;
+      last_pos = 0;
+    }
+    ++out.tfs.back();
+    const uint32_t v = position - last_pos;
+    last_pos = position;
+    if (v < 0x80)
+      out.pos.push_back(static_cast<char>(v));
+    else
+      PutVarint(out.pos, v);
+  }
+}
+
 inline void SegmentBuilder::AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position) {
+  Lists& l = ListsOf(t);
   if (t.last_doc != doc) {
     t.last_doc = doc;
-    t.docs.push_back(doc);
-    t.tfs.push_back(0);
+    l.docs.push_back(doc);
+    l.tfs.push_back(0);
     t.last_pos = 0;
     memory_ += 8;
   }
-  ++t.tfs.back();
+  ++l.tfs.back();
   uint32_t v = position - t.last_pos;
   t.last_pos = position;
   if (v < 0x80) {
-    t.pos.push_back(static_cast<char>(v));
+    l.pos.push_back(static_cast<char>(v));
     memory_ += 1;
   } else {
-    const size_t before = t.pos.size();
-    PutVarint(t.pos, v);
-    memory_ += t.pos.size() - before;
+    const size_t before = l.pos.size();
+    PutVarint(l.pos, v);
+    memory_ += l.pos.size() - before;
   }
 }
 
@@ -449,36 +483,38 @@ void SegmentBuilder::AddTokens(uint32_t field, uint32_t doc, std::span<const std
 
 void SegmentBuilder::AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions) {
   TermBuild& t = Term(field, term);
-  t.docs.push_back(doc);
-  t.tfs.push_back(static_cast<uint32_t>(positions.size()));
+  Lists& l = ListsOf(t);
+  l.docs.push_back(doc);
+  l.tfs.push_back(static_cast<uint32_t>(positions.size()));
   t.last_doc = doc;
-  const size_t before = t.pos.size();
+  const size_t before = l.pos.size();
   uint32_t prev = 0;
   for (uint32_t p : positions) {
-    PutVarint(t.pos, p - prev);
+    PutVarint(l.pos, p - prev);
     prev = p;
   }
   t.last_pos = prev;
-  memory_ += 8 + (t.pos.size() - before);
+  memory_ += 8 + (l.pos.size() - before);
 }
 
 void SegmentBuilder::AddPostings(uint32_t field, std::string_view term, std::span<const uint32_t> docs,
                                  std::span<const uint32_t> tfs, std::span<const uint32_t> positions) {
   TermBuild& t = Term(field, term);
-  const size_t before = t.pos.size();
+  Lists& l = ListsOf(t);
+  const size_t before = l.pos.size();
   size_t p = 0;
   for (size_t i = 0; i < docs.size(); ++i) {
-    t.docs.push_back(docs[i]);
-    t.tfs.push_back(tfs[i]);
+    l.docs.push_back(docs[i]);
+    l.tfs.push_back(tfs[i]);
     uint32_t prev = 0;
     for (uint32_t k = 0; k < tfs[i]; ++k, ++p) {
-      PutVarint(t.pos, positions[p] - prev);
+      PutVarint(l.pos, positions[p] - prev);
       prev = positions[p];
     }
     t.last_pos = prev;
   }
   if (!docs.empty()) t.last_doc = docs.back();
-  memory_ += 8 * docs.size() + (t.pos.size() - before);
+  memory_ += 8 * docs.size() + (l.pos.size() - before);
 }
 
 uint32_t SegmentBuilder::AppendTerm(uint32_t field, std::string_view term) {
@@ -491,9 +527,10 @@ uint32_t SegmentBuilder::AppendTerm(uint32_t field, std::string_view term) {
 void SegmentBuilder::AddEncodedPostings(uint32_t field, uint32_t index, std::span<const uint32_t> docs,
                                         std::span<const uint32_t> tfs, std::string_view bytes) {
   TermBuild& t = text_[field].terms[index];
-  t.docs.insert(t.docs.end(), docs.begin(), docs.end());
-  t.tfs.insert(t.tfs.end(), tfs.begin(), tfs.end());
-  t.pos.append(bytes);
+  Lists& l = ListsOf(t);
+  l.docs.insert(l.docs.end(), docs.begin(), docs.end());
+  l.tfs.insert(l.tfs.end(), tfs.begin(), tfs.end());
+  l.pos.append(bytes);
   if (!docs.empty()) t.last_doc = docs.back();
   memory_ += 8 * docs.size() + bytes.size();
 }
@@ -505,6 +542,125 @@ void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, double v) {
   memory_ += 16;
 }
 
+namespace {
+
+// Appends one term's posting list (aligned frozen bitmap, tfs, positions,
+// skip table, block maxima) to `out` and describes it in `e`.
+void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<const uint32_t> tfs, std::string_view pos,
+                const uint32_t* lens, std::vector<BlockMax>& blocks, TermEntry& e) {
+  Align(out);  // frozen views need 32-byte alignment; the rest is unaligned
+  e.bitmap_off = out.size();
+  AppendFrozenBitmap(out, docs);
+  e.bitmap_len = static_cast<uint32_t>(out.size() - e.bitmap_off);
+  e.doc_freq = static_cast<uint32_t>(docs.size());
+  e.max_tf = *std::max_element(tfs.begin(), tfs.end());
+  e.tf_width = e.max_tf < 256 ? 1 : 4;
+  e.tf_off = out.size();
+  if (e.tf_width == 1) {
+    const size_t at_tf = out.size();
+    out.resize(at_tf + tfs.size());
+    char* q = out.data() + at_tf;
+    for (uint32_t tf : tfs) *q++ = static_cast<char>(tf);
+  } else {
+    PutArray(out, tfs.data(), tfs.size());
+  }
+  blocks.clear();
+  for (size_t i = 0; i < docs.size(); ++i) {
+    if (i % kPostingBlock == 0) blocks.push_back(BlockMax{0, 0, std::numeric_limits<uint32_t>::max(), 0});
+    BlockMax& b = blocks.back();
+    b.last_doc = docs[i];
+    b.max_tf = std::max(b.max_tf, tfs[i]);
+    b.min_len = std::min(b.min_len, lens[docs[i]]);
+  }
+  e.pos_off = out.size();
+  out += pos;
+  e.skip_off = out.size();
+  AppendSkipTable(out, tfs, reinterpret_cast<const uint8_t*>(pos.data()));
+  e.block_off = out.size();
+  PutArray(out, blocks.data(), blocks.size());
+}
+
+}  // namespace
+
+void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
+  FieldBuild& fb = text_[f];
+  if (fb.log.size() > 0) {
+    if (fb.from_log)
+      SortLog(fb);
+    else
+      FlushLog(fb);
+  }
+  const bool from_log = fb.from_log;
+  // Term t's postings: its run of the sorted log, or its lists.
+  auto has_postings = [&](uint32_t t) {
+    if (from_log) return count_buf_.size() > t + 1 && count_buf_[t] != (t == 0 ? 0 : count_buf_[t - 1]);
+    return fb.terms[t].lists != nullptr && !fb.terms[t].lists->docs.empty();
+  };
+  auto lists = [&](uint32_t t, Lists& scratch) -> const Lists& {
+    if (!from_log) return *fb.terms[t].lists;
+    RunToLists(t, scratch);
+    return scratch;
+  };
+  if (from_log && fb.log.empty()) count_buf_.assign(1, 0);  // no postings at all
+  const auto& lens = lengths_[f];
+  uint64_t sum_len = 0;
+  uint32_t with_tokens = 0;
+  for (uint32_t l : lens) {
+    sum_len += l;
+    with_tokens += l > 0;
+  }
+  Align(out);
+  uint64_t lengths_off = out.size();
+  PutArray(out, lens.data(), lens.size());
+  Align(out);
+  // The terms with postings in this segment, by name (a reused builder
+  // also knows terms of earlier batches).
+  std::vector<uint32_t> sorted;
+  sorted.reserve(fb.terms.size());
+  for (uint32_t t : SortedTerms(fb))
+    if (has_postings(t)) sorted.push_back(t);
+  const uint32_t nt = static_cast<uint32_t>(sorted.size());
+  uint64_t term_offs_off = out.size();
+  {
+    uint32_t o = 0;
+    PutFixed<uint32_t>(out, 0);
+    for (uint32_t t : sorted) {
+      o += static_cast<uint32_t>(fb.Name(t).size());
+      PutFixed<uint32_t>(out, o);
+    }
+    Align(out);
+  }
+  uint64_t term_blob_off = out.size();
+  for (uint32_t t : sorted) out += fb.Name(t);
+  Align(out);
+  uint64_t entries_off = out.size();
+  out.append(static_cast<size_t>(nt) * sizeof(TermEntry), '\0');
+  Align(out);
+  std::vector<uint32_t> dfs(nt);
+  for (uint32_t ti = 0; ti < nt; ++ti) {
+    const Lists& l = lists(sorted[ti], scratch_);
+    TermEntry e{};
+    EncodeTerm(out, l.docs, l.tfs, l.pos, lens.data(), blocks_, e);
+    dfs[ti] = e.doc_freq;
+    std::memcpy(out.data() + entries_off + ti * sizeof(TermEntry), &e, sizeof(e));
+  }
+  PutFixed<uint64_t>(dir, lengths_off);
+  PutFixed<uint64_t>(dir, sum_len);
+  PutFixed<uint32_t>(dir, with_tokens);
+  PutFixed<uint32_t>(dir, nt);
+  PutFixed<uint64_t>(dir, term_offs_off);
+  PutFixed<uint64_t>(dir, term_blob_off);
+  PutFixed<uint64_t>(dir, entries_off);
+  const std::vector<uint32_t> common = ChooseCommonTerms(dfs, doc_count());
+  if (common_scratch_.size() < common.size()) common_scratch_.resize(common.size());
+  std::vector<PairSource> sources;
+  for (size_t c = 0; c < common.size(); ++c) {
+    const Lists& l = lists(sorted[common[c]], common_scratch_[c]);
+    sources.push_back(PairSource{l.docs, l.tfs, reinterpret_cast<const uint8_t*>(l.pos.data())});
+  }
+  PutFixed<uint64_t>(dir, AppendPairSection(out, common, BuildPairs(sources)));
+}
+
 std::string SegmentBuilder::Encode(uint64_t fingerprint) {
   std::string out;
   Encode(fingerprint, out);
@@ -512,7 +668,6 @@ std::string SegmentBuilder::Encode(uint64_t fingerprint) {
 }
 
 void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
-  for (FieldBuild& fb : text_) FlushLog(fb);
   const uint32_t n = doc_count();
   out.assign(kHeaderBytes, '\0');
   std::string dir;
@@ -527,115 +682,26 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
     for (const auto& id : ids_) out += id;
     Align(out);
   }
-  std::vector<BlockMax> blocks;
   {
     // One allocation for the image: an upper bound of its size.
     size_t est = kHeaderBytes + 64 + 8 * n + 64;
     for (const auto& id : ids_) est += id.size();
     for (size_t f = 0; f < text_.size(); ++f) {
       est += 4 * n + 96;
-      est += text_[f].names.size();
-      for (size_t i = 0; i < text_[f].terms.size(); ++i) {
-        const TermBuild& t = text_[f].terms[i];
-        const size_t d = t.docs.size();
-        est += 4 + sizeof(TermEntry) + 32 + 64 + 2 * d + 16 * (d / 4096 + 2) + 4 * d + t.pos.size() +
-               4 * (d / kPostingBlock + 1) + sizeof(BlockMax) * (d / kPostingBlock + 1);
-      }
+      const FieldBuild& fb = text_[f];
+      // Per term: offset, entry, alignment, bitmap headers, one skip and
+      // block entry; per posting at most 2 bytes of bitmap, 4 of tf and
+      // 20/64 of skip and block tables; per token at most 5 position bytes.
+      est += fb.names.size() + fb.terms.size() * (4 + sizeof(TermEntry) + 32 + 64 + 4 + sizeof(BlockMax));
+      est += fb.log.size() * (5 + 2 + 4 + 1);
+      for (const TermBuild& t : fb.terms)
+        if (t.lists) est += t.lists->pos.size() + t.lists->docs.size() * (2 + 4 + 1) + 16 * (t.lists->docs.size() / 4096 + 2);
     }
     for (size_t s = 0; s < columns_.size(); ++s) est += 8 * n + sizeof(NumEntry) * numbers_[s].size() + 96;
     est += 64 * (text_.size() + columns_.size()) + 1024;
     out.reserve(est);
   }
-  for (size_t f = 0; f < text_.size(); ++f) {
-    const FieldBuild& fb = text_[f];
-    const auto& lens = lengths_[f];
-    uint64_t sum_len = 0;
-    uint32_t with_tokens = 0;
-    for (uint32_t l : lens) {
-      sum_len += l;
-      with_tokens += l > 0;
-    }
-    Align(out);
-    uint64_t lengths_off = out.size();
-    PutArray(out, lens.data(), lens.size());
-    Align(out);
-    // The terms with postings in this segment, by name (a reused builder
-    // also knows terms of earlier batches).
-    std::vector<uint32_t> sorted;
-    sorted.reserve(fb.terms.size());
-    for (uint32_t t : SortedTerms(fb))
-      if (!fb.terms[t].docs.empty()) sorted.push_back(t);
-    const uint32_t nt = static_cast<uint32_t>(sorted.size());
-    uint64_t term_offs_off = out.size();
-    {
-      uint32_t o = 0;
-      PutFixed<uint32_t>(out, 0);
-      for (uint32_t t : sorted) {
-        o += static_cast<uint32_t>(fb.Name(t).size());
-        PutFixed<uint32_t>(out, o);
-      }
-      Align(out);
-    }
-    uint64_t term_blob_off = out.size();
-    for (uint32_t t : sorted) out += fb.Name(t);
-    Align(out);
-    uint64_t entries_off = out.size();
-    out.append(static_cast<size_t>(nt) * sizeof(TermEntry), '\0');
-    Align(out);
-    for (uint32_t ti = 0; ti < nt; ++ti) {
-      const TermBuild& t = fb.terms[sorted[ti]];
-      TermEntry e{};
-      Align(out);  // frozen views need 32-byte alignment; the rest is unaligned
-      e.bitmap_off = out.size();
-      AppendFrozenBitmap(out, t.docs);
-      e.bitmap_len = static_cast<uint32_t>(out.size() - e.bitmap_off);
-      e.doc_freq = static_cast<uint32_t>(t.docs.size());
-      e.max_tf = *std::max_element(t.tfs.begin(), t.tfs.end());
-      e.tf_width = e.max_tf < 256 ? 1 : 4;
-      e.tf_off = out.size();
-      if (e.tf_width == 1) {
-        const size_t at_tf = out.size();
-        out.resize(at_tf + t.tfs.size());
-        char* q = out.data() + at_tf;
-        for (uint32_t tf : t.tfs) *q++ = static_cast<char>(tf);
-      } else {
-        PutArray(out, t.tfs.data(), t.tfs.size());
-      }
-      blocks.clear();
-      for (size_t i = 0; i < t.docs.size(); ++i) {
-        if (i % kPostingBlock == 0) blocks.push_back(BlockMax{0, 0, std::numeric_limits<uint32_t>::max(), 0});
-        BlockMax& b = blocks.back();
-        b.last_doc = t.docs[i];
-        b.max_tf = std::max(b.max_tf, t.tfs[i]);
-        b.min_len = std::min(b.min_len, lens[t.docs[i]]);
-      }
-      e.pos_off = out.size();
-      out += t.pos;
-      e.skip_off = out.size();
-      AppendSkipTable(out, t.tfs, reinterpret_cast<const uint8_t*>(t.pos.data()));
-      e.block_off = out.size();
-      PutArray(out, blocks.data(), blocks.size());
-      std::memcpy(out.data() + entries_off + ti * sizeof(TermEntry), &e, sizeof(e));
-    }
-    PutFixed<uint64_t>(dir, lengths_off);
-    PutFixed<uint64_t>(dir, sum_len);
-    PutFixed<uint32_t>(dir, with_tokens);
-    PutFixed<uint32_t>(dir, nt);
-    PutFixed<uint64_t>(dir, term_offs_off);
-    PutFixed<uint64_t>(dir, term_blob_off);
-    PutFixed<uint64_t>(dir, entries_off);
-    {
-      std::vector<uint32_t> dfs(nt);
-      for (uint32_t ti = 0; ti < nt; ++ti) dfs[ti] = static_cast<uint32_t>(fb.terms[sorted[ti]].docs.size());
-      const std::vector<uint32_t> common = ChooseCommonTerms(dfs, n);
-      std::vector<PairSource> sources;
-      for (uint32_t ti : common) {
-        const TermBuild& t = fb.terms[sorted[ti]];
-        sources.push_back(PairSource{t.docs, t.tfs, reinterpret_cast<const uint8_t*>(t.pos.data())});
-      }
-      PutFixed<uint64_t>(dir, AppendPairSection(out, common, BuildPairs(sources)));
-    }
-  }
+  for (size_t f = 0; f < text_.size(); ++f) EncodeText(f, out, dir);
   for (size_t s = 0; s < columns_.size(); ++s) {
     Align(out);
     uint64_t col_off = out.size();

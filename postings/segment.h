@@ -25,10 +25,11 @@ inline constexpr uint32_t kSegmentFormatVersion = 2;
 // a segment written by another CRoaring is "unknown" and rebuilt.
 inline constexpr uint32_t kRoaringTag = ROARING_VERSION_MAJOR * 10000 + ROARING_VERSION_MINOR * 100 + ROARING_VERSION_REVISION;
 inline constexpr uint32_t kPostingBlock = 64;  // postings per skip/block-max entry
-// A builder's field moves its logged tokens to their terms at this many
-// tokens (8 bytes each, plus as much to sort them), so a batch of large
-// documents does not hold a log of all its tokens (SegmentBuilder).
-inline constexpr size_t kMaxLogTokens = size_t{1} << 20;
+// A builder's field logs at most this many tokens (8 bytes each, plus as
+// much to sort them: 128 MB at most); beyond, the field moves its log to
+// per-term lists, the slower path merges use (SegmentBuilder). Batches the
+// index engine forms (< 32 MiB of JSON) stay below it.
+inline constexpr size_t kMaxLogTokens = size_t{1} << 23;
 
 // Owns a roaring bitmap (heap or frozen view); frees it on destruction.
 struct RoaringDeleter {
@@ -120,10 +121,10 @@ class SegmentBuilder {
   // previous ones.
   // Capacity for `docs` more postings and `bytes` more position bytes of term `index`.
   void ReservePostings(uint32_t field, uint32_t index, size_t docs, size_t bytes) {
-    TermBuild& t = text_[field].terms[index];
-    t.docs.reserve(t.docs.size() + docs);
-    t.tfs.reserve(t.tfs.size() + docs);
-    t.pos.reserve(t.pos.size() + bytes);
+    Lists& l = ListsOf(text_[field].terms[index]);
+    l.docs.reserve(l.docs.size() + docs);
+    l.tfs.reserve(l.tfs.size() + docs);
+    l.pos.reserve(l.pos.size() + bytes);
   }
   void AddEncodedPostings(uint32_t field, uint32_t index, std::span<const uint32_t> docs, std::span<const uint32_t> tfs,
                           std::string_view bytes);
@@ -143,16 +144,25 @@ class SegmentBuilder {
  private:
   // Tokens are not added to their terms one by one: a token costs a
   // dictionary probe (slots and names, dense arrays that stay in cache)
-  // and an entry in its field's log. FlushLog then moves the log's tokens
-  // to their terms grouped by term (a counting sort), so each term's
-  // record and arrays are touched once per flush, not once per token
-  // (random accesses to ~100 bytes per term were half of indexing).
+  // and an entry in its field's log. Encode sorts the log by term (a
+  // counting sort) and writes each term's postings from its run, so each
+  // term is touched once per batch, not once per token (random accesses
+  // to ~100 bytes per term were half of indexing). A field given whole
+  // postings (AddPosting(s), merges), or whose log outgrows
+  // kMaxLogTokens, keeps per-term lists instead (FlushLog).
+  struct Lists {
+    std::string pos;                  // positions encoded as written (varint deltas per posting)
+    std::vector<uint32_t> docs, tfs;  // the skip table is derived by Encode
+  };
   struct TermBuild {
     uint32_t last_doc = UINT32_MAX;  // doc of the current (last) posting; none yet
     uint32_t last_pos = 0;           // previous position of the current posting
-    std::string pos;                 // positions encoded as written (varint deltas per posting)
-    std::vector<uint32_t> docs, tfs;  // the skip table is derived by Encode
+    std::unique_ptr<Lists> lists;    // only for fields built from lists
   };
+  static Lists& ListsOf(TermBuild& t) {
+    if (!t.lists) t.lists = std::make_unique<Lists>();
+    return *t.lists;
+  }
   struct LogEntry {
     uint32_t term;
     uint32_t position;
@@ -170,6 +180,7 @@ class SegmentBuilder {
     std::vector<TermBuild> terms;
     std::vector<LogEntry> log;       // tokens not yet in `terms`, in the order added
     std::vector<LogDoc> log_docs;
+    bool from_log = true;    // every posting is in the log (not in terms' lists)
     bool presorted = false;  // filled by AppendTerm: names already sorted
     // Indexes of terms[0, by_name.size()) ordered by name; Encode merges
     // the terms added since into it (kept across batches).
@@ -188,8 +199,18 @@ class SegmentBuilder {
   uint32_t NewTerm(FieldBuild& fb, std::string_view term);
   void AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position);
   void Log(FieldBuild& fb, uint32_t doc, uint32_t term, uint32_t position);
-  // Moves the field's logged tokens to their terms (AddTokenTo), term by term.
+  // Sorts the field's log by term into sort_buf_ (doc << 32 | position,
+  // per term in the order added); term t's run ends at count_buf_[t] and
+  // starts at count_buf_[t - 1] (0 for t = 0).
+  void SortLog(const FieldBuild& fb);
+  // Moves the field's logged tokens to their terms' lists, for good.
   void FlushLog(FieldBuild& fb);
+  // Term t's postings from its run in sort_buf_, into the scratch lists.
+  void RunToLists(uint32_t t, Lists& out) const;
+  void EncodeText(size_t f, std::string& out, std::string& dir);
+  Lists scratch_;                      // EncodeText: a term's lists from its run
+  std::vector<Lists> common_scratch_;  // the same for the common terms (pair tables)
+  std::vector<BlockMax> blocks_;
   std::vector<uint32_t> count_buf_;
   std::vector<uint64_t> sort_buf_;
   std::vector<uint64_t> hash_buf_;
