@@ -479,12 +479,20 @@ Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t th
     if (!written.ok()) return written.status();
     seg = std::move(written).value();
   }
-  // Keep the builder and image buffer for the next batch unless they grew too big.
-  const size_t retained = b.RetainedBytes() + image_.capacity();
+  // Keep the builder and image buffer for the next batch unless they grew
+  // too big: the image goes first, then the builder's per-batch buffers
+  // (token logs, scratch), and only then its dictionary, whose loss costs
+  // the next batch a sort of every term.
+  size_t retained = b.RetainedBytes() + image_.capacity();
   if (retained > kMaxRetainedBuilderBytes) {
-    builder_.reset();
     image_ = std::string();
+    retained = b.RetainedBytes();
   }
+  if (retained > kMaxRetainedBuilderBytes) {
+    b.ReleaseBuffers();
+    retained = b.RetainedBytes();
+  }
+  if (retained > kMaxRetainedBuilderBytes) builder_.reset();
   builder_bytes_ = builder_ ? retained : 0;
   std::vector<uint64_t> dropped;
   {

@@ -216,6 +216,20 @@ void SegmentBuilder::Reset() {
   memory_ = 0;
 }
 
+void SegmentBuilder::ReleaseBuffers() {
+  for (FieldBuild& fb : text_) {
+    std::vector<LogEntry>().swap(fb.log);
+    std::vector<LogDoc>().swap(fb.log_docs);
+    for (TermBuild& t : fb.terms) t.lists.reset();
+  }
+  std::vector<uint32_t>().swap(count_buf_);
+  std::vector<uint64_t>().swap(sort_buf_);
+  std::vector<uint64_t>().swap(hash_buf_);
+  scratch_ = Lists();
+  std::vector<Lists>().swap(common_scratch_);
+  std::vector<BlockMax>().swap(blocks_);
+}
+
 size_t SegmentBuilder::RetainedBytes() const {
   size_t bytes = 0;
   for (const FieldBuild& fb : text_) {
@@ -227,7 +241,10 @@ size_t SegmentBuilder::RetainedBytes() const {
         bytes += sizeof(Lists) + t.lists->pos.capacity() + 4 * (t.lists->docs.capacity() + t.lists->tfs.capacity());
   }
   for (const auto& id : ids_) bytes += id.capacity() > 15 ? id.capacity() : 0;
-  bytes += sizeof(std::string) * ids_.capacity() + 4 * count_buf_.capacity() + 8 * sort_buf_.capacity();
+  bytes += sizeof(std::string) * ids_.capacity() + 4 * count_buf_.capacity() + 8 * sort_buf_.capacity() +
+           8 * hash_buf_.capacity() + scratch_.pos.capacity() + 4 * (scratch_.docs.capacity() + scratch_.tfs.capacity()) +
+           sizeof(BlockMax) * blocks_.capacity();
+  for (const Lists& l : common_scratch_) bytes += l.pos.capacity() + 4 * (l.docs.capacity() + l.tfs.capacity());
   for (const auto& l : lengths_) bytes += 4 * l.capacity();
   for (const auto& c : columns_) bytes += 8 * c.capacity();
   for (const auto& n : numbers_) bytes += sizeof(NumEntry) * n.capacity();

@@ -95,6 +95,9 @@ class SegmentBuilder {
   void Reset();
   // Heap bytes held (used or retained for reuse); O(terms).
   size_t RetainedBytes() const;
+  // After Reset: frees the buffers a batch fills (token logs, sort and
+  // scratch buffers, per-term lists) and keeps the dictionary.
+  void ReleaseBuffers();
   uint32_t AddDoc(std::string_view id);
   // Tokens of one document and field must come with non-decreasing doc
   // numbers per term and increasing positions within a document.

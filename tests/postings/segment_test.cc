@@ -146,6 +146,7 @@ TEST_CASE("a reused builder encodes exactly what a fresh one does", "[postings]"
   std::string image;
   for (uint32_t seed = 1; seed <= 6; ++seed) {
     reused.Reset();
+    if (seed % 2 == 0) reused.ReleaseBuffers();  // keeps only the dictionary
     FillBatch(reused, seed);
     reused.Encode(7, image);
     SegmentBuilder fresh(1, 1);
