@@ -681,7 +681,7 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
       for (size_t k : at_min) {
         const TermEntry& e = base->segments[which[k]].segment->entry(f, cursor[k]);
         need_docs += e.doc_freq;
-        need_bytes += e.skip_off - e.pos_off;
+        need_bytes += e.pos_len;
       }
       auto append_term = [&] {
         index = b.AppendTerm(f, min_term);
@@ -697,7 +697,7 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
         roaring_bitmap_to_uint32_array(bm.get(), docs.data());
         TfArray tfs = seg.Tfs(f, ti);
         const uint8_t* p = seg.PositionsStart(f, ti);
-        const size_t pos_len = e.skip_off - e.pos_off;  // positions are followed by the skip table
+        const size_t pos_len = e.pos_len;
         out_tfs.resize(e.doc_freq);
         if (tfs.width == 1) {
           for (uint32_t r = 0; r < e.doc_freq; ++r) out_tfs[r] = tfs.data[r];

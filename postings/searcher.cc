@@ -378,10 +378,7 @@ class PostingCursor {
   const uint8_t* PositionsBegin() {
     const uint32_t block = rank_ / kPostingBlock;
     if (pos_ptr_ == nullptr || pos_rank_ > rank_ || pos_rank_ / kPostingBlock != block) {
-      const TermEntry& e = seg_.entry(field_, ti_);
-      uint32_t off;
-      std::memcpy(&off, seg_.PositionsStart(field_, ti_) - e.pos_off + e.skip_off + 4 * uint64_t{block}, 4);
-      pos_ptr_ = seg_.PositionsStart(field_, ti_) + off;
+      pos_ptr_ = seg_.BlockPositions(field_, ti_, block);
       pos_rank_ = block * kPostingBlock;
     }
     if (pos_rank_ < rank_) {

@@ -1,12 +1,13 @@
 // Segment file encoder and reader.
 //
-// Segment file format, version 2 (all integers little-endian; every section
+// Segment file format, version 3 (all integers little-endian; every section
 // and every frozen roaring bitmap starts at a 32-byte aligned offset, which
 // frozen views require; a term's other arrays follow its bitmap unaligned):
 //
 //   Header, 64 bytes:
 //     0  char[8] magic "CVDSEG01"
-//     8  u32 format version (2; 1 had no pair sections)
+//     8  u32 format version (3; 2 had 56-byte term entries and a skip
+//            table and block maxima for every term, 1 no pair sections)
 //    12  u32 roaring tag (major*10000 + minor*100 + revision of CRoaring that
 //            wrote the frozen bitmaps; a different one is "unknown")
 //    16  u64 definition fingerprint
@@ -18,13 +19,14 @@
 //   Per text field (definition order of text fields, sorted by path):
 //     u32 lengths[doc_count]          tokens of each document in the field
 //     u32 term_offsets[T + 1], blob   the T terms, sorted bytewise
-//     TermEntry[T] (56 bytes each, see segment.h)
+//     TermEntry[T] (40 bytes each, see segment.h)
 //     per term: frozen roaring bitmap of doc numbers (aligned); term
 //     frequencies (u8 each if all < 256, else u32) in bitmap order;
 //     positions: per posting, tf varints of position deltas (first delta
-//     from 0); skip table: u32 per block of 64 postings, the byte offset of
-//     the block's first posting in the positions; BlockMax[blocks]
-//     {u32 last_doc, u32 max_tf, u32 min_len, u32 0}.
+//     from 0); if the list has more than one block of 64 postings: skip
+//     table, u32 per block, the byte offset of the block's first posting
+//     in the positions, and BlockMax[blocks] {u32 last_doc, u32 max_tf,
+//     u32 min_len, u32 0} (one block: TermEntry.whole is its BlockMax).
 //     The common-word pair section (format in pairs.h).
 //   Per numeric (number/date) field: f64 column[doc_count] (the document's
 //     smallest value, NaN when it has none); NumEntry[m] {f64 value, u32 doc,
@@ -566,13 +568,12 @@ namespace {
 void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<const uint32_t> tfs, std::string_view pos,
                 const uint32_t* lens, std::vector<BlockMax>& blocks, TermEntry& e) {
   Align(out);  // frozen views need 32-byte alignment; the rest is unaligned
-  e.bitmap_off = out.size();
+  e.off = out.size();
   AppendFrozenBitmap(out, docs);
-  e.bitmap_len = static_cast<uint32_t>(out.size() - e.bitmap_off);
+  e.bitmap_len = static_cast<uint32_t>(out.size() - e.off);
   e.doc_freq = static_cast<uint32_t>(docs.size());
-  e.max_tf = *std::max_element(tfs.begin(), tfs.end());
-  e.tf_width = e.max_tf < 256 ? 1 : 4;
-  e.tf_off = out.size();
+  const uint32_t max_tf = *std::max_element(tfs.begin(), tfs.end());
+  e.tf_width = max_tf < 256 ? 1 : 4;
   if (e.tf_width == 1) {
     const size_t at_tf = out.size();
     out.resize(at_tf + tfs.size());
@@ -589,12 +590,14 @@ void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<cons
     b.max_tf = std::max(b.max_tf, tfs[i]);
     b.min_len = std::min(b.min_len, lens[docs[i]]);
   }
-  e.pos_off = out.size();
+  e.whole = BlockMax{docs.back(), max_tf, std::numeric_limits<uint32_t>::max(), 0};
+  for (const BlockMax& b : blocks) e.whole.min_len = std::min(e.whole.min_len, b.min_len);
+  e.pos_len = static_cast<uint32_t>(pos.size());
   out += pos;
-  e.skip_off = out.size();
-  AppendSkipTable(out, tfs, reinterpret_cast<const uint8_t*>(pos.data()));
-  e.block_off = out.size();
-  PutArray(out, blocks.data(), blocks.size());
+  if (blocks.size() > 1) {
+    AppendSkipTable(out, tfs, reinterpret_cast<const uint8_t*>(pos.data()));
+    PutArray(out, blocks.data(), blocks.size());
+  }
 }
 
 }  // namespace
@@ -801,9 +804,10 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     if (!t.pairs.Parse(b, size - 16, GetFixed<uint64_t>(d + 48), t.term_count)) return bad("pair section out of bounds");
     for (uint32_t i = 0; i < t.term_count; ++i) {
       const TermEntry& e = t.entries[i];
-      uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
-      if (e.bitmap_off % 32 != 0 || !in(e.bitmap_off, e.bitmap_len) || !in(e.tf_off, uint64_t{e.doc_freq} * e.tf_width) ||
-          !in(e.skip_off, 4 * blocks) || !in(e.block_off, sizeof(BlockMax) * blocks) || e.pos_off > size)
+      const uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
+      const uint64_t bytes = uint64_t{e.bitmap_len} + uint64_t{e.doc_freq} * e.tf_width + e.pos_len +
+                             (blocks > 1 ? (4 + sizeof(BlockMax)) * blocks : 0);
+      if (e.off % 32 != 0 || (e.tf_width != 1 && e.tf_width != 4) || e.doc_freq == 0 || !in(e.off, bytes))
         return bad("posting list out of bounds");
     }
     s->text_.push_back(t);
@@ -838,15 +842,13 @@ uint32_t Segment::LowerBound(uint32_t f, std::string_view term) const {
 
 ConstBitmap Segment::Postings(uint32_t f, uint32_t i) const {
   const TermEntry& e = entry(f, i);
-  return ConstBitmap(roaring_bitmap_frozen_view(base() + e.bitmap_off, e.bitmap_len));
+  return ConstBitmap(roaring_bitmap_frozen_view(base() + e.off, e.bitmap_len));
 }
 
 void Segment::Positions(uint32_t f, uint32_t i, uint32_t rank, std::vector<uint32_t>& out) const {
-  const TermEntry& e = entry(f, i);
-  TfArray tfs{reinterpret_cast<const uint8_t*>(base() + e.tf_off), e.tf_width};
-  uint32_t block = rank / kPostingBlock;
-  const uint8_t* p = reinterpret_cast<const uint8_t*>(base() + e.pos_off) +
-                     GetFixed<uint32_t>(base() + e.skip_off + 4 * block);
+  const TfArray tfs = Tfs(f, i);
+  const uint32_t block = rank / kPostingBlock;
+  const uint8_t* p = BlockPositions(f, i, block);
   uint32_t v;
   for (uint32_t r = block * kPostingBlock; r < rank; ++r)
     for (uint32_t k = tfs[r]; k > 0; --k) p = GetVarint(p, &v);

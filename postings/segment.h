@@ -8,6 +8,7 @@
 #include <roaring/roaring.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -20,7 +21,7 @@
 
 namespace corvid::postings {
 
-inline constexpr uint32_t kSegmentFormatVersion = 2;
+inline constexpr uint32_t kSegmentFormatVersion = 3;
 // The frozen roaring layout is tied to the library version (DESIGN.md):
 // a segment written by another CRoaring is "unknown" and rebuilt.
 inline constexpr uint32_t kRoaringTag = ROARING_VERSION_MAJOR * 10000 + ROARING_VERSION_MINOR * 100 + ROARING_VERSION_REVISION;
@@ -40,22 +41,27 @@ using ConstBitmap = std::unique_ptr<const roaring_bitmap_t, RoaringDeleter>;
 inline Bitmap NewBitmap() { return Bitmap(roaring_bitmap_create()); }
 
 #pragma pack(push, 1)
-struct TermEntry {
-  uint64_t bitmap_off;  // frozen roaring bitmap of doc numbers (32-byte aligned)
-  uint32_t bitmap_len;
-  uint32_t doc_freq;    // cardinality of the bitmap
-  uint64_t tf_off;      // doc_freq term frequencies, tf_width bytes each, bitmap order
-  uint64_t pos_off;     // positions: per posting, tf varints of position deltas (first from 0)
-  uint64_t skip_off;    // u32 per block of kPostingBlock postings: byte offset into positions
-  uint64_t block_off;   // BlockMax per block
-  uint32_t tf_width;    // 1 or 4
-  uint32_t max_tf;
-};
 struct BlockMax {
   uint32_t last_doc;  // last doc number in the block
   uint32_t max_tf;    // largest tf in the block
   uint32_t min_len;   // smallest field length in the block
   uint32_t reserved;
+};
+// A term's posting list starts at `off` (32-byte aligned): its frozen
+// roaring bitmap of doc numbers (bitmap_len bytes); doc_freq term
+// frequencies, tf_width bytes each, in bitmap order; positions (pos_len
+// bytes: per posting, tf varints of position deltas, the first from 0);
+// then, only for lists of more than one block of kPostingBlock postings,
+// the skip table (u32 per block: byte offset of its first posting in the
+// positions) and BlockMax per block. A list of one block (most terms of a
+// segment) has neither: its block is `whole`.
+struct TermEntry {
+  uint64_t off;
+  uint32_t doc_freq;  // cardinality of the bitmap
+  uint32_t bitmap_len;
+  uint32_t pos_len;
+  uint32_t tf_width;  // 1 or 4
+  BlockMax whole;     // over the whole list
 };
 struct NumEntry {
   double value;
@@ -255,13 +261,22 @@ class Segment {
   ConstBitmap Postings(uint32_t f, uint32_t i) const;
   TfArray Tfs(uint32_t f, uint32_t i) const {
     const auto& e = entry(f, i);
-    return TfArray{reinterpret_cast<const uint8_t*>(base() + e.tf_off), e.tf_width};
+    return TfArray{reinterpret_cast<const uint8_t*>(base() + e.off + e.bitmap_len), e.tf_width};
   }
   // Decodes the positions of posting `rank` (0-based in bitmap order) of
   // term i into `out` (absolute positions).
   void Positions(uint32_t f, uint32_t i, uint32_t rank, std::vector<uint32_t>& out) const;
   const uint8_t* PositionsStart(uint32_t f, uint32_t i) const {
-    return reinterpret_cast<const uint8_t*>(base() + entry(f, i).pos_off);
+    const auto& e = entry(f, i);
+    return reinterpret_cast<const uint8_t*>(base() + e.off + e.bitmap_len + uint64_t{e.doc_freq} * e.tf_width);
+  }
+  // The positions of the first posting of block `block` (of kPostingBlock).
+  const uint8_t* BlockPositions(uint32_t f, uint32_t i, uint32_t block) const {
+    const uint8_t* p = PositionsStart(f, i);
+    if (block == 0) return p;
+    uint32_t skip;
+    std::memcpy(&skip, p + entry(f, i).pos_len + 4 * uint64_t{block}, 4);
+    return p + skip;
   }
   // If terms i and j of field f are both among its common terms (pairs.h),
   // sets *out to the documents where i is immediately followed by j and
@@ -273,7 +288,10 @@ class Segment {
     return true;
   }
   const BlockMax* Blocks(uint32_t f, uint32_t i) const {
-    return reinterpret_cast<const BlockMax*>(base() + entry(f, i).block_off);
+    const auto& e = entry(f, i);
+    const uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
+    if (blocks <= 1) return &e.whole;
+    return reinterpret_cast<const BlockMax*>(PositionsStart(f, i) + e.pos_len + 4 * blocks);
   }
   // Numeric field `n`: per-doc minimum value (NaN: none), and all values sorted.
   const double* column(uint32_t n) const { return numeric_[n].column; }
