@@ -22,6 +22,22 @@ std::vector<uint32_t> ChooseCommonTerms(std::span<const uint32_t> doc_freqs, uin
   return idx;
 }
 
+namespace {
+// The non-empty lists of by_pair ([first * k + second]), in (first, second) order.
+std::vector<PairList> Collect(std::vector<std::vector<uint32_t>>& by_pair, size_t k) {
+  std::vector<PairList> out;
+  for (size_t i = 0; i < by_pair.size(); ++i) {
+    if (by_pair[i].empty()) continue;
+    PairList pl;
+    pl.first = static_cast<uint16_t>(i / k);
+    pl.second = static_cast<uint16_t>(i % k);
+    pl.docs = std::move(by_pair[i]);
+    out.push_back(std::move(pl));
+  }
+  return out;
+}
+}  // namespace
+
 std::vector<PairList> BuildPairs(std::span<const PairSource> common) {
   const size_t k = common.size();
   if (k == 0) return {};
@@ -86,16 +102,49 @@ std::vector<PairList> BuildPairs(std::span<const PairSource> common) {
     }
     for (uint32_t p : filled) slot[p] = 0;
   }
-  std::vector<PairList> out;
-  for (size_t i = 0; i < by_pair.size(); ++i) {
-    if (by_pair[i].empty()) continue;
-    PairList pl;
-    pl.first = static_cast<uint16_t>(i / k);
-    pl.second = static_cast<uint16_t>(i % k);
-    pl.docs = std::move(by_pair[i]);
-    out.push_back(std::move(pl));
+  return Collect(by_pair, k);
+}
+
+std::vector<PairList> BuildPairsFromLog(std::span<const TextToken> tokens, std::span<const DocStart> docs,
+                                        std::span<const uint8_t> common_of, size_t common_count) {
+  const size_t k = common_count;
+  if (k == 0) return {};
+  std::vector<std::vector<uint32_t>> by_pair(k * k);  // [first * k + second]
+  auto add = [&](uint32_t first, uint32_t second, uint32_t d) {
+    auto& list = by_pair[first * k + second];
+    if (list.empty() || list.back() != d) list.push_back(d);
+  };
+  std::vector<TextToken> sorted;  // a document out of position order, sorted
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const uint32_t d = docs[i].doc;
+    const size_t begin = docs[i].first, end = i + 1 < docs.size() ? docs[i + 1].first : tokens.size();
+    uint32_t prev = 0;  // the previous token's common index + 1, or 0
+    bool in_order = true;
+    for (size_t t = begin; t < end; ++t) {
+      const uint32_t c = common_of[tokens[t].term];
+      if (t > begin && tokens[t].position <= tokens[t - 1].position) {
+        in_order = false;
+        break;
+      }
+      if (c != 0 && prev != 0 && tokens[t].position == tokens[t - 1].position + 1) add(prev - 1, c - 1, d);
+      prev = c;
+    }
+    if (in_order) continue;
+    // Every common token at p with every common token at p + 1 (pairs
+    // found above are real and are not added twice).
+    sorted.assign(tokens.begin() + static_cast<std::ptrdiff_t>(begin), tokens.begin() + static_cast<std::ptrdiff_t>(end));
+    std::sort(sorted.begin(), sorted.end(),
+              [](const TextToken& a, const TextToken& b) { return a.position < b.position; });
+    for (size_t a = 0; a < sorted.size(); ++a) {
+      const uint32_t ca = common_of[sorted[a].term];
+      if (ca == 0) continue;
+      for (size_t b = a + 1; b < sorted.size() && sorted[b].position <= sorted[a].position + 1; ++b) {
+        const uint32_t cb = common_of[sorted[b].term];
+        if (cb != 0 && sorted[b].position == sorted[a].position + 1) add(ca - 1, cb - 1, d);
+      }
+    }
   }
-  return out;
+  return Collect(by_pair, k);
 }
 
 uint64_t AppendPairSection(std::string& out, std::span<const uint32_t> common, std::span<const PairList> pairs) {

@@ -50,6 +50,23 @@ struct PairList {
 // Cost: O(positions of the common terms × log(their positions per document)).
 std::vector<PairList> BuildPairs(std::span<const PairSource> common);
 
+// A field's tokens as a batch builder logs them: each document's tokens
+// (from `first` to the next document's first), in the order added.
+struct TextToken {
+  uint32_t term;  // index into the builder's dictionary
+  uint32_t position;
+};
+struct DocStart {
+  uint32_t doc;
+  uint32_t first;
+};
+// The same pairs as BuildPairs, from the log: `common_of[term]` is the
+// term's index among the common terms + 1, or 0. One pass with a table
+// lookup per token where positions increase (the analyzers' order); a
+// document whose positions do not is sorted first.
+std::vector<PairList> BuildPairsFromLog(std::span<const TextToken> tokens, std::span<const DocStart> docs,
+                                        std::span<const uint8_t> common_of, size_t common_count);
+
 // Segment file section of one text field (32-byte aligned, little-endian):
 //   u32 common_count, u32 pair_count,
 //   u32 common[common_count]   dictionary indexes of the common terms, ascending

@@ -228,7 +228,7 @@ void SegmentBuilder::ReleaseBuffers() {
   std::vector<uint64_t>().swap(sort_buf_);
   std::vector<uint64_t>().swap(hash_buf_);
   scratch_ = Lists();
-  std::vector<Lists>().swap(common_scratch_);
+  std::vector<uint8_t>().swap(common_of_);
   std::vector<BlockMax>().swap(blocks_);
 }
 
@@ -246,7 +246,7 @@ size_t SegmentBuilder::RetainedBytes() const {
   bytes += sizeof(std::string) * ids_.capacity() + 4 * count_buf_.capacity() + 8 * sort_buf_.capacity() +
            8 * hash_buf_.capacity() + scratch_.pos.capacity() + 4 * (scratch_.docs.capacity() + scratch_.tfs.capacity()) +
            sizeof(BlockMax) * blocks_.capacity();
-  for (const Lists& l : common_scratch_) bytes += l.pos.capacity() + 4 * (l.docs.capacity() + l.tfs.capacity());
+  bytes += common_of_.capacity();
   for (const auto& l : lengths_) bytes += 4 * l.capacity();
   for (const auto& c : columns_) bytes += 8 * c.capacity();
   for (const auto& n : numbers_) bytes += sizeof(NumEntry) * n.capacity();
@@ -672,13 +672,20 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   PutFixed<uint64_t>(dir, term_blob_off);
   PutFixed<uint64_t>(dir, entries_off);
   const std::vector<uint32_t> common = ChooseCommonTerms(dfs, doc_count());
-  if (common_scratch_.size() < common.size()) common_scratch_.resize(common.size());
-  std::vector<PairSource> sources;
-  for (size_t c = 0; c < common.size(); ++c) {
-    const Lists& l = lists(sorted[common[c]], common_scratch_[c]);
-    sources.push_back(PairSource{l.docs, l.tfs, reinterpret_cast<const uint8_t*>(l.pos.data())});
+  std::vector<PairList> pairs;
+  if (from_log) {
+    common_of_.assign(fb.terms.size(), 0);
+    for (size_t c = 0; c < common.size(); ++c) common_of_[sorted[common[c]]] = static_cast<uint8_t>(c + 1);
+    pairs = BuildPairsFromLog(fb.log, fb.log_docs, common_of_, common.size());
+  } else {
+    std::vector<PairSource> sources;
+    for (uint32_t c : common) {
+      const Lists& l = *fb.terms[sorted[c]].lists;
+      sources.push_back(PairSource{l.docs, l.tfs, reinterpret_cast<const uint8_t*>(l.pos.data())});
+    }
+    pairs = BuildPairs(sources);
   }
-  PutFixed<uint64_t>(dir, AppendPairSection(out, common, BuildPairs(sources)));
+  PutFixed<uint64_t>(dir, AppendPairSection(out, common, pairs));
 }
 
 std::string SegmentBuilder::Encode(uint64_t fingerprint) {

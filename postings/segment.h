@@ -172,14 +172,8 @@ class SegmentBuilder {
     if (!t.lists) t.lists = std::make_unique<Lists>();
     return *t.lists;
   }
-  struct LogEntry {
-    uint32_t term;
-    uint32_t position;
-  };
-  struct LogDoc {
-    uint32_t doc;
-    uint32_t first;  // index of the document's first entry in the log
-  };
+  using LogEntry = TextToken;  // pairs.h: the log is also what pair tables are built from
+  using LogDoc = DocStart;
   // Open addressing (linear probing) from term to index in `terms`: a slot
   // holds the hash's high 32 bits and index + 1 (0: empty); load <= 1/2.
   struct FieldBuild {
@@ -217,8 +211,8 @@ class SegmentBuilder {
   // Term t's postings from its run in sort_buf_, into the scratch lists.
   void RunToLists(uint32_t t, Lists& out) const;
   void EncodeText(size_t f, std::string& out, std::string& dir);
-  Lists scratch_;                      // EncodeText: a term's lists from its run
-  std::vector<Lists> common_scratch_;  // the same for the common terms (pair tables)
+  Lists scratch_;                 // EncodeText: a term's lists from its run
+  std::vector<uint8_t> common_of_;  // EncodeText: per term, its common-term index + 1, or 0
   std::vector<BlockMax> blocks_;
   std::vector<uint32_t> count_buf_;
   std::vector<uint64_t> sort_buf_;

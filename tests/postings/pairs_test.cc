@@ -114,6 +114,41 @@ TEST_CASE("pairs of tokens that share a position", "[postings]") {
   CHECK(got == want);
 }
 
+TEST_CASE("pairs of logged tokens that share a position or come out of order", "[postings]") {
+  // A batch builds its pair tables from the token log; a document whose
+  // positions do not increase in log order takes the sorting path.
+  SegmentBuilder b(1, 0);
+  const uint32_t d0 = b.AddDoc("d0"), d1 = b.AddDoc("d1"), d2 = b.AddDoc("d2");
+  b.AddToken(0, d0, "a", 0);  // a and b at 0, then c
+  b.AddToken(0, d0, "b", 0);
+  b.AddToken(0, d0, "c", 1);
+  b.AddToken(0, d1, "a", 5);  // a b c in order
+  b.AddToken(0, d1, "b", 6);
+  b.AddToken(0, d1, "c", 7);
+  b.AddToken(0, d2, "c", 3);  // c b a, added backwards: a at 1, b at 2, c at 3
+  b.AddToken(0, d2, "b", 2);
+  b.AddToken(0, d2, "a", 1);
+  for (uint32_t d : {d0, d1, d2}) b.SetLength(0, d, 3);
+  TempDir dir;
+  REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(7)).ok());
+  auto opened = Segment::Open(dir.path() + "/s.cvs", 7, 1, 0);
+  REQUIRE(opened.ok());
+  const Segment& s = **opened;
+  REQUIRE(s.term_count(0) == 3);  // a, b, c: all common
+  std::map<std::pair<int, int>, std::vector<uint32_t>> got;
+  for (uint32_t i = 0; i < 3; ++i)
+    for (uint32_t j = 0; j < 3; ++j) {
+      ConstBitmap bm;
+      REQUIRE(s.PairPostings(0, i, j, &bm));
+      std::vector<uint32_t> docs(roaring_bitmap_get_cardinality(bm.get()));
+      roaring_bitmap_to_uint32_array(bm.get(), docs.data());
+      if (!docs.empty()) got[{static_cast<int>(i), static_cast<int>(j)}] = docs;
+    }
+  const std::map<std::pair<int, int>, std::vector<uint32_t>> want = {
+      {{0, 2}, {0}}, {{1, 2}, {0, 1, 2}}, {{0, 1}, {1, 2}}};
+  CHECK(got == want);
+}
+
 TEST_CASE("a field without common terms has an empty pair table", "[postings]") {
   // 200 docs, each word in one document only: below 1/64 of the documents.
   SegmentBuilder b(1, 0);
