@@ -79,52 +79,26 @@ using IdMap = std::unordered_map<std::string, DocLoc, IdHash, std::equal_to<>>;
 std::mutex merge_hook_mu;
 std::function<void()> merge_hook;  // guarded by merge_hook_mu; SetMergeCommitHookForTesting
 
-// Collects the tokens of one text field of one document (all its values)
-// and hands them to the builder in one batch at Flush.
+// Hands the tokens of one text field of one document (all its values) to
+// the builder as they come: a token costs a dictionary probe and a log
+// entry there (SegmentBuilder), so nothing is gained by collecting them.
 class BuildSink final : public analyzers::TokenSink {
  public:
-  BuildSink(SegmentBuilder& b, uint32_t field, uint32_t doc) : b_(b), field_(field), doc_(doc) {
-    arena_.clear();
-    ends_.clear();
-    positions_.clear();
-  }
+  BuildSink(SegmentBuilder& b, uint32_t field, uint32_t doc) : b_(b), field_(field), doc_(doc) {}
   void OnToken(const analyzers::Token& t) override {
-    uint32_t p = base_ + t.position;
-    arena_.append(t.term);
-    ends_.push_back(arena_.size());
-    positions_.push_back(p);
+    const uint32_t p = base_ + t.position;
+    b_.AddToken(field_, doc_, t.term, p);
     ++count_;
     next_base_ = std::max(next_base_, p + 1 + kArrayPositionGap);
   }
   void NextValue() { base_ = next_base_; }
   uint32_t count() const { return count_; }
-  void Flush() {
-    views_.clear();
-    size_t start = 0;
-    for (size_t e : ends_) {
-      views_.emplace_back(arena_.data() + start, e - start);
-      start = e;
-    }
-    b_.AddTokens(field_, doc_, views_, positions_);
-    arena_.clear();
-    ends_.clear();
-    positions_.clear();
-  }
 
  private:
   SegmentBuilder& b_;
   uint32_t field_, doc_;
   uint32_t base_ = 0, next_base_ = 0, count_ = 0;
-  // Reused across documents (one index worker per thread).
-  static thread_local std::string arena_;
-  static thread_local std::vector<size_t> ends_;
-  static thread_local std::vector<uint32_t> positions_;
-  static thread_local std::vector<std::string_view> views_;
 };
-thread_local std::string BuildSink::arena_;
-thread_local std::vector<size_t> BuildSink::ends_;
-thread_local std::vector<uint32_t> BuildSink::positions_;
-thread_local std::vector<std::string_view> BuildSink::views_;
 
 uint64_t Level(uint64_t live) {
   uint64_t level = 0;
@@ -416,7 +390,6 @@ Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std
         if (!s.ok() && st.ok()) st = s;
         sink.NextValue();
       });
-      sink.Flush();
       if (!st.ok()) errors.push_back(IndexError{c.etag, std::string(c.id), "fields." + f.name + ": " + st.message()});
       b.SetLength(f.slot, doc, sink.count());
     } else {

@@ -226,7 +226,6 @@ void SegmentBuilder::ReleaseBuffers() {
   }
   std::vector<uint32_t>().swap(count_buf_);
   std::vector<uint64_t>().swap(sort_buf_);
-  std::vector<uint64_t>().swap(hash_buf_);
   scratch_ = Lists();
   std::vector<uint8_t>().swap(common_of_);
   std::vector<BlockMax>().swap(blocks_);
@@ -244,7 +243,7 @@ size_t SegmentBuilder::RetainedBytes() const {
   }
   for (const auto& id : ids_) bytes += id.capacity() > 15 ? id.capacity() : 0;
   bytes += sizeof(std::string) * ids_.capacity() + 4 * count_buf_.capacity() + 8 * sort_buf_.capacity() +
-           8 * hash_buf_.capacity() + scratch_.pos.capacity() + 4 * (scratch_.docs.capacity() + scratch_.tfs.capacity()) +
+           scratch_.pos.capacity() + 4 * (scratch_.docs.capacity() + scratch_.tfs.capacity()) +
            sizeof(BlockMax) * blocks_.capacity();
   bytes += common_of_.capacity();
   for (const auto& l : lengths_) bytes += 4 * l.capacity();
@@ -325,7 +324,7 @@ inline bool SameTerm(std::string_view a, std::string_view b) {
 }
 }  // namespace
 
-// The probe is inlined into AddTokens; inserting a term is not.
+// The probe is inlined into AddToken; inserting a term is not.
 inline uint32_t SegmentBuilder::TermIndex(FieldBuild& fb, std::string_view term, uint64_t h) {
   const uint64_t tag = h >> 32;
   const size_t mask = fb.slots.size() - 1;
@@ -462,41 +461,6 @@ void SegmentBuilder::AddToken(uint32_t field, uint32_t doc, std::string_view ter
   FieldBuild& fb = text_[field];
   Log(fb, doc, TermIndex(fb, term, TermHash(term)), position);
   memory_ += sizeof(LogEntry);
-  if (fb.log.size() >= kMaxLogTokens) FlushLog(fb);
-}
-
-void SegmentBuilder::AddTokens(uint32_t field, uint32_t doc, std::span<const std::string_view> terms,
-                               std::span<const uint32_t> positions) {
-  FieldBuild& fb = text_[field];
-  const size_t n = terms.size();
-  if (n == 0) return;
-  hash_buf_.resize(n);
-  // Pass 1: hashes, and prefetch of each probe's first slot.
-  {
-    const size_t mask = fb.slots.size() - 1;
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t h = TermHash(terms[i]);
-      hash_buf_[i] = h;
-      __builtin_prefetch(&fb.slots[h & mask]);
-    }
-  }
-  // Pass 2: the term indexes (inserting new terms in token order), with
-  // the names a few probes ahead prefetched, and the log entries.
-  constexpr size_t kProbeAhead = 8;
-  if (fb.log_docs.empty() || fb.log_docs.back().doc != doc)
-    fb.log_docs.push_back(LogDoc{doc, static_cast<uint32_t>(fb.log.size())});
-  const size_t at = fb.log.size();
-  fb.log.resize(at + n);
-  LogEntry* out = fb.log.data() + at;
-  for (size_t i = 0; i < n; ++i) {
-    if (i + kProbeAhead < n) {
-      const uint64_t s = fb.slots[hash_buf_[i + kProbeAhead] & (fb.slots.size() - 1)];
-      const uint32_t idx = static_cast<uint32_t>(s) - 1;
-      if (s != 0 && idx < fb.terms.size()) __builtin_prefetch(fb.names.data() + (idx == 0 ? 0 : fb.name_end[idx - 1]));
-    }
-    out[i] = LogEntry{TermIndex(fb, terms[i], hash_buf_[i]), positions[i]};
-  }
-  memory_ += sizeof(LogEntry) * n;
   if (fb.log.size() >= kMaxLogTokens) FlushLog(fb);
 }
 

@@ -106,12 +106,10 @@ class SegmentBuilder {
   void ReleaseBuffers();
   uint32_t AddDoc(std::string_view id);
   // Tokens of one document and field must come with non-decreasing doc
-  // numbers per term and increasing positions within a document.
+  // numbers per term and increasing positions within a document. A token
+  // costs a probe of the field's dictionary (dense arrays that stay in
+  // cache) and a log entry; Encode does the rest per term.
   void AddToken(uint32_t field, uint32_t doc, std::string_view term, uint32_t position);
-  // Tokens of one document and field in order (same contract as AddToken
-  // for each): hashes and dictionary probes are batched so their cache
-  // misses overlap.
-  void AddTokens(uint32_t field, uint32_t doc, std::span<const std::string_view> terms, std::span<const uint32_t> positions);
   // A whole posting (merges): `positions` ascending.
   void AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions);
   // Many postings of one term at once (merges): docs ascending and above
@@ -216,7 +214,6 @@ class SegmentBuilder {
   std::vector<BlockMax> blocks_;
   std::vector<uint32_t> count_buf_;
   std::vector<uint64_t> sort_buf_;
-  std::vector<uint64_t> hash_buf_;
 
   std::vector<std::string> ids_;
   std::vector<FieldBuild> text_;

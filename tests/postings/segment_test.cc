@@ -134,8 +134,7 @@ void FillBatch(SegmentBuilder& b, uint32_t seed) {
       positions.push_back(p * (1 + r % 3) + (r % 200 == 0 ? 300 : 0));
     }
     std::sort(positions.begin(), positions.end());
-    std::vector<std::string_view> views(terms.begin(), terms.end());
-    b.AddTokens(0, doc, views, positions);
+    for (uint32_t i = 0; i < n; ++i) b.AddToken(0, doc, terms[i], positions[i]);
     b.SetLength(0, doc, n);
     if (next() % 3 == 0) b.AddNumber(0, doc, next() % 1000);
   }
@@ -185,8 +184,7 @@ TEST_CASE("tokens encode exactly as the same postings added whole", "[postings]"
         postings[terms.back()].push_back(p);
       }
       tokens += n;
-      std::vector<std::string_view> views(terms.begin(), terms.end());
-      by_token.AddTokens(0, doc, views, positions);
+      for (uint32_t i = 0; i < n; ++i) by_token.AddToken(0, doc, terms[i], positions[i]);
       for (const auto& [term, pos] : postings) by_posting.AddPosting(0, doc, term, pos);
       by_token.SetLength(0, doc, n);
       by_posting.SetLength(0, doc, n);
