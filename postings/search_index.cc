@@ -424,7 +424,7 @@ Result<std::shared_ptr<const Segment>> SearchIndexImpl::WriteSegment(SegmentBuil
   Status st = WriteFileAtomic(dir_, name, image);
   if (!st.ok()) return st;
   return Segment::Open(dir_ + "/" + name, def_->Fingerprint(), static_cast<uint32_t>(def_->text_fields().size()),
-                       static_cast<uint32_t>(def_->numeric_fields().size()));
+                       static_cast<uint32_t>(def_->numeric_fields().size()), Segment::Checksum::kWrittenByUs);
 }
 
 Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,

@@ -730,7 +730,7 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
 }
 
 Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, uint64_t fingerprint,
-                                                     uint32_t text_fields, uint32_t numeric_fields) {
+                                                     uint32_t text_fields, uint32_t numeric_fields, Checksum checksum) {
   auto mf = MappedFile::Open(path);
   if (!mf.ok()) return mf.status();
   std::shared_ptr<Segment> s(new Segment(std::move(mf).value()));
@@ -743,7 +743,8 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
   if (GetFixed<uint32_t>(b + 12) != kRoaringTag) return bad("written by another CRoaring version");
   if (GetFixed<uint64_t>(b + 16) != fingerprint) return bad("written for another definition");
   if (GetFixed<uint64_t>(b + 48) != size) return bad("truncated");
-  if (Checksum64(b, size - 16) != GetFixed<uint64_t>(b + size - 16)) return bad("checksum mismatch");
+  if (checksum == Checksum::kVerify && Checksum64(b, size - 16) != GetFixed<uint64_t>(b + size - 16))
+    return bad("checksum mismatch");
   s->doc_count_ = GetFixed<uint32_t>(b + 24);
   if (GetFixed<uint32_t>(b + 28) != text_fields || GetFixed<uint32_t>(b + 32) != numeric_fields)
     return bad("field counts differ from the definition");

@@ -228,9 +228,13 @@ class Segment {
  public:
   // Maps and verifies dir/name (magic, version, roaring tag, fingerprint,
   // field counts, length, checksum, directory bounds). Corruption for any
-  // mismatch; IOError if it cannot be read.
+  // mismatch; IOError if it cannot be read. kWrittenByUs skips only the
+  // checksum, a pass over the whole file: for a file this process has just
+  // written from an image Encode checksummed (its pages are that image).
+  enum class Checksum { kVerify, kWrittenByUs };
   static Result<std::shared_ptr<const Segment>> Open(const std::string& path, uint64_t fingerprint,
-                                                     uint32_t text_fields, uint32_t numeric_fields);
+                                                     uint32_t text_fields, uint32_t numeric_fields,
+                                                     Checksum checksum = Checksum::kVerify);
 
   uint32_t doc_count() const { return doc_count_; }
   size_t file_bytes() const { return file_.size(); }
