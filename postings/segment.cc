@@ -197,6 +197,7 @@ SegmentBuilder::SegmentBuilder(uint32_t text_fields, uint32_t numeric_fields)
     : text_(text_fields), lengths_(text_fields), columns_(numeric_fields), numbers_(numeric_fields) {}
 
 void SegmentBuilder::Reset() {
+  pending_begin_ = pending_size_ = 0;  // tokens added since the last Encode are dropped with the rest
   for (FieldBuild& fb : text_) {
     for (TermBuild& t : fb.terms) {
       t.last_doc = UINT32_MAX;
@@ -365,6 +366,7 @@ uint32_t SegmentBuilder::NewTerm(FieldBuild& fb, std::string_view term) {
 }
 
 SegmentBuilder::TermBuild& SegmentBuilder::Term(uint32_t field, std::string_view term) {
+  ResolvePending();
   FieldBuild& fb = text_[field];
   FlushLog(fb);  // postings added directly go after the logged ones
   return fb.terms[TermIndex(fb, term, TermHash(term))];
@@ -457,11 +459,46 @@ inline void SegmentBuilder::AddTokenTo(TermBuild& t, uint32_t doc, uint32_t posi
   }
 }
 
-void SegmentBuilder::AddToken(uint32_t field, uint32_t doc, std::string_view term, uint32_t position) {
+inline void SegmentBuilder::ProbeAndLog(uint32_t field, uint32_t doc, std::string_view term, uint64_t hash,
+                                        uint32_t position) {
   FieldBuild& fb = text_[field];
-  Log(fb, doc, TermIndex(fb, term, TermHash(term)), position);
+  Log(fb, doc, TermIndex(fb, term, hash), position);
   memory_ += sizeof(LogEntry);
   if (fb.log.size() >= kMaxLogTokens) FlushLog(fb);
+}
+
+void SegmentBuilder::ResolveOldest() {
+  const Pending& p = pending_[pending_begin_];
+  pending_begin_ = (pending_begin_ + 1) % kPendingTokens;
+  --pending_size_;
+  ProbeAndLog(p.field, p.doc, std::string_view(p.bytes, p.size), p.hash, p.position);
+}
+
+void SegmentBuilder::AddToken(uint32_t field, uint32_t doc, std::string_view term, uint32_t position) {
+  if (term.size() > kPendingTermBytes) {
+    ResolvePending();  // the log keeps the order tokens came in
+    ProbeAndLog(field, doc, term, TermHash(term), position);
+    return;
+  }
+  if (pending_size_ == kPendingTokens) ResolveOldest();
+  Pending& p = pending_[(pending_begin_ + pending_size_) % kPendingTokens];
+  ++pending_size_;
+  p.hash = TermHash(term);
+  p.field = field;
+  p.doc = doc;
+  p.position = position;
+  p.size = static_cast<uint32_t>(term.size());
+  std::memcpy(p.bytes, term.data(), term.size());
+  const FieldBuild& fb = text_[field];
+  __builtin_prefetch(&fb.slots[p.hash & (fb.slots.size() - 1)]);
+  // Half a window later the slot is in cache: prefetch the name it points to.
+  if (pending_size_ > kPendingTokens / 2) {
+    const Pending& q = pending_[(pending_begin_ + pending_size_ - 1 - kPendingTokens / 2) % kPendingTokens];
+    const FieldBuild& qf = text_[q.field];
+    const uint64_t slot = qf.slots[q.hash & (qf.slots.size() - 1)];
+    const auto idx = static_cast<uint32_t>(slot) - 1;
+    if (slot != 0 && idx < qf.terms.size()) __builtin_prefetch(qf.names.data() + (idx == 0 ? 0 : qf.name_end[idx - 1]));
+  }
 }
 
 void SegmentBuilder::AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions) {
@@ -501,6 +538,7 @@ void SegmentBuilder::AddPostings(uint32_t field, std::string_view term, std::spa
 }
 
 uint32_t SegmentBuilder::AppendTerm(uint32_t field, std::string_view term) {
+  ResolvePending();
   FieldBuild& fb = text_[field];
   FlushLog(fb);
   fb.presorted = true;
@@ -659,6 +697,7 @@ std::string SegmentBuilder::Encode(uint64_t fingerprint) {
 }
 
 void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
+  ResolvePending();
   const uint32_t n = doc_count();
   out.assign(kHeaderBytes, '\0');
   std::string dir;

@@ -107,8 +107,11 @@ class SegmentBuilder {
   uint32_t AddDoc(std::string_view id);
   // Tokens of one document and field must come with non-decreasing doc
   // numbers per term and increasing positions within a document. A token
-  // costs a probe of the field's dictionary (dense arrays that stay in
-  // cache) and a log entry; Encode does the rest per term.
+  // costs a probe of the field's dictionary and a log entry; Encode does
+  // the rest per term. The probe waits until kPendingTokens more tokens
+  // have come, so that its cache misses overlap theirs (its slot and name
+  // are prefetched meanwhile): with many fields the dictionaries do not
+  // stay in cache.
   void AddToken(uint32_t field, uint32_t doc, std::string_view term, uint32_t position);
   // A whole posting (merges): `positions` ascending.
   void AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions);
@@ -199,6 +202,22 @@ class SegmentBuilder {
   // Appends a term without hashing it (AppendTerm).
   uint32_t NewTerm(FieldBuild& fb, std::string_view term);
   void AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position);
+  // A token waiting for its probe (AddToken); longer terms are probed at once.
+  static constexpr size_t kPendingTokens = 16, kPendingTermBytes = 40;
+  struct Pending {
+    uint64_t hash;
+    uint32_t field, doc, position, size;
+    char bytes[kPendingTermBytes];
+  };
+  void ProbeAndLog(uint32_t field, uint32_t doc, std::string_view term, uint64_t hash, uint32_t position);
+  void ResolveOldest();
+  // Probes and logs every waiting token (before anything reads the logs
+  // or the dictionaries).
+  void ResolvePending() {
+    while (pending_size_ > 0) ResolveOldest();
+  }
+  Pending pending_[kPendingTokens];
+  uint32_t pending_begin_ = 0, pending_size_ = 0;
   void Log(FieldBuild& fb, uint32_t doc, uint32_t term, uint32_t position);
   // Sorts the field's log by term into sort_buf_ (doc << 32 | position,
   // per term in the order added); term t's run ends at count_buf_[t] and

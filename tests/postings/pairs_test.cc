@@ -40,7 +40,8 @@ TEST_CASE("pair tables equal a brute force over the tokens", "[postings]") {
     std::mt19937 rng(seed);
     // 150 words, Zipf-like: more than kMaxCommonTerms words pass 1/64.
     std::vector<std::string> vocab;
-    for (int i = 0; i < 150; ++i) vocab.push_back(std::string("w").append(std::to_string(i)));
+    // Every seventh word is longer than the builder's pending-token window takes.
+    for (int i = 0; i < 150; ++i) vocab.push_back(std::string("w").append(std::to_string(i)).append(i % 7 == 0 ? 45 : 0, 'l'));
     std::vector<double> weight;
     for (int i = 0; i < 150; ++i) weight.push_back(1.0 / (i + 3));
     std::discrete_distribution<int> word(weight.begin(), weight.end());

@@ -157,37 +157,39 @@ TEST_CASE("a reused builder encodes exactly what a fresh one does", "[postings]"
 
 TEST_CASE("tokens encode exactly as the same postings added whole", "[postings]") {
   // A batch's tokens are encoded from the sorted log; postings added whole
-  // go to per-term lists. Past kMaxLogTokens the log is moved to lists
-  // mid-batch, and a term's postings come from both.
+  // go to per-term lists. Tokens wait for their probe in a window (terms
+  // over 40 bytes skip it), interleaved across two fields here. Past
+  // kMaxLogTokens the log is moved to lists mid-batch, and a term's
+  // postings come from both.
   for (const size_t target : {size_t{20000}, kMaxLogTokens + 50000}) {
-    SegmentBuilder by_token(1, 0), by_posting(1, 0);
+    SegmentBuilder by_token(2, 0), by_posting(2, 0);
     uint32_t x = 99;
     auto next = [&] { return x = x * 1103515245u + 12345u; };
     size_t tokens = 0;
-    std::vector<std::string> terms;
-    std::vector<uint32_t> positions;
-    std::map<std::string, std::vector<uint32_t>> postings;
+    std::map<std::pair<uint32_t, std::string>, std::vector<uint32_t>> postings;
     for (uint32_t d = 0; tokens <= target; ++d) {
       const std::string id = std::string("d").append(std::to_string(d));
       const uint32_t doc = by_token.AddDoc(id);
       REQUIRE(by_posting.AddDoc(id) == doc);
-      terms.clear();
-      positions.clear();
       postings.clear();
       const uint32_t n = 100 + next() % 400;
-      uint32_t p = 0;
+      uint32_t p[2] = {0, 0}, len[2] = {0, 0};
       for (uint32_t i = 0; i < n; ++i) {
         const uint32_t r = next() >> 8;
-        terms.push_back(std::string("w").append(std::to_string(r % 97 == 0 ? r % 5000 : r % 60)));
-        p += 1 + (r % 11 == 0);
-        positions.push_back(p);
-        postings[terms.back()].push_back(p);
+        const uint32_t f = i % 3 == 0 ? 1 : 0;
+        std::string term = std::string("w").append(std::to_string(r % 97 == 0 ? r % 5000 : r % 60));
+        if (r % 13 == 0) term.append(45, 'l');
+        p[f] += 1 + (r % 11 == 0);
+        ++len[f];
+        by_token.AddToken(f, doc, term, p[f]);
+        postings[{f, term}].push_back(p[f]);
       }
       tokens += n;
-      for (uint32_t i = 0; i < n; ++i) by_token.AddToken(0, doc, terms[i], positions[i]);
-      for (const auto& [term, pos] : postings) by_posting.AddPosting(0, doc, term, pos);
-      by_token.SetLength(0, doc, n);
-      by_posting.SetLength(0, doc, n);
+      for (const auto& [key, pos] : postings) by_posting.AddPosting(key.first, doc, key.second, pos);
+      for (uint32_t f = 0; f < 2; ++f) {
+        by_token.SetLength(f, doc, len[f]);
+        by_posting.SetLength(f, doc, len[f]);
+      }
     }
     INFO(tokens << " tokens");
     CHECK(by_token.Encode(3) == by_posting.Encode(3));
