@@ -36,6 +36,7 @@
 
 #include "postings/fuzzy.h"
 #include "postings/query_parser.h"
+#include "postings/rank_cursor.h"
 #include "postings/snapshot.h"
 
 namespace corvid::postings {
@@ -328,7 +329,7 @@ inline const uint8_t* SkipVarints(const uint8_t* p, size_t n) {
 // at a time.
 class PostingCursor {
  public:
-  PostingCursor(const Segment& seg, uint32_t field, uint32_t ti) : seg_(seg), field_(field), ti_(ti) {
+  PostingCursor(const Segment& seg, uint32_t field, uint32_t ti) {
     bm_ = seg.Postings(field, ti);
     blocks_ = seg.Blocks(field, ti);
     df_ = seg.entry(field, ti).doc_freq;
@@ -344,9 +345,6 @@ class PostingCursor {
   void Next() {
     if (++rank_ == (block_ + 1) * kPostingBlock) LoadBlock(block_ + 1);
   }
-  // Positions the cursor's rank only (for tf and Positions); the doc
-  // iterator is left behind: do not mix with Next/Advance afterwards.
-  void SeekRank(uint32_t rank) { rank_ = rank; }
   // Moves to the first posting >= target.
   void Advance(uint32_t target) {
     if (!valid() || doc() >= target) return;
@@ -357,39 +355,6 @@ class PostingCursor {
       if (!valid()) return;
     }
     while (doc() < target) ++rank_;  // stops in this block: its last doc >= target
-  }
-  // Decodes the positions of the current posting. Sequential calls (rank
-  // increasing within a block) continue from the previous decode point
-  // instead of re-walking the block from its skip entry.
-  void Positions(std::vector<uint32_t>& out) {
-    const uint8_t* p = PositionsBegin();
-    out.clear();
-    uint32_t acc = 0, v;
-    for (uint32_t k = tfs_[rank_]; k > 0; --k) {
-      p = GetVarint(p, &v);
-      acc += v;
-      out.push_back(acc);
-    }
-    pos_ptr_ = p;
-    ++pos_rank_;
-  }
-  // The encoded positions of the current posting (tf() varint deltas from
-  // 0), without consuming them: a later call skips them.
-  const uint8_t* PositionsBegin() {
-    const uint32_t block = rank_ / kPostingBlock;
-    if (pos_ptr_ == nullptr || pos_rank_ > rank_ || pos_rank_ / kPostingBlock != block) {
-      const TermEntry& e = seg_.entry(field_, ti_);
-      uint32_t off;
-      std::memcpy(&off, seg_.PositionsStart(field_, ti_) - e.pos_off + e.skip_off + 4 * uint64_t{block}, 4);
-      pos_ptr_ = seg_.PositionsStart(field_, ti_) + off;
-      pos_rank_ = block * kPostingBlock;
-    }
-    if (pos_rank_ < rank_) {
-      size_t skip = 0;
-      for (; pos_rank_ < rank_; ++pos_rank_) skip += tfs_[pos_rank_];
-      pos_ptr_ = SkipVarints(pos_ptr_, skip);
-    }
-    return pos_ptr_;
   }
 
  private:
@@ -403,8 +368,6 @@ class PostingCursor {
     it_block_ = b + 1;
   }
 
-  const Segment& seg_;
-  uint32_t field_, ti_;
   ConstBitmap bm_;
   roaring_uint32_iterator_t it_;
   const BlockMax* blocks_;
@@ -414,8 +377,56 @@ class PostingCursor {
   uint32_t block_ = 0;     // the block in buf_
   uint32_t it_block_ = 0;  // the block it_ is at the start of
   uint32_t buf_[kPostingBlock];
-  const uint8_t* pos_ptr_ = nullptr;  // start of posting pos_rank_'s positions
-  uint32_t pos_rank_ = 0;
+};
+
+// The encoded positions of one term's postings by rank (from a RankCursor
+// over its bitmap): the skip table gives the start of the rank's block,
+// then the preceding postings of the block are skipped (tf varints each).
+// Increasing ranks within a block continue from the previous posting.
+class PositionReader {
+ public:
+  PositionReader(const Segment& seg, uint32_t field, uint32_t ti)
+      : start_(seg.PositionsStart(field, ti)), tfs_(seg.Tfs(field, ti)) {
+    const TermEntry& e = seg.entry(field, ti);
+    skip_ = start_ - e.pos_off + e.skip_off;
+  }
+  uint32_t tf(uint32_t rank) const { return tfs_[rank]; }
+  // Posting `rank`'s positions: tf(rank) varint deltas from 0.
+  const uint8_t* Begin(uint32_t rank) {
+    const uint32_t block = rank / kPostingBlock;
+    if (ptr_ == nullptr || at_ > rank || at_ / kPostingBlock != block) {
+      uint32_t off;
+      std::memcpy(&off, skip_ + 4 * uint64_t{block}, 4);
+      ptr_ = start_ + off;
+      at_ = block * kPostingBlock;
+    }
+    if (at_ < rank) {
+      size_t skip = 0;
+      for (; at_ < rank; ++at_) skip += tfs_[at_];
+      ptr_ = SkipVarints(ptr_, skip);
+    }
+    return ptr_;
+  }
+  // Decodes posting `rank`'s positions into out (absolute).
+  void Decode(uint32_t rank, std::vector<uint32_t>& out) {
+    const uint8_t* p = Begin(rank);
+    out.clear();
+    uint32_t acc = 0, v;
+    for (uint32_t k = tfs_[rank]; k > 0; --k) {
+      p = GetVarint(p, &v);
+      acc += v;
+      out.push_back(acc);
+    }
+    ptr_ = p;
+    ++at_;
+  }
+
+ private:
+  const uint8_t* start_;
+  const uint8_t* skip_;  // u32 per block: byte offset of its first posting's positions
+  TfArray tfs_;
+  const uint8_t* ptr_ = nullptr;  // start of posting at_'s positions
+  uint32_t at_ = 0;
 };
 
 // True if the phrase matches given each term's positions (see the rules
@@ -543,25 +554,47 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
     }
     if (ti.size() == 2 && !pairs.empty()) return std::move(pairs[0]);
   }
-  Bitmap cand(roaring_bitmap_copy(seg.Postings(a.field, static_cast<uint32_t>(ti[0])).get()));
-  for (size_t i = 1; i < ti.size(); ++i) roaring_bitmap_and_inplace(cand.get(), seg.Postings(a.field, static_cast<uint32_t>(ti[i])).get());
-  for (const auto& p : pairs) roaring_bitmap_and_inplace(cand.get(), p.get());
+  // Candidates: the terms' postings ANDed smallest first (and the pairs).
+  std::vector<ConstBitmap> lists;
+  for (int64_t t : ti) lists.push_back(seg.Postings(a.field, static_cast<uint32_t>(t)));
+  std::vector<const roaring_bitmap_t*> order;
+  for (const auto& l : lists) order.push_back(l.get());
+  for (const auto& p : pairs) order.push_back(p.get());
+  std::sort(order.begin(), order.end(), [](const roaring_bitmap_t* x, const roaring_bitmap_t* y) {
+    return roaring_bitmap_get_cardinality(x) < roaring_bitmap_get_cardinality(y);
+  });
+  Bitmap cand(roaring_bitmap_and(order[0], order[1]));
+  for (size_t i = 2; i < order.size(); ++i) roaring_bitmap_and_inplace(cand.get(), order[i]);
   const uint64_t nc = roaring_bitmap_get_cardinality(cand.get());
   if (nc == 0) return Owned(std::move(cand));
   std::vector<uint32_t> cdocs(nc);
   roaring_bitmap_to_uint32_array(cand.get(), cdocs.data());
-  std::vector<PostingCursor> cur;
-  for (int64_t t : ti) cur.emplace_back(seg, a.field, static_cast<uint32_t>(t));
+  // Each candidate is in every term's postings: its rank there (RankCursor)
+  // reaches its positions through the skip table, without decoding the
+  // doc numbers of the postings in between.
+  std::vector<RankCursor> ranks;
+  std::vector<PositionReader> readers;
+  for (size_t i = 0; i < ti.size(); ++i) {
+    ranks.emplace_back(lists[i].get());
+    readers.emplace_back(seg, a.field, static_cast<uint32_t>(ti[i]));
+  }
   std::vector<std::vector<uint32_t>> pos(ti.size());
   std::vector<uint32_t> matched;
+  uint32_t r[2] = {0, 0};
   for (uint32_t d : cdocs) {
-    for (size_t i = 0; i < cur.size(); ++i) {
-      cur[i].Advance(d);  // d is in every term's postings
-      if (cur.size() != 2) cur[i].Positions(pos[i]);
+    bool match;
+    if (ti.size() == 2) {
+      ranks[0].Find(d, &r[0]);
+      ranks[1].Find(d, &r[1]);
+      match = PhraseMatches2(readers[0].Begin(r[0]), readers[0].tf(r[0]), a.rel[0], readers[1].Begin(r[1]),
+                             readers[1].tf(r[1]), a.rel[1], a.slop);
+    } else {
+      for (size_t i = 0; i < ti.size(); ++i) {
+        ranks[i].Find(d, &r[0]);
+        readers[i].Decode(r[0], pos[i]);
+      }
+      match = PhraseMatches(pos, a.rel, a.slop);
     }
-    const bool match = cur.size() == 2 ? PhraseMatches2(cur[0].PositionsBegin(), cur[0].tf(), a.rel[0], cur[1].PositionsBegin(),
-                                                        cur[1].tf(), a.rel[1], a.slop)
-                                       : PhraseMatches(pos, a.rel, a.slop);
     if (match) matched.push_back(d);
   }
   return Owned(Bitmap(roaring_bitmap_of_ptr(matched.size(), matched.data())));
@@ -683,14 +716,18 @@ void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, const Snapshot
     for (size_t i = 0; i < a.ScoreTerms().size(); ++i) {
       int64_t ti = a.SegScoreTerm(k, i);
       if (ti < 0) continue;
-      PostingCursor cur(seg, a.field, static_cast<uint32_t>(ti));
+      // By rank, not a PostingCursor: eff is often far sparser than the
+      // postings (a phrase's matches in a common word's list).
+      ConstBitmap postings = seg.Postings(a.field, static_cast<uint32_t>(ti));
+      RankCursor ranks(postings.get());
+      const TfArray tfs = seg.Tfs(a.field, static_cast<uint32_t>(ti));
       size_t j = 0;
       const double w = a.weight;
       for (uint32_t d : eff) {
-        cur.Advance(d);
+        uint32_t r;
+        if (!ranks.Find(d, &r)) continue;
         while (docs[j] < d) ++j;
-        if (!cur.valid() || cur.doc() != d) continue;
-        scores[j] += w * Bm25(a.idf[i], cur.tf(), lens[d], avg);
+        scores[j] += w * Bm25(a.idf[i], tfs[r], lens[d], avg);
       }
     }
   }
