@@ -1119,7 +1119,10 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     double TfBound(uint32_t tf) {
       if (tf_bound.empty()) {
         min_len = UINT32_MAX;
-        for (uint32_t b = 0; b < nblocks; ++b) min_len = std::min<uint32_t>(min_len, blocks[b].min_len);
+        for (uint32_t b = 0; b < nblocks; ++b) {
+          const uint32_t len = blocks[b].min_len;  // a copy: BlockMax is packed, unaligned in the file
+          min_len = std::min(min_len, len);
+        }
         tf_bound.assign(kTfBounds, -1.0);
       }
       if (tf >= kTfBounds) return ScoreBound(weight, idf, tf, min_len, avg);
