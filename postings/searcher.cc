@@ -36,6 +36,7 @@
 
 #include "postings/fuzzy.h"
 #include "postings/query_parser.h"
+#include "postings/rank_cursor.h"
 #include "postings/snapshot.h"
 
 namespace corvid::postings {
@@ -92,16 +93,66 @@ struct CNode {
   bool lo_open = true, hi_open = true;
 };
 
+// k1 * (1 - b + b * len / avglen): the part of BM25 that depends on the
+// document (its field length) and not on the term.
+double LengthNorm(uint32_t len, double avglen) { return kK1 * (1 - kB + kB * len / avglen); }
+
+// BM25 of one term given the document's LengthNorm. Every path computes a
+// score through here, with the norm from LengthNorm directly or memoized
+// (FieldNorms), so scores are bit-identical whichever path runs.
+double Bm25WithNorm(double idf, uint32_t tf, double norm) { return idf * tf / (tf + norm); }
+
 double Bm25(double idf, uint32_t tf, uint32_t len, double avglen) {
-  return idf * tf / (tf + kK1 * (1 - kB + kB * len / avglen));
+  return Bm25WithNorm(idf, tf, LengthNorm(len, avglen));
 }
 
-// An upper bound of weight * Bm25 over a block of postings: the formula at
-// the block's largest tf and shortest length, nudged up so that it is never
-// below a rounded actual score.
+// A text field's average length (over live documents, at query time) and
+// its LengthNorm memoized for lengths below kMemoLengths: a query that
+// scores many postings of the field divides once per distinct length, not
+// once per posting. Per search, single-threaded.
+class FieldNorms {
+ public:
+  static constexpr uint32_t kMemoLengths = 1024;
+  explicit FieldNorms(double avglen) : avg_(avglen), memo_(kMemoLengths, -1.0) {}
+  double avglen() const { return avg_; }
+  double operator()(uint32_t len) {
+    if (len >= kMemoLengths) return LengthNorm(len, avg_);
+    double& n = memo_[len];
+    if (n < 0) n = LengthNorm(len, avg_);  // a norm is >= k1 * (1 - b) > 0
+    return n;
+  }
+
+ private:
+  double avg_;
+  std::vector<double> memo_;
+};
+
+// One FieldNorms per text field of the snapshot, made at first use.
+class Norms {
+ public:
+  explicit Norms(const Snapshot& snap) : snap_(snap), fields_(snap.sum_len.size()) {}
+  FieldNorms& field(uint32_t f) {
+    if (!fields_[f])
+      fields_[f] = std::make_unique<FieldNorms>(static_cast<double>(snap_.sum_len[f]) / snap_.with_tokens[f]);
+    return *fields_[f];
+  }
+
+ private:
+  const Snapshot& snap_;
+  std::vector<std::unique_ptr<FieldNorms>> fields_;
+};
+
+// An upper bound of weight * Bm25 over postings whose tf is at most `tf`
+// and length at least `len` (Bm25 grows with tf, shrinks with length),
+// nudged up so that it is never below a rounded actual score.
+double ScoreBound(double weight, double idf, uint32_t tf, uint32_t len, double avglen) {
+  return weight * Bm25(idf, tf, len, avglen) * (1 + 1e-9) + 1e-300;
+}
+
+// ScoreBound over a block of postings: its largest tf, its shortest length.
 double BlockBound(double weight, double idf, const BlockMax& bm, double avglen) {
   const uint32_t tf = bm.max_tf, len = bm.min_len;  // copies: BlockMax is packed, unaligned in the file
-  return weight * Bm25(idf, tf, len, avglen) * (1 + 1e-9) + 1e-300;
+  return ScoreBound(weight, idf, tf, len, avglen);
 }
 
 Result<double> ParseNumberOrDate(const FieldDef& f, std::string_view s, size_t offset) {
@@ -303,9 +354,8 @@ class Compiler {
 };
 
 // Skips n varints from p: eight bytes at a time (a byte below 0x80 ends a
-// varint), then byte by byte. Reading up to 7 bytes past the last varint
-// is safe: a term's positions are followed by its skip table and block
-// maxima (at least 20 bytes).
+// varint), then byte by byte. A word is read only while at least 8
+// varints (8 bytes) remain, so nothing past the last varint is read.
 inline const uint8_t* SkipVarints(const uint8_t* p, size_t n) {
   while (n >= 8) {
     uint64_t w;
@@ -328,7 +378,7 @@ inline const uint8_t* SkipVarints(const uint8_t* p, size_t n) {
 // at a time.
 class PostingCursor {
  public:
-  PostingCursor(const Segment& seg, uint32_t field, uint32_t ti) : seg_(seg), field_(field), ti_(ti) {
+  PostingCursor(const Segment& seg, uint32_t field, uint32_t ti) {
     bm_ = seg.Postings(field, ti);
     blocks_ = seg.Blocks(field, ti);
     df_ = seg.entry(field, ti).doc_freq;
@@ -344,9 +394,6 @@ class PostingCursor {
   void Next() {
     if (++rank_ == (block_ + 1) * kPostingBlock) LoadBlock(block_ + 1);
   }
-  // Positions the cursor's rank only (for tf and Positions); the doc
-  // iterator is left behind: do not mix with Next/Advance afterwards.
-  void SeekRank(uint32_t rank) { rank_ = rank; }
   // Moves to the first posting >= target.
   void Advance(uint32_t target) {
     if (!valid() || doc() >= target) return;
@@ -358,35 +405,19 @@ class PostingCursor {
     }
     while (doc() < target) ++rank_;  // stops in this block: its last doc >= target
   }
-  // Decodes the positions of the current posting. Sequential calls (rank
-  // increasing within a block) continue from the previous decode point
-  // instead of re-walking the block from its skip entry.
-  void Positions(std::vector<uint32_t>& out) {
-    const uint8_t* p = PositionsBegin();
-    out.clear();
-    uint32_t acc = 0, v;
-    for (uint32_t k = tfs_[rank_]; k > 0; --k) {
-      p = GetVarint(p, &v);
-      acc += v;
-      out.push_back(acc);
+  // Calls f(x, tf) for each docs[x] (x < n) in the list. `docs` ascends
+  // from doc() and ends at or before the current block's last doc, so the
+  // cursor stays in its block: a merge over decoded postings, no Advance
+  // per document.
+  template <class F>
+  void ForEachInBlock(const uint32_t* docs, size_t n, F&& f) {
+    const uint32_t base = block_ * kPostingBlock;
+    uint32_t r = rank_;
+    for (size_t x = 0; x < n; ++x) {
+      while (buf_[r - base] < docs[x]) ++r;  // stops in this block: its last doc >= docs[x]
+      if (buf_[r - base] == docs[x]) f(x, tfs_[r]);
     }
-    pos_ptr_ = p;
-    ++pos_rank_;
-  }
-  // The encoded positions of the current posting (tf() varint deltas from
-  // 0), without consuming them: a later call skips them.
-  const uint8_t* PositionsBegin() {
-    const uint32_t block = rank_ / kPostingBlock;
-    if (pos_ptr_ == nullptr || pos_rank_ > rank_ || pos_rank_ / kPostingBlock != block) {
-      pos_ptr_ = seg_.BlockPositions(field_, ti_, block);
-      pos_rank_ = block * kPostingBlock;
-    }
-    if (pos_rank_ < rank_) {
-      size_t skip = 0;
-      for (; pos_rank_ < rank_; ++pos_rank_) skip += tfs_[pos_rank_];
-      pos_ptr_ = SkipVarints(pos_ptr_, skip);
-    }
-    return pos_ptr_;
+    rank_ = r;
   }
 
  private:
@@ -400,8 +431,6 @@ class PostingCursor {
     it_block_ = b + 1;
   }
 
-  const Segment& seg_;
-  uint32_t field_, ti_;
   ConstBitmap bm_;
   roaring_uint32_iterator_t it_;
   const BlockMax* blocks_;
@@ -411,8 +440,51 @@ class PostingCursor {
   uint32_t block_ = 0;     // the block in buf_
   uint32_t it_block_ = 0;  // the block it_ is at the start of
   uint32_t buf_[kPostingBlock];
-  const uint8_t* pos_ptr_ = nullptr;  // start of posting pos_rank_'s positions
-  uint32_t pos_rank_ = 0;
+};
+
+// The encoded positions of one term's postings by rank (from a RankCursor
+// over its bitmap): the skip table gives the start of the rank's block,
+// then the preceding postings of the block are skipped (tf varints each).
+// Increasing ranks within a block continue from the previous posting.
+class PositionReader {
+ public:
+  PositionReader(const Segment& seg, uint32_t field, uint32_t ti)
+      : seg_(seg), field_(field), ti_(ti), tfs_(seg.Tfs(field, ti)) {}
+  uint32_t tf(uint32_t rank) const { return tfs_[rank]; }
+  // Posting `rank`'s positions: tf(rank) varint deltas from 0.
+  const uint8_t* Begin(uint32_t rank) {
+    const uint32_t block = rank / kPostingBlock;
+    if (ptr_ == nullptr || at_ > rank || at_ / kPostingBlock != block) {
+      ptr_ = seg_.BlockPositions(field_, ti_, block);
+      at_ = block * kPostingBlock;
+    }
+    if (at_ < rank) {
+      size_t skip = 0;
+      for (; at_ < rank; ++at_) skip += tfs_[at_];
+      ptr_ = SkipVarints(ptr_, skip);
+    }
+    return ptr_;
+  }
+  // Decodes posting `rank`'s positions into out (absolute).
+  void Decode(uint32_t rank, std::vector<uint32_t>& out) {
+    const uint8_t* p = Begin(rank);
+    out.clear();
+    uint32_t acc = 0, v;
+    for (uint32_t k = tfs_[rank]; k > 0; --k) {
+      p = GetVarint(p, &v);
+      acc += v;
+      out.push_back(acc);
+    }
+    ptr_ = p;
+    ++at_;
+  }
+
+ private:
+  const Segment& seg_;
+  uint32_t field_, ti_;
+  TfArray tfs_;
+  const uint8_t* ptr_ = nullptr;  // start of posting at_'s positions
+  uint32_t at_ = 0;
 };
 
 // True if the phrase matches given each term's positions (see the rules
@@ -540,25 +612,47 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
     }
     if (ti.size() == 2 && !pairs.empty()) return std::move(pairs[0]);
   }
-  Bitmap cand(roaring_bitmap_copy(seg.Postings(a.field, static_cast<uint32_t>(ti[0])).get()));
-  for (size_t i = 1; i < ti.size(); ++i) roaring_bitmap_and_inplace(cand.get(), seg.Postings(a.field, static_cast<uint32_t>(ti[i])).get());
-  for (const auto& p : pairs) roaring_bitmap_and_inplace(cand.get(), p.get());
+  // Candidates: the terms' postings ANDed smallest first (and the pairs).
+  std::vector<ConstBitmap> lists;
+  for (int64_t t : ti) lists.push_back(seg.Postings(a.field, static_cast<uint32_t>(t)));
+  std::vector<const roaring_bitmap_t*> order;
+  for (const auto& l : lists) order.push_back(l.get());
+  for (const auto& p : pairs) order.push_back(p.get());
+  std::sort(order.begin(), order.end(), [](const roaring_bitmap_t* x, const roaring_bitmap_t* y) {
+    return roaring_bitmap_get_cardinality(x) < roaring_bitmap_get_cardinality(y);
+  });
+  Bitmap cand(roaring_bitmap_and(order[0], order[1]));
+  for (size_t i = 2; i < order.size(); ++i) roaring_bitmap_and_inplace(cand.get(), order[i]);
   const uint64_t nc = roaring_bitmap_get_cardinality(cand.get());
   if (nc == 0) return Owned(std::move(cand));
   std::vector<uint32_t> cdocs(nc);
   roaring_bitmap_to_uint32_array(cand.get(), cdocs.data());
-  std::vector<PostingCursor> cur;
-  for (int64_t t : ti) cur.emplace_back(seg, a.field, static_cast<uint32_t>(t));
+  // Each candidate is in every term's postings: its rank there (RankCursor)
+  // reaches its positions through the skip table, without decoding the
+  // doc numbers of the postings in between.
+  std::vector<RankCursor> ranks;
+  std::vector<PositionReader> readers;
+  for (size_t i = 0; i < ti.size(); ++i) {
+    ranks.emplace_back(lists[i].get());
+    readers.emplace_back(seg, a.field, static_cast<uint32_t>(ti[i]));
+  }
   std::vector<std::vector<uint32_t>> pos(ti.size());
   std::vector<uint32_t> matched;
+  uint32_t r[2] = {0, 0};
   for (uint32_t d : cdocs) {
-    for (size_t i = 0; i < cur.size(); ++i) {
-      cur[i].Advance(d);  // d is in every term's postings
-      if (cur.size() != 2) cur[i].Positions(pos[i]);
+    bool match;
+    if (ti.size() == 2) {
+      ranks[0].Find(d, &r[0]);
+      ranks[1].Find(d, &r[1]);
+      match = PhraseMatches2(readers[0].Begin(r[0]), readers[0].tf(r[0]), a.rel[0], readers[1].Begin(r[1]),
+                             readers[1].tf(r[1]), a.rel[1], a.slop);
+    } else {
+      for (size_t i = 0; i < ti.size(); ++i) {
+        ranks[i].Find(d, &r[0]);
+        readers[i].Decode(r[0], pos[i]);
+      }
+      match = PhraseMatches(pos, a.rel, a.slop);
     }
-    const bool match = cur.size() == 2 ? PhraseMatches2(cur[0].PositionsBegin(), cur[0].tf(), a.rel[0], cur[1].PositionsBegin(),
-                                                        cur[1].tf(), a.rel[1], a.slop)
-                                       : PhraseMatches(pos, a.rel, a.slop);
     if (match) matched.push_back(d);
   }
   return Owned(Bitmap(roaring_bitmap_of_ptr(matched.size(), matched.data())));
@@ -649,17 +743,17 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
 // Adds the BM25 contributions of `n` to scores[], where docs[] is the
 // segment's sorted final matches and `anc` the docs where n and every
 // ancestor match (a subset of docs and of n's matches).
-void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, const Snapshot& snap, SegEval& ev,
+void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, Norms& norms, SegEval& ev,
            const std::vector<uint32_t>& docs, std::vector<double>& scores) {
   if (n.kind == CNode::Kind::kBool) {
     for (const auto& [occ, c] : n.clauses) {
       if (occ == Occur::kMustNot) continue;
       if (occ == Occur::kMust) {
-        Score(*c, anc, k, snap, ev, docs, scores);  // n matches only where its required clauses do
+        Score(*c, anc, k, norms, ev, docs, scores);  // n matches only where its required clauses do
         continue;
       }
       Bitmap a2(roaring_bitmap_and(anc, ev.node_bm[c->id]));
-      if (!roaring_bitmap_is_empty(a2.get())) Score(*c, a2.get(), k, snap, ev, docs, scores);
+      if (!roaring_bitmap_is_empty(a2.get())) Score(*c, a2.get(), k, norms, ev, docs, scores);
     }
     return;
   }
@@ -675,19 +769,23 @@ void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, const Snapshot
     if (c == 0) continue;
     eff.resize(c);
     roaring_bitmap_to_uint32_array(eb, eff.data());
-    const double avg = static_cast<double>(snap.sum_len[a.field]) / snap.with_tokens[a.field];
+    FieldNorms& norm = norms.field(a.field);
     const uint32_t* lens = seg.lengths(a.field);
     for (size_t i = 0; i < a.ScoreTerms().size(); ++i) {
       int64_t ti = a.SegScoreTerm(k, i);
       if (ti < 0) continue;
-      PostingCursor cur(seg, a.field, static_cast<uint32_t>(ti));
+      // By rank, not a PostingCursor: eff is often far sparser than the
+      // postings (a phrase's matches in a common word's list).
+      ConstBitmap postings = seg.Postings(a.field, static_cast<uint32_t>(ti));
+      RankCursor ranks(postings.get());
+      const TfArray tfs = seg.Tfs(a.field, static_cast<uint32_t>(ti));
       size_t j = 0;
       const double w = a.weight;
       for (uint32_t d : eff) {
-        cur.Advance(d);
+        uint32_t r;
+        if (!ranks.Find(d, &r)) continue;
         while (docs[j] < d) ++j;
-        if (!cur.valid() || cur.doc() != d) continue;
-        scores[j] += w * Bm25(a.idf[i], cur.tf(), lens[d], avg);
+        scores[j] += w * Bm25WithNorm(a.idf[i], tfs[r], norm(lens[d]));
       }
     }
   }
@@ -860,19 +958,20 @@ std::vector<const roaring_bitmap_t*> FlatPostings(const CNode& root, const SegEv
 // segment k: only documents that can still enter `top` are fully scored.
 // Each document's score is summed in alternative order, so it is
 // bit-identical to the exhaustive path (Score).
-void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapshot& snap, const roaring_bitmap_t* final_bm,
-                     TopK& top) {
+void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapshot& snap, Norms& norms,
+                     const roaring_bitmap_t* final_bm, TopK& top) {
   const SegmentState& st = snap.segments[k];
   const Segment& seg = *st.segment;
   struct T {
     std::unique_ptr<PostingCursor> cur;
     double weight, idf, ub, avg;
+    FieldNorms* norm;
     const BlockMax* blocks;
     const uint32_t* lens;
     size_t order;
     uint32_t block = UINT32_MAX;  // the block `block_ub` bounds
     double block_ub = 0;
-    double Contribution(uint32_t d) const { return weight * Bm25(idf, cur->tf(), lens[d], avg); }
+    double Contribution(uint32_t d) const { return weight * Bm25WithNorm(idf, cur->tf(), (*norm)(lens[d])); }
   };
   std::vector<T> ts;
   for (size_t o = 0; o < alts.size(); ++o) {
@@ -883,7 +982,8 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
     t.cur = std::make_unique<PostingCursor>(seg, a.field, static_cast<uint32_t>(ti));
     t.weight = a.weight;
     t.idf = a.idf[0];
-    t.avg = static_cast<double>(snap.sum_len[a.field]) / snap.with_tokens[a.field];
+    t.norm = &norms.field(a.field);
+    t.avg = t.norm->avglen();
     t.blocks = seg.Blocks(a.field, static_cast<uint32_t>(ti));
     t.lens = seg.lengths(a.field);
     t.order = o;
@@ -966,7 +1066,6 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
   }
 }
 
-
 // The scoring alternatives of a boolean of leaves with at least one
 // required leaf ("a AND b", "+a b -c"), each a single term, in the order
 // Score adds them; false for any other shape.
@@ -993,16 +1092,39 @@ bool ConjunctionTerms(const CNode& root, std::vector<const Alt*>& out) {
 // document's score; a window that cannot reach the threshold is skipped
 // without touching the postings. Scores are summed in Score's order
 // (bit-identical).
-void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Snapshot& snap, const roaring_bitmap_t* final_bm,
-                        TopK& top) {
+void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Snapshot& snap, Norms& norms,
+                        const roaring_bitmap_t* final_bm, TopK& top) {
   const Segment& seg = *snap.segments[k].segment;
+  constexpr uint32_t kTfBounds = 256;  // TfBound is memoized below this tf
   struct T {
     std::unique_ptr<PostingCursor> cur;
     double weight, idf, avg;
+    FieldNorms* norm;
     const uint32_t* lens;
     const BlockMax* blocks;
     uint32_t bound_block = UINT32_MAX;  // the block `bound` bounds
     double bound = 0;
+    uint32_t nblocks = 0;
+    uint32_t min_len = 0;          // the shortest length among the term's postings (set with tf_bound)
+    std::vector<double> tf_bound;  // by tf < kTfBounds: TfBound, or -1 until needed (made at first use)
+    // ScoreBound at this tf and the term's shortest length: bounds one
+    // posting's contribution from its tf alone, without a division (once
+    // per distinct tf).
+    double TfBound(uint32_t tf) {
+      if (tf_bound.empty()) {
+        min_len = UINT32_MAX;
+        for (uint32_t b = 0; b < nblocks; ++b) {
+          const uint32_t len = blocks[b].min_len;  // a copy: BlockMax is packed, unaligned in the file
+          min_len = std::min(min_len, len);
+        }
+        tf_bound.assign(kTfBounds, -1.0);
+      }
+      if (tf >= kTfBounds) return ScoreBound(weight, idf, tf, min_len, avg);
+      double& b = tf_bound[tf];
+      if (b < 0) b = ScoreBound(weight, idf, tf, min_len, avg);
+      return b;
+    }
+    double Contribution(uint32_t tf, uint32_t doc) const { return weight * Bm25WithNorm(idf, tf, (*norm)(lens[doc])); }
   };
   std::vector<T> ts;
   for (const Alt* a : alts) {
@@ -1012,17 +1134,35 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     t.cur = std::make_unique<PostingCursor>(seg, a->field, static_cast<uint32_t>(ti));
     t.weight = a->weight;
     t.idf = a->idf[0];
-    t.avg = static_cast<double>(snap.sum_len[a->field]) / snap.with_tokens[a->field];
+    t.norm = &norms.field(a->field);
+    t.avg = t.norm->avglen();
     t.lens = seg.lengths(a->field);
     t.blocks = seg.Blocks(a->field, static_cast<uint32_t>(ti));
+    t.nblocks = (seg.entry(a->field, static_cast<uint32_t>(ti)).doc_freq + kPostingBlock - 1) / kPostingBlock;
     ts.push_back(std::move(t));
   }
+  // The final matches are read kBuf at a time (the per-element roaring
+  // iterator costs more than scoring a dense conjunction's document).
+  constexpr uint32_t kBuf = 256;
+  uint32_t buf[kBuf];
+  uint32_t got = 0, i = 0;
+  double doc_bound[kBuf];                  // [x]: buf[i + x]'s TfBounds so far
+  uint32_t alive[kBuf], alive_docs[kBuf];  // the x not dropped yet, and their buf[i + x]
+  std::vector<uint32_t> tf_at;             // [term * kBuf + x]: buf[i + x]'s tf, 0 if absent
+  std::vector<size_t> active;              // the window's terms, largest bound first
+  std::vector<double> rest;                // [j]: the bounds of active[j + 1..] summed
+  bool ranked = false;                     // active and rest are sorted for this window
   roaring_uint32_iterator_t it;
   roaring_init_iterator(final_bm, &it);
   uint32_t window_end = 0;
   bool in_window = false;
-  while (it.has_value) {
-    const uint32_t d = it.current_value;
+  for (;;) {
+    if (i == got) {
+      got = roaring_read_uint32_iterator(&it, buf, kBuf);
+      i = 0;
+      if (got == 0) break;
+    }
+    const uint32_t d = buf[i];
     if (!in_window || d > window_end) {
       uint32_t end = UINT32_MAX;
       for (T& t : ts) {
@@ -1038,25 +1178,91 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
       }
       // A term whose next posting lies past the window adds nothing in it
       // (a title term is sparse where its body term is dense).
+      active.clear();
       double bound = 0;
-      for (const T& t : ts)
-        if (t.cur->valid() && t.cur->doc() <= end) bound += t.bound;
+      for (size_t t = 0; t < ts.size(); ++t) {
+        if (!ts[t].cur->valid() || ts[t].cur->doc() > end) continue;
+        active.push_back(t);
+        bound += ts[t].bound;
+      }
+      ranked = false;
       window_end = end;
       in_window = true;
       if (bound < top.threshold()) {
         if (end == UINT32_MAX) break;
-        roaring_move_uint32_iterator_equalorlarger(&it, end + 1);
+        while (i < got && buf[i] <= end) ++i;
+        if (i == got) roaring_move_uint32_iterator_equalorlarger(&it, end + 1);  // past the buffer too
         in_window = false;
         continue;
       }
     }
-    double score = 0;
-    for (T& t : ts) {
-      t.cur->Advance(d);
-      if (t.cur->valid() && t.cur->doc() == d) score += t.weight * Bm25(t.idf, t.cur->tf(), t.lens[d], t.avg);
+    // The window's final documents in the buffer, a term at a time, the
+    // largest bound first: each document's TfBounds are summed, and after
+    // each term the documents whose sum plus the later terms' block bounds
+    // cannot reach the threshold are dropped (with common words nearly
+    // every window may reach it, and few documents do: a document without
+    // the terms of large bounds is dropped before the others are read).
+    // Each term's tf is kept for the exact score.
+    size_t n = i;
+    while (n < got && buf[n] <= window_end) ++n;
+    n -= i;
+    if (n == 1) {
+      // A lone document (a sparse conjunction's windows): scored directly,
+      // bounding it would cost more.
+      double score = 0;
+      for (T& t : ts) {
+        if (!t.cur->valid() || t.cur->doc() > window_end) continue;
+        t.cur->Advance(d);
+        if (t.cur->doc() == d) score += t.Contribution(t.cur->tf(), d);
+      }
+      if (score >= top.threshold()) top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
+      ++i;
+      continue;
     }
-    top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
-    roaring_advance_uint32_iterator(&it);
+    tf_at.resize(ts.size() * kBuf);  // allocated by the first window with several documents
+    if (!ranked) {
+      // The window's terms, largest bound first, and the bounds after each.
+      std::sort(active.begin(), active.end(), [&](size_t a, size_t b) { return ts[a].bound > ts[b].bound; });
+      rest.assign(active.size(), 0.0);
+      for (size_t j = active.size(); j-- > 1;) rest[j - 1] = rest[j] + ts[active[j]].bound;
+      ranked = true;
+    }
+    size_t alive_n = n;
+    for (size_t x = 0; x < n; ++x) {
+      alive[x] = static_cast<uint32_t>(x);
+      alive_docs[x] = buf[i + x];
+      doc_bound[x] = 0;
+    }
+    for (size_t t = 0; t < ts.size(); ++t) std::fill_n(tf_at.data() + t * kBuf, n, 0u);
+    for (size_t j = 0; j < active.size() && alive_n > 0; ++j) {
+      T& term = ts[active[j]];
+      uint32_t* tf = tf_at.data() + active[j] * kBuf;
+      term.cur->ForEachInBlock(alive_docs, alive_n, [&](size_t y, uint32_t f) {
+        tf[alive[y]] = f;
+        doc_bound[alive[y]] += term.TfBound(f);
+      });
+      const double need = top.threshold() - rest[j];
+      size_t m = 0;
+      for (size_t y = 0; y < alive_n; ++y) {
+        if (doc_bound[alive[y]] < need) continue;
+        alive[m] = alive[y];
+        alive_docs[m++] = alive_docs[y];
+      }
+      alive_n = m;
+    }
+    for (size_t y = 0; y < alive_n; ++y) {
+      const size_t x = alive[y];
+      if (doc_bound[x] < top.threshold()) continue;
+      const uint32_t doc = buf[i + x];
+      double score = 0;
+      for (size_t t = 0; t < ts.size(); ++t) {
+        const uint32_t f = tf_at[t * kBuf + x];
+        if (f != 0) score += ts[t].Contribution(f, doc);
+      }
+      // Below the threshold it cannot enter: skip building the entry (the id lookup).
+      if (score >= top.threshold()) top.Offer(TopEntry{score, static_cast<uint32_t>(k), doc, seg.id(doc)});
+    }
+    i += n;
   }
 }
 
@@ -1065,8 +1271,8 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
 // each document's contributions added in alternative order (bit-identical to
 // Score), then offers the final matches to `top`.
 // `postings[i]`: alts[i]'s posting list in the segment (from Eval).
-void AccumulateSegment(const std::vector<const Alt*>& alts, const std::vector<const roaring_bitmap_t*>& postings, size_t k,
-                       const Snapshot& snap, const roaring_bitmap_t* final_bm, TopK& top) {
+void AccumulateSegment(const std::vector<const Alt*>& alts, const std::vector<const roaring_bitmap_t*>& postings,
+                       size_t k, const Snapshot& snap, Norms& norms, const roaring_bitmap_t* final_bm, TopK& top) {
   const Segment& seg = *snap.segments[k].segment;
   static thread_local std::vector<double> acc;  // reused: a fresh one is a fresh mmap per query
   acc.assign(seg.doc_count(), 0.0);
@@ -1075,7 +1281,7 @@ void AccumulateSegment(const std::vector<const Alt*>& alts, const std::vector<co
     const Alt* a = alts[ai];
     int64_t ti = a->SegScoreTerm(k, 0);
     if (ti < 0) continue;
-    const double avg = static_cast<double>(snap.sum_len[a->field]) / snap.with_tokens[a->field];
+    FieldNorms& norm = norms.field(a->field);
     const double weight = a->weight, idf = a->idf[0];
     const uint32_t* lens = seg.lengths(a->field);
     TfArray tfs = seg.Tfs(a->field, static_cast<uint32_t>(ti));
@@ -1083,7 +1289,8 @@ void AccumulateSegment(const std::vector<const Alt*>& alts, const std::vector<co
     roaring_init_iterator(postings[ai], &it);
     uint32_t rank = 0;
     while (uint32_t got = roaring_read_uint32_iterator(&it, buf, 256)) {
-      for (uint32_t i = 0; i < got; ++i, ++rank) acc[buf[i]] += weight * Bm25(idf, tfs[rank], lens[buf[i]], avg);
+      for (uint32_t i = 0; i < got; ++i, ++rank)
+        acc[buf[i]] += weight * Bm25WithNorm(idf, tfs[rank], norm(lens[buf[i]]));
     }
   }
   roaring_uint32_iterator_t it;
@@ -1219,6 +1426,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   const bool use_conjunction = by_score && !use_maxscore && ConjunctionTerms(**root, conj);
   const bool flat_has_not = use_maxscore && std::any_of((**root).clauses.begin(), (**root).clauses.end(),
                                                         [](const auto& c) { return c.first == Occur::kMustNot; });
+  Norms norms(snap);
   for (size_t k = 0; k < snap.segments.size(); ++k) {
     const SegmentState& s = snap.segments[k];
     const Segment& seg = *s.segment;
@@ -1260,18 +1468,20 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       // Without a filter, deletes or prohibited clauses, every document
       // the flat terms reach is a match: no membership test per document.
       const roaring_bitmap_t* check = restricted || flat_has_not ? final_bm : nullptr;
-      if (flat.size() > kMaxScoreTerms) AccumulateSegment(flat, FlatPostings(**root, ev), k, snap, final_bm, topk);
-      else MaxScoreSegment(flat, k, snap, check, topk);
+      if (flat.size() > kMaxScoreTerms)
+        AccumulateSegment(flat, FlatPostings(**root, ev), k, snap, norms, final_bm, topk);
+      else
+        MaxScoreSegment(flat, k, snap, norms, check, topk);
       continue;
     }
     if (use_conjunction) {
-      ConjunctionSegment(conj, k, snap, final_bm, topk);
+      ConjunctionSegment(conj, k, snap, norms, final_bm, topk);
       continue;
     }
     std::vector<uint32_t> docs(m);
     roaring_bitmap_to_uint32_array(final_bm, docs.data());
     std::vector<double> scores(m, 0.0);
-    if (need_scores) Score(**root, final_bm, k, snap, ev, docs, scores);
+    if (need_scores) Score(**root, final_bm, k, norms, ev, docs, scores);
     if (by_score) {
       for (size_t j = 0; j < m; ++j) topk.Offer(TopEntry{scores[j], static_cast<uint32_t>(k), docs[j], seg.id(docs[j])});
       continue;
