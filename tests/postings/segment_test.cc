@@ -92,6 +92,18 @@ TEST_CASE("segment round trip", "[postings]") {
     CHECK(max_tf >= tfs[r]);
   }
 
+  SECTION("a segment of another format version is unknown") {
+    // Format 2 (56-byte entries, skip tables everywhere) must not be read
+    // as format 3: the version is checked before anything else.
+    for (uint32_t version : {kSegmentFormatVersion - 1, kSegmentFormatVersion + 1}) {
+      std::string other = image;
+      std::memcpy(other.data() + 8, &version, 4);
+      REQUIRE(WriteFileAtomic(dir.path(), "v.cvs", other).ok());
+      auto opened = Segment::Open(dir.path() + "/v.cvs", 42, 2, 1);
+      REQUIRE(opened.status().code() == StatusCode::kCorruption);
+      CHECK(opened.status().message().find("unknown format version") != std::string::npos);
+    }
+  }
   SECTION("wrong fingerprint or field counts") {
     CHECK(Segment::Open(dir.path() + "/s.cvs", 43, 2, 1).status().code() == StatusCode::kCorruption);
     CHECK(Segment::Open(dir.path() + "/s.cvs", 42, 3, 1).status().code() == StatusCode::kCorruption);
