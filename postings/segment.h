@@ -125,10 +125,6 @@ class SegmentBuilder {
   // Returns the term's index for AddEncodedPostings. Do not mix with
   // AddToken/AddPosting(s) on the same field.
   uint32_t AppendTerm(uint32_t field, std::string_view term);
-  // Postings of term `index` already in the segment's position encoding
-  // (per posting, tf varints of deltas from 0): `bytes` holds exactly the
-  // postings' positions, in order. Docs ascending and above the term's
-  // previous ones.
   // Capacity for `docs` more postings and `bytes` more position bytes of term `index`.
   void ReservePostings(uint32_t field, uint32_t index, size_t docs, size_t bytes) {
     Lists& l = ListsOf(text_[field].terms[index]);
@@ -136,16 +132,21 @@ class SegmentBuilder {
     l.tfs.reserve(l.tfs.size() + docs);
     l.pos.reserve(l.pos.size() + bytes);
   }
+  // Postings of term `index` already in the segment's position encoding
+  // (per posting, tf varints of deltas from 0): `bytes` holds exactly the
+  // postings' positions, in order. Docs ascending and above the term's
+  // previous ones.
   void AddEncodedPostings(uint32_t field, uint32_t index, std::span<const uint32_t> docs, std::span<const uint32_t> tfs,
                           std::string_view bytes);
   void SetLength(uint32_t field, uint32_t doc, uint32_t length) { lengths_[field][doc] = length; }
   void AddNumber(uint32_t slot, uint32_t doc, double v);
   uint32_t doc_count() const { return static_cast<uint32_t>(ids_.size()); }
   size_t MemoryBytes() const { return memory_; }
-  // Serializes to the segment format. Cost: O(postings + terms) plus
-  // sorting the terms added since the previous Encode, plus O(positions of
-  // each field's common terms) for the common-word pair tables (pairs.h).
-  // Not const: tokens still in a field's log are moved to their terms first.
+  // Serializes to the segment format. Cost: O(tokens + postings + terms)
+  // plus sorting the terms added since the previous Encode; the pair
+  // tables (pairs.h) cost O(tokens) for fields built from the log, and
+  // O(positions of the common terms) for fields built from lists. Not
+  // const: it probes the waiting tokens and sorts the fields' logs.
   std::string Encode(uint64_t fingerprint);
   // The same into `out` (replacing its contents, reusing its capacity: a
   // builder reused across batches can reuse one buffer too).
@@ -153,8 +154,8 @@ class SegmentBuilder {
 
  private:
   // Tokens are not added to their terms one by one: a token costs a
-  // dictionary probe (slots and names, dense arrays that stay in cache)
-  // and an entry in its field's log. Encode sorts the log by term (a
+  // dictionary probe (dense arrays: slots and a names pool) and an entry
+  // in its field's log. Encode sorts the log by term (a
   // counting sort) and writes each term's postings from its run, so each
   // term is touched once per batch, not once per token (random accesses
   // to ~100 bytes per term were half of indexing). A field given whole
