@@ -40,6 +40,25 @@ inline const uint8_t* GetVarint(const uint8_t* p, uint32_t* v) {
   return p + 1;
 }
 
+// Skips n varints from p: eight bytes at a time (a byte below 0x80 ends a
+// varint), then byte by byte. A word is read only while at least 8
+// varints (8 bytes) remain, so nothing past the last varint is read.
+inline const uint8_t* SkipVarints(const uint8_t* p, size_t n) {
+  while (n >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    const auto ends = static_cast<size_t>((((~w & 0x8080808080808080ull) >> 7) * 0x0101010101010101ull) >> 56);
+    if (ends >= n) break;  // the n-th end is in this word: finish byte by byte
+    n -= ends;
+    p += 8;
+  }
+  for (; n > 0; --n) {
+    while (*p & 0x80) ++p;
+    ++p;
+  }
+  return p;
+}
+
 template <typename T>
 void PutFixed(std::string& out, T v) {
   char b[sizeof(T)];

@@ -690,11 +690,7 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
         size_t live = 0;
         for (uint32_t r = 0; r < e.doc_freq; ++r) {
           const uint32_t tf = out_tfs[r];
-          const uint8_t* q = p;
-          for (uint32_t t = tf; t > 0; --t) {
-            while (*q & 0x80) ++q;
-            ++q;
-          }
+          const uint8_t* q = SkipVarints(p, tf);
           const uint32_t nd = remap[k][docs[r]];
           if (nd != kGone) {
             out_docs.push_back(nd);

@@ -353,25 +353,6 @@ class Compiler {
   int next_id_ = 0;
 };
 
-// Skips n varints from p: eight bytes at a time (a byte below 0x80 ends a
-// varint), then byte by byte. A word is read only while at least 8
-// varints (8 bytes) remain, so nothing past the last varint is read.
-inline const uint8_t* SkipVarints(const uint8_t* p, size_t n) {
-  while (n >= 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    const auto ends = static_cast<size_t>((((~w & 0x8080808080808080ull) >> 7) * 0x0101010101010101ull) >> 56);
-    if (ends >= n) break;  // the n-th end is in this word: finish byte by byte
-    n -= ends;
-    p += 8;
-  }
-  for (; n > 0; --n) {
-    while (*p & 0x80) ++p;
-    ++p;
-  }
-  return p;
-}
-
 // Iterates one posting list in doc order with its rank (for term
 // frequencies) and block-skipping Advance. Doc numbers are decoded a block
 // (kPostingBlock postings, the unit of the skip table and block maxima)

@@ -170,19 +170,17 @@ bool FrozenFastPathAgrees() {
 }
 
 // The skip table of a posting list: the byte offset into `positions` of
-// every kPostingBlock-th posting, found by walking the tf varints of each
-// posting (a byte below 0x80 ends one) up to the last block start only.
+// every kPostingBlock-th posting, found by skipping each block's tf
+// varints, up to the last block start only.
 void AppendSkipTable(std::string& out, std::span<const uint32_t> tfs, const uint8_t* positions) {
   const size_t n = tfs.size();
   const uint8_t* p = positions;
   for (size_t block = 0; block * kPostingBlock < n; ++block) {
     PutFixed<uint32_t>(out, static_cast<uint32_t>(p - positions));
     if ((block + 1) * kPostingBlock >= n) break;
-    for (size_t i = block * kPostingBlock; i < (block + 1) * kPostingBlock; ++i)
-      for (uint32_t k = tfs[i]; k > 0; --k) {
-        while (*p & 0x80) ++p;
-        ++p;
-      }
+    size_t varints = 0;
+    for (size_t i = block * kPostingBlock; i < (block + 1) * kPostingBlock; ++i) varints += tfs[i];
+    p = SkipVarints(p, varints);
   }
 }
 
