@@ -197,15 +197,8 @@ SegmentBuilder::SegmentBuilder(uint32_t text_fields, uint32_t numeric_fields)
 void SegmentBuilder::Reset() {
   pending_begin_ = pending_size_ = 0;  // tokens added since the last Encode are dropped with the rest
   for (FieldBuild& fb : text_) {
-    for (TermBuild& t : fb.terms) {
-      t.last_doc = UINT32_MAX;
-      t.last_pos = 0;
-      if (t.lists) {
-        t.lists->pos.clear();
-        t.lists->docs.clear();
-        t.lists->tfs.clear();
-      }
-    }
+    for (auto& l : fb.lists)
+      if (l) l->Clear();
     fb.log.clear();
     fb.log_docs.clear();
     fb.from_log = true;
@@ -221,7 +214,7 @@ void SegmentBuilder::ReleaseBuffers() {
   for (FieldBuild& fb : text_) {
     std::vector<LogEntry>().swap(fb.log);
     std::vector<LogDoc>().swap(fb.log_docs);
-    for (TermBuild& t : fb.terms) t.lists.reset();
+    for (auto& l : fb.lists) l.reset();
   }
   std::vector<uint32_t>().swap(count_buf_);
   std::vector<uint64_t>().swap(sort_buf_);
@@ -233,12 +226,11 @@ void SegmentBuilder::ReleaseBuffers() {
 size_t SegmentBuilder::RetainedBytes() const {
   size_t bytes = 0;
   for (const FieldBuild& fb : text_) {
-    bytes += 8 * fb.slots.capacity() + sizeof(TermBuild) * fb.terms.capacity() + 4 * fb.by_name.capacity() +
+    bytes += 8 * fb.slots.capacity() + 8 * fb.lists.capacity() + 4 * fb.by_name.capacity() +
              fb.names.capacity() + 4 * fb.name_end.capacity() + sizeof(LogEntry) * fb.log.capacity() +
              sizeof(LogDoc) * fb.log_docs.capacity();
-    for (const TermBuild& t : fb.terms)
-      if (t.lists)
-        bytes += sizeof(Lists) + t.lists->pos.capacity() + 4 * (t.lists->docs.capacity() + t.lists->tfs.capacity());
+    for (const auto& l : fb.lists)
+      if (l) bytes += sizeof(Lists) + l->pos.capacity() + 4 * (l->docs.capacity() + l->tfs.capacity());
   }
   for (const auto& id : ids_) bytes += id.capacity() > 15 ? id.capacity() : 0;
   bytes += sizeof(std::string) * ids_.capacity() + 4 * count_buf_.capacity() + 8 * sort_buf_.capacity() +
@@ -254,8 +246,8 @@ size_t SegmentBuilder::RetainedBytes() const {
 const std::vector<uint32_t>& SegmentBuilder::SortedTerms(const FieldBuild& fb) const {
   std::vector<uint32_t>& order = fb.by_name;
   const size_t old = order.size();
-  if (old == fb.terms.size()) return order;
-  for (size_t t = old; t < fb.terms.size(); ++t) order.push_back(static_cast<uint32_t>(t));
+  if (old == fb.term_count()) return order;
+  for (size_t t = old; t < fb.term_count(); ++t) order.push_back(static_cast<uint32_t>(t));
   if (fb.presorted) return order;  // AppendTerm: already in order
   // Only the new terms are sorted; then one linear merge. Each carries its
   // first 8 bytes as a big-endian integer (zero-padded): a strictly smaller
@@ -338,12 +330,12 @@ inline uint32_t SegmentBuilder::TermIndex(FieldBuild& fb, std::string_view term,
 }
 
 uint32_t SegmentBuilder::InsertTerm(FieldBuild& fb, std::string_view term, uint64_t tag, size_t slot) {
-  fb.slots[slot] = (tag << 32) | (fb.terms.size() + 1);
-  NewTerm(fb, term);
-  if (fb.terms.size() * 2 > fb.slots.size()) {
+  const uint32_t index = NewTerm(fb, term);
+  fb.slots[slot] = (tag << 32) | (index + 1);
+  if (fb.term_count() * 2 > fb.slots.size()) {
     std::vector<uint64_t> bigger(fb.slots.size() * 2, 0);
     const size_t m2 = bigger.size() - 1;
-    for (uint32_t t = 0; t < fb.terms.size(); ++t) {
+    for (uint32_t t = 0; t < fb.term_count(); ++t) {
       uint64_t h2 = TermHash(fb.Name(t));
       size_t j = h2 & m2;
       while (bigger[j] != 0) j = (j + 1) & m2;
@@ -352,22 +344,22 @@ uint32_t SegmentBuilder::InsertTerm(FieldBuild& fb, std::string_view term, uint6
     memory_ += 8 * fb.slots.size();
     fb.slots.swap(bigger);
   }
-  return static_cast<uint32_t>(fb.terms.size() - 1);
+  return index;
 }
 
 uint32_t SegmentBuilder::NewTerm(FieldBuild& fb, std::string_view term) {
   fb.names.append(term);
   fb.name_end.push_back(static_cast<uint32_t>(fb.names.size()));
-  fb.terms.emplace_back();
-  memory_ += term.size() + 4 + sizeof(TermBuild);
-  return static_cast<uint32_t>(fb.terms.size() - 1);
+  fb.lists.emplace_back();
+  memory_ += term.size() + 12;
+  return static_cast<uint32_t>(fb.term_count() - 1);
 }
 
-SegmentBuilder::TermBuild& SegmentBuilder::Term(uint32_t field, std::string_view term) {
+SegmentBuilder::Lists& SegmentBuilder::TermLists(uint32_t field, std::string_view term) {
   ResolvePending();
   FieldBuild& fb = text_[field];
   FlushLog(fb);  // postings added directly go after the logged ones
-  return fb.terms[TermIndex(fb, term, TermHash(term))];
+  return ListsOf(fb, TermIndex(fb, term, TermHash(term)));
 }
 
 inline void SegmentBuilder::Log(FieldBuild& fb, uint32_t doc, uint32_t term, uint32_t position) {
@@ -378,7 +370,7 @@ inline void SegmentBuilder::Log(FieldBuild& fb, uint32_t doc, uint32_t term, uin
 
 void SegmentBuilder::SortLog(const FieldBuild& fb) {
   const size_t n = fb.log.size();
-  count_buf_.assign(fb.terms.size() + 1, 0);
+  count_buf_.assign(fb.term_count() + 1, 0);
   for (const LogEntry& e : fb.log) ++count_buf_[e.term + 1];
   for (size_t t = 1; t < count_buf_.size(); ++t) count_buf_[t] += count_buf_[t - 1];
   sort_buf_.resize(n);
@@ -399,12 +391,12 @@ void SegmentBuilder::FlushLog(FieldBuild& fb) {
   if (n == 0) return;
   SortLog(fb);
   size_t i = 0;
-  for (uint32_t t = 0; t < fb.terms.size(); ++t) {
+  for (uint32_t t = 0; t < fb.term_count(); ++t) {
     const size_t end = count_buf_[t];
     if (i == end) continue;
-    TermBuild& tb = fb.terms[t];
+    Lists& l = ListsOf(fb, t);
     for (; i < end; ++i)
-      AddTokenTo(tb, static_cast<uint32_t>(sort_buf_[i] >> 32), static_cast<uint32_t>(sort_buf_[i]));
+      memory_ += l.AddToken(static_cast<uint32_t>(sort_buf_[i] >> 32), static_cast<uint32_t>(sort_buf_[i]));
   }
   memory_ -= sizeof(LogEntry) * n;
   fb.log.clear();
@@ -412,49 +404,28 @@ void SegmentBuilder::FlushLog(FieldBuild& fb) {
 }
 
 void SegmentBuilder::RunToLists(uint32_t t, Lists& out) const {
-  out.docs.clear();
-  out.tfs.clear();
-  out.pos.clear();
-  uint32_t last_doc = UINT32_MAX, last_pos = 0;
-  for (size_t i = t == 0 ? 0 : count_buf_[t - 1]; i < count_buf_[t]; ++i) {
-    const auto doc = static_cast<uint32_t>(sort_buf_[i] >> 32);
-    const auto position = static_cast<uint32_t>(sort_buf_[i]);
-    if (doc != last_doc) {
-      out.docs.push_back(doc);
-      out.tfs.push_back(0);
-      last_doc = doc;
-      last_pos = 0;
-    }
-    ++out.tfs.back();
-    const uint32_t v = position - last_pos;
-    last_pos = position;
-    if (v < 0x80)
-      out.pos.push_back(static_cast<char>(v));
-    else
-      PutVarint(out.pos, v);
-  }
+  out.Clear();
+  for (size_t i = t == 0 ? 0 : count_buf_[t - 1]; i < count_buf_[t]; ++i)
+    out.AddToken(static_cast<uint32_t>(sort_buf_[i] >> 32), static_cast<uint32_t>(sort_buf_[i]));
 }
 
-inline void SegmentBuilder::AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position) {
-  Lists& l = ListsOf(t);
-  if (t.last_doc != doc) {
-    t.last_doc = doc;
-    l.docs.push_back(doc);
-    l.tfs.push_back(0);
-    t.last_pos = 0;
-    memory_ += 8;
+size_t SegmentBuilder::Lists::AddToken(uint32_t doc, uint32_t position) {
+  size_t added = 0;
+  if (docs.empty() || docs.back() != doc) {
+    docs.push_back(doc);
+    tfs.push_back(0);
+    last_pos = 0;
+    added = 8;
   }
-  ++l.tfs.back();
-  uint32_t v = position - t.last_pos;
-  t.last_pos = position;
-  if (v < 0x80) {
-    l.pos.push_back(static_cast<char>(v));
-    memory_ += 1;
-  } else {
-    const size_t before = l.pos.size();
-    PutVarint(l.pos, v);
-    memory_ += l.pos.size() - before;
-  }
+  ++tfs.back();
+  const uint32_t v = position - last_pos;
+  last_pos = position;
+  const size_t before = pos.size();
+  if (v < 0x80)
+    pos.push_back(static_cast<char>(v));
+  else
+    PutVarint(pos, v);
+  return added + (pos.size() - before);
 }
 
 inline void SegmentBuilder::ProbeAndLog(uint32_t field, uint32_t doc, std::string_view term, uint64_t hash,
@@ -495,30 +466,18 @@ void SegmentBuilder::AddToken(uint32_t field, uint32_t doc, std::string_view ter
     const FieldBuild& qf = text_[q.field];
     const uint64_t slot = qf.slots[q.hash & (qf.slots.size() - 1)];
     const auto idx = static_cast<uint32_t>(slot) - 1;
-    if (slot != 0 && idx < qf.terms.size()) __builtin_prefetch(qf.names.data() + (idx == 0 ? 0 : qf.name_end[idx - 1]));
+    if (slot != 0 && idx < qf.term_count()) __builtin_prefetch(qf.names.data() + (idx == 0 ? 0 : qf.name_end[idx - 1]));
   }
 }
 
 void SegmentBuilder::AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions) {
-  TermBuild& t = Term(field, term);
-  Lists& l = ListsOf(t);
-  l.docs.push_back(doc);
-  l.tfs.push_back(static_cast<uint32_t>(positions.size()));
-  t.last_doc = doc;
-  const size_t before = l.pos.size();
-  uint32_t prev = 0;
-  for (uint32_t p : positions) {
-    PutVarint(l.pos, p - prev);
-    prev = p;
-  }
-  t.last_pos = prev;
-  memory_ += 8 + (l.pos.size() - before);
+  const auto tf = static_cast<uint32_t>(positions.size());
+  AddPostings(field, term, std::span<const uint32_t>(&doc, 1), std::span<const uint32_t>(&tf, 1), positions);
 }
 
 void SegmentBuilder::AddPostings(uint32_t field, std::string_view term, std::span<const uint32_t> docs,
                                  std::span<const uint32_t> tfs, std::span<const uint32_t> positions) {
-  TermBuild& t = Term(field, term);
-  Lists& l = ListsOf(t);
+  Lists& l = TermLists(field, term);
   const size_t before = l.pos.size();
   size_t p = 0;
   for (size_t i = 0; i < docs.size(); ++i) {
@@ -529,9 +488,8 @@ void SegmentBuilder::AddPostings(uint32_t field, std::string_view term, std::spa
       PutVarint(l.pos, positions[p] - prev);
       prev = positions[p];
     }
-    t.last_pos = prev;
+    l.last_pos = prev;
   }
-  if (!docs.empty()) t.last_doc = docs.back();
   memory_ += 8 * docs.size() + (l.pos.size() - before);
 }
 
@@ -545,12 +503,10 @@ uint32_t SegmentBuilder::AppendTerm(uint32_t field, std::string_view term) {
 
 void SegmentBuilder::AddEncodedPostings(uint32_t field, uint32_t index, std::span<const uint32_t> docs,
                                         std::span<const uint32_t> tfs, std::string_view bytes) {
-  TermBuild& t = text_[field].terms[index];
-  Lists& l = ListsOf(t);
+  Lists& l = ListsOf(text_[field], index);
   l.docs.insert(l.docs.end(), docs.begin(), docs.end());
   l.tfs.insert(l.tfs.end(), tfs.begin(), tfs.end());
   l.pos.append(bytes);
-  if (!docs.empty()) t.last_doc = docs.back();
   memory_ += 8 * docs.size() + bytes.size();
 }
 
@@ -604,24 +560,21 @@ void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<cons
 
 void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   FieldBuild& fb = text_[f];
-  if (fb.log.size() > 0) {
-    if (fb.from_log)
-      SortLog(fb);
-    else
-      FlushLog(fb);
-  }
+  if (fb.from_log)
+    SortLog(fb);
+  else
+    FlushLog(fb);
   const bool from_log = fb.from_log;
   // Term t's postings: its run of the sorted log, or its lists.
   auto has_postings = [&](uint32_t t) {
-    if (from_log) return count_buf_.size() > t + 1 && count_buf_[t] != (t == 0 ? 0 : count_buf_[t - 1]);
-    return fb.terms[t].lists != nullptr && !fb.terms[t].lists->docs.empty();
+    if (from_log) return count_buf_[t] != (t == 0 ? 0 : count_buf_[t - 1]);
+    return fb.lists[t] != nullptr && !fb.lists[t]->docs.empty();
   };
-  auto lists = [&](uint32_t t, Lists& scratch) -> const Lists& {
-    if (!from_log) return *fb.terms[t].lists;
-    RunToLists(t, scratch);
-    return scratch;
+  auto lists = [&](uint32_t t) -> const Lists& {
+    if (!from_log) return *fb.lists[t];
+    RunToLists(t, scratch_);
+    return scratch_;
   };
-  if (from_log && fb.log.empty()) count_buf_.assign(1, 0);  // no postings at all
   const auto& lens = lengths_[f];
   uint64_t sum_len = 0;
   uint32_t with_tokens = 0;
@@ -636,7 +589,7 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   // The terms with postings in this segment, by name (a reused builder
   // also knows terms of earlier batches).
   std::vector<uint32_t> sorted;
-  sorted.reserve(fb.terms.size());
+  sorted.reserve(fb.term_count());
   for (uint32_t t : SortedTerms(fb))
     if (has_postings(t)) sorted.push_back(t);
   const uint32_t nt = static_cast<uint32_t>(sorted.size());
@@ -658,7 +611,7 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   Align(out);
   std::vector<uint32_t> dfs(nt);
   for (uint32_t ti = 0; ti < nt; ++ti) {
-    const Lists& l = lists(sorted[ti], scratch_);
+    const Lists& l = lists(sorted[ti]);
     TermEntry e{};
     EncodeTerm(out, l.docs, l.tfs, l.pos, lens.data(), blocks_, e);
     dfs[ti] = e.doc_freq;
@@ -674,13 +627,13 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   const std::vector<uint32_t> common = ChooseCommonTerms(dfs, doc_count());
   std::vector<PairList> pairs;
   if (from_log) {
-    common_of_.assign(fb.terms.size(), 0);
+    common_of_.assign(fb.term_count(), 0);
     for (size_t c = 0; c < common.size(); ++c) common_of_[sorted[common[c]]] = static_cast<uint8_t>(c + 1);
     pairs = BuildPairsFromLog(fb.log, fb.log_docs, common_of_, common.size());
   } else {
     std::vector<PairSource> sources;
     for (uint32_t c : common) {
-      const Lists& l = *fb.terms[sorted[c]].lists;
+      const Lists& l = *fb.lists[sorted[c]];
       sources.push_back(PairSource{l.docs, l.tfs, reinterpret_cast<const uint8_t*>(l.pos.data())});
     }
     pairs = BuildPairs(sources);
@@ -720,10 +673,10 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
       // Per term: offset, entry, alignment, bitmap headers, one skip and
       // block entry; per posting at most 2 bytes of bitmap, 4 of tf and
       // 20/64 of skip and block tables; per token at most 5 position bytes.
-      est += fb.names.size() + fb.terms.size() * (4 + sizeof(TermEntry) + 32 + 64 + 4 + sizeof(BlockMax));
+      est += fb.names.size() + fb.term_count() * (4 + sizeof(TermEntry) + 32 + 64 + 4 + sizeof(BlockMax));
       est += fb.log.size() * (5 + 2 + 4 + 1);
-      for (const TermBuild& t : fb.terms)
-        if (t.lists) est += t.lists->pos.size() + t.lists->docs.size() * (2 + 4 + 1) + 16 * (t.lists->docs.size() / 4096 + 2);
+      for (const auto& l : fb.lists)
+        if (l) est += l->pos.size() + l->docs.size() * (2 + 4 + 1) + 16 * (l->docs.size() / 4096 + 2);
     }
     for (size_t s = 0; s < columns_.size(); ++s) est += 8 * n + sizeof(NumEntry) * numbers_[s].size() + 96;
     est += 64 * (text_.size() + columns_.size()) + 1024;

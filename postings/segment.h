@@ -127,7 +127,7 @@ class SegmentBuilder {
   uint32_t AppendTerm(uint32_t field, std::string_view term);
   // Capacity for `docs` more postings and `bytes` more position bytes of term `index`.
   void ReservePostings(uint32_t field, uint32_t index, size_t docs, size_t bytes) {
-    Lists& l = ListsOf(text_[field].terms[index]);
+    Lists& l = ListsOf(text_[field], index);
     l.docs.reserve(l.docs.size() + docs);
     l.tfs.reserve(l.tfs.size() + docs);
     l.pos.reserve(l.pos.size() + bytes);
@@ -164,16 +164,17 @@ class SegmentBuilder {
   struct Lists {
     std::string pos;                  // positions encoded as written (varint deltas per posting)
     std::vector<uint32_t> docs, tfs;  // the skip table is derived by Encode
+    uint32_t last_pos = 0;            // the last position of the last posting (docs.back())
+    // Appends a token of `doc` (a new posting unless doc is docs.back());
+    // returns the bytes added.
+    size_t AddToken(uint32_t doc, uint32_t position);
+    void Clear() {
+      pos.clear();
+      docs.clear();
+      tfs.clear();
+      last_pos = 0;
+    }
   };
-  struct TermBuild {
-    uint32_t last_doc = UINT32_MAX;  // doc of the current (last) posting; none yet
-    uint32_t last_pos = 0;           // previous position of the current posting
-    std::unique_ptr<Lists> lists;    // only for fields built from lists
-  };
-  static Lists& ListsOf(TermBuild& t) {
-    if (!t.lists) t.lists = std::make_unique<Lists>();
-    return *t.lists;
-  }
   using LogEntry = TextToken;  // pairs.h: the log is also what pair tables are built from
   using LogDoc = DocStart;
   // Open addressing (linear probing) from term to index in `terms`: a slot
@@ -182,27 +183,32 @@ class SegmentBuilder {
     std::vector<uint64_t> slots = std::vector<uint64_t>(1024, 0);
     std::string names;               // the terms' names back to back
     std::vector<uint32_t> name_end;  // term i is names[name_end[i - 1] (0 for i = 0), name_end[i])
-    std::vector<TermBuild> terms;
-    std::vector<LogEntry> log;       // tokens not yet in `terms`, in the order added
+    std::vector<std::unique_ptr<Lists>> lists;  // per term, only for fields built from lists
+    std::vector<LogEntry> log;                  // the tokens, in the order added
     std::vector<LogDoc> log_docs;
     bool from_log = true;    // every posting is in the log (not in terms' lists)
     bool presorted = false;  // filled by AppendTerm: names already sorted
     // Indexes of terms[0, by_name.size()) ordered by name; Encode merges
     // the terms added since into it (kept across batches).
     mutable std::vector<uint32_t> by_name;
+    size_t term_count() const { return name_end.size(); }
     std::string_view Name(uint32_t i) const {
       const uint32_t start = i == 0 ? 0 : name_end[i - 1];
       return std::string_view(names.data() + start, name_end[i] - start);
     }
   };
   const std::vector<uint32_t>& SortedTerms(const FieldBuild& fb) const;
-  TermBuild& Term(uint32_t field, std::string_view term);
+  static Lists& ListsOf(FieldBuild& fb, uint32_t term) {
+    if (!fb.lists[term]) fb.lists[term] = std::make_unique<Lists>();
+    return *fb.lists[term];
+  }
+  // Term `term`'s lists, for postings added whole (the log moved to lists first).
+  Lists& TermLists(uint32_t field, std::string_view term);
   uint32_t TermIndex(FieldBuild& fb, std::string_view term, uint64_t h);
   // Adds `term` at empty slot `slot` (its hash's high bits `tag`); grows the table.
   [[gnu::noinline]] uint32_t InsertTerm(FieldBuild& fb, std::string_view term, uint64_t tag, size_t slot);
   // Appends a term without hashing it (AppendTerm).
   uint32_t NewTerm(FieldBuild& fb, std::string_view term);
-  void AddTokenTo(TermBuild& t, uint32_t doc, uint32_t position);
   // A token waiting for its probe (AddToken); longer terms are probed at once.
   static constexpr size_t kPendingTokens = 16, kPendingTermBytes = 40;
   struct Pending {
