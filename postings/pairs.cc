@@ -23,29 +23,52 @@ std::vector<uint32_t> ChooseCommonTerms(std::span<const uint32_t> doc_freqs, uin
 }
 
 namespace {
-// The non-empty lists of by_pair ([first * k + second]), in (first, second) order.
-std::vector<PairList> Collect(std::vector<std::vector<uint32_t>>& by_pair, size_t k) {
-  std::vector<PairList> out;
-  for (size_t i = 0; i < by_pair.size(); ++i) {
-    if (by_pair[i].empty()) continue;
-    PairList pl;
-    pl.first = static_cast<uint16_t>(i / k);
-    pl.second = static_cast<uint16_t>(i % k);
-    pl.docs = std::move(by_pair[i]);
-    out.push_back(std::move(pl));
+
+// The documents of every (first, second) pair of common terms, as both
+// builders find them; documents come in ascending order.
+class PairCollector {
+ public:
+  explicit PairCollector(size_t k) : k_(k), by_pair_(k * k) {}
+  void Add(size_t first, size_t second, uint32_t doc) {
+    auto& docs = by_pair_[first * k_ + second];
+    if (docs.empty() || docs.back() != doc) docs.push_back(doc);
   }
-  return out;
-}
+  // Every token at p with every token at p + 1, for a document whose
+  // tokens (position << 8 | common index) may share positions or come in
+  // any order; sorts `tokens`.
+  void AddAdjacent(std::vector<uint64_t>& tokens, uint32_t doc) {
+    std::sort(tokens.begin(), tokens.end());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const uint64_t p = tokens[i] >> 8;
+      for (size_t j = i + 1; j < tokens.size() && (tokens[j] >> 8) <= p + 1; ++j)
+        if ((tokens[j] >> 8) == p + 1) Add(tokens[i] & 0xff, tokens[j] & 0xff, doc);
+    }
+  }
+  // The non-empty lists, in (first, second) order.
+  std::vector<PairList> Take() {
+    std::vector<PairList> out;
+    for (size_t i = 0; i < by_pair_.size(); ++i) {
+      if (by_pair_[i].empty()) continue;
+      PairList pl;
+      pl.first = static_cast<uint16_t>(i / k_);
+      pl.second = static_cast<uint16_t>(i % k_);
+      pl.docs = std::move(by_pair_[i]);
+      out.push_back(std::move(pl));
+    }
+    return out;
+  }
+
+ private:
+  size_t k_;
+  std::vector<std::vector<uint32_t>> by_pair_;  // [first * k + second]
+};
+
 }  // namespace
 
 std::vector<PairList> BuildPairs(std::span<const PairSource> common) {
   const size_t k = common.size();
   if (k == 0) return {};
-  std::vector<std::vector<uint32_t>> by_pair(k * k);  // [first * k + second]
-  auto add = [&](size_t first, size_t second, uint32_t d) {
-    auto& docs = by_pair[first * k + second];
-    if (docs.empty() || docs.back() != d) docs.push_back(d);
-  };
+  PairCollector pairs(k);
   std::vector<size_t> rank(k, 0);
   std::vector<uint32_t> next(k);  // each source's current doc, UINT32_MAX when done
   std::vector<const uint8_t*> pos(k);
@@ -56,9 +79,9 @@ std::vector<PairList> BuildPairs(std::span<const PairSource> common) {
   // One document at a time: its common tokens go into `slot` (position ->
   // common index + 1), then each token looks at the next position.
   std::vector<uint8_t> slot(1024, 0);
-  std::vector<uint32_t> filled;                               // positions set in slot
-  std::vector<std::pair<size_t, const uint8_t*>> in_doc;      // sources in the document, their positions
-  std::vector<uint64_t> tokens;                               // (position << 8 | common index): the fallback
+  std::vector<uint32_t> filled;                           // positions set in slot
+  std::vector<std::pair<size_t, const uint8_t*>> in_doc;  // sources in the document, their positions
+  std::vector<uint64_t> tokens;                           // the fallback's (position << 8 | common index)
   for (;;) {
     const uint32_t d = *std::min_element(next.begin(), next.end());
     if (d == UINT32_MAX) break;
@@ -82,7 +105,7 @@ std::vector<PairList> BuildPairs(std::span<const PairSource> common) {
     }
     if (!shared) {
       for (uint32_t p : filled)
-        if (slot[p + 1] != 0) add(slot[p] - 1u, slot[p + 1] - 1u, d);
+        if (slot[p + 1] != 0) pairs.Add(slot[p] - 1u, slot[p + 1] - 1u, d);
     } else {
       tokens.clear();
       for (auto [c, q] : in_doc) {
@@ -93,58 +116,40 @@ std::vector<PairList> BuildPairs(std::span<const PairSource> common) {
           tokens.push_back(uint64_t{p} << 8 | c);
         }
       }
-      std::sort(tokens.begin(), tokens.end());
-      for (size_t i = 0; i < tokens.size(); ++i) {
-        const uint64_t p = tokens[i] >> 8;
-        for (size_t j = i + 1; j < tokens.size() && (tokens[j] >> 8) <= p + 1; ++j)
-          if ((tokens[j] >> 8) == p + 1) add(tokens[i] & 0xff, tokens[j] & 0xff, d);
-      }
+      pairs.AddAdjacent(tokens, d);
     }
     for (uint32_t p : filled) slot[p] = 0;
   }
-  return Collect(by_pair, k);
+  return pairs.Take();
 }
 
 std::vector<PairList> BuildPairsFromLog(std::span<const TextToken> tokens, std::span<const DocStart> docs,
                                         std::span<const uint8_t> common_of, size_t common_count) {
-  const size_t k = common_count;
-  if (k == 0) return {};
-  std::vector<std::vector<uint32_t>> by_pair(k * k);  // [first * k + second]
-  auto add = [&](uint32_t first, uint32_t second, uint32_t d) {
-    auto& list = by_pair[first * k + second];
-    if (list.empty() || list.back() != d) list.push_back(d);
-  };
-  std::vector<TextToken> sorted;  // a document out of position order, sorted
+  if (common_count == 0) return {};
+  PairCollector pairs(common_count);
+  std::vector<uint64_t> out_of_order;  // a document whose positions do not increase
   for (size_t i = 0; i < docs.size(); ++i) {
     const uint32_t d = docs[i].doc;
     const size_t begin = docs[i].first, end = i + 1 < docs.size() ? docs[i + 1].first : tokens.size();
     uint32_t prev = 0;  // the previous token's common index + 1, or 0
     bool in_order = true;
     for (size_t t = begin; t < end; ++t) {
-      const uint32_t c = common_of[tokens[t].term];
       if (t > begin && tokens[t].position <= tokens[t - 1].position) {
         in_order = false;
         break;
       }
-      if (c != 0 && prev != 0 && tokens[t].position == tokens[t - 1].position + 1) add(prev - 1, c - 1, d);
+      const uint32_t c = common_of[tokens[t].term];
+      if (c != 0 && prev != 0 && tokens[t].position == tokens[t - 1].position + 1) pairs.Add(prev - 1, c - 1, d);
       prev = c;
     }
     if (in_order) continue;
-    // Every common token at p with every common token at p + 1 (pairs
-    // found above are real and are not added twice).
-    sorted.assign(tokens.begin() + static_cast<std::ptrdiff_t>(begin), tokens.begin() + static_cast<std::ptrdiff_t>(end));
-    std::sort(sorted.begin(), sorted.end(),
-              [](const TextToken& a, const TextToken& b) { return a.position < b.position; });
-    for (size_t a = 0; a < sorted.size(); ++a) {
-      const uint32_t ca = common_of[sorted[a].term];
-      if (ca == 0) continue;
-      for (size_t b = a + 1; b < sorted.size() && sorted[b].position <= sorted[a].position + 1; ++b) {
-        const uint32_t cb = common_of[sorted[b].term];
-        if (cb != 0 && sorted[b].position == sorted[a].position + 1) add(ca - 1, cb - 1, d);
-      }
-    }
+    // Pairs found before the disorder are real and are not added twice.
+    out_of_order.clear();
+    for (size_t t = begin; t < end; ++t)
+      if (const uint32_t c = common_of[tokens[t].term]; c != 0) out_of_order.push_back(uint64_t{tokens[t].position} << 8 | (c - 1));
+    pairs.AddAdjacent(out_of_order, d);
   }
-  return Collect(by_pair, k);
+  return pairs.Take();
 }
 
 uint64_t AppendPairSection(std::string& out, std::span<const uint32_t> common, std::span<const PairList> pairs) {
