@@ -74,7 +74,9 @@ struct Alt {
   std::vector<int64_t> seg_score_terms;  // likewise for score_terms (empty when it is)
 
   const std::vector<std::string>& ScoreTerms() const { return score_terms.empty() ? terms : score_terms; }
-  int64_t SegTerm(size_t k, size_t i) const { return seg_terms[k * terms.size() + i]; }
+  // The dictionary indexes of `terms` in segment k.
+  std::span<const int64_t> SegTerms(size_t k) const { return {seg_terms.data() + k * terms.size(), terms.size()}; }
+  int64_t SegTerm(size_t k, size_t i) const { return SegTerms(k)[i]; }
   int64_t SegScoreTerm(size_t k, size_t i) const {
     return score_terms.empty() ? SegTerm(k, i) : seg_score_terms[k * score_terms.size() + i];
   }
@@ -424,8 +426,9 @@ class PostingCursor {
 };
 
 // The encoded positions of one term's postings by rank (from a RankCursor
-// over its bitmap): the skip table gives the start of the rank's block,
-// then the preceding postings of the block are skipped (tf varints each).
+// over its bitmap): Segment::BlockPositions gives the start of the rank's
+// block, then the preceding postings of the block are skipped (tf varints
+// each).
 // Increasing ranks within a block continue from the previous posting.
 class PositionReader {
  public:
@@ -574,9 +577,19 @@ const roaring_bitmap_t* Union(std::vector<const roaring_bitmap_t*>& parts, SegEv
   return ev.Keep(Bitmap(roaring_bitmap_or_many(parts.size(), parts.data())));
 }
 
+// The AND of two or more bitmaps, smallest first (each AND is at most as
+// large as its first operand); reorders `in`.
+Bitmap AndSmallestFirst(std::vector<const roaring_bitmap_t*>& in) {
+  std::sort(in.begin(), in.end(), [](const roaring_bitmap_t* x, const roaring_bitmap_t* y) {
+    return roaring_bitmap_get_cardinality(x) < roaring_bitmap_get_cardinality(y);
+  });
+  Bitmap out(roaring_bitmap_and(in[0], in[1]));
+  for (size_t i = 2; i < in.size(); ++i) roaring_bitmap_and_inplace(out.get(), in[i]);
+  return out;
+}
+
 ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
-  std::vector<int64_t> ti(a.terms.size());
-  for (size_t i = 0; i < ti.size(); ++i) ti[i] = a.SegTerm(k, i);
+  const std::span<const int64_t> ti = a.SegTerms(k);
   for (int64_t t : ti)
     if (t < 0) return Owned(NewBitmap());
   if (ti.size() == 1) return seg.Postings(a.field, static_cast<uint32_t>(ti[0]));
@@ -599,18 +612,14 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
   std::vector<const roaring_bitmap_t*> order;
   for (const auto& l : lists) order.push_back(l.get());
   for (const auto& p : pairs) order.push_back(p.get());
-  std::sort(order.begin(), order.end(), [](const roaring_bitmap_t* x, const roaring_bitmap_t* y) {
-    return roaring_bitmap_get_cardinality(x) < roaring_bitmap_get_cardinality(y);
-  });
-  Bitmap cand(roaring_bitmap_and(order[0], order[1]));
-  for (size_t i = 2; i < order.size(); ++i) roaring_bitmap_and_inplace(cand.get(), order[i]);
+  Bitmap cand = AndSmallestFirst(order);
   const uint64_t nc = roaring_bitmap_get_cardinality(cand.get());
   if (nc == 0) return Owned(std::move(cand));
   std::vector<uint32_t> cdocs(nc);
   roaring_bitmap_to_uint32_array(cand.get(), cdocs.data());
   // Each candidate is in every term's postings: its rank there (RankCursor)
-  // reaches its positions through the skip table, without decoding the
-  // doc numbers of the postings in between.
+  // reaches its positions through Segment::BlockPositions, without
+  // decoding the doc numbers of the postings in between.
   std::vector<RankCursor> ranks;
   std::vector<PositionReader> readers;
   for (size_t i = 0; i < ti.size(); ++i) {
@@ -658,12 +667,7 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
       }
       Bitmap own;
       if (must.size() >= 2) {
-        // Smallest first: each AND is at most as large as its first operand.
-        std::sort(must.begin(), must.end(), [](const roaring_bitmap_t* x, const roaring_bitmap_t* y) {
-          return roaring_bitmap_get_cardinality(x) < roaring_bitmap_get_cardinality(y);
-        });
-        own.reset(roaring_bitmap_and(must[0], must[1]));
-        for (size_t i = 2; i < must.size(); ++i) roaring_bitmap_and_inplace(own.get(), must[i]);
+        own = AndSmallestFirst(must);
       } else if (!must.empty()) {
         out = must[0];
       } else if (!should.empty()) {
@@ -1085,21 +1089,13 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     const BlockMax* blocks;
     uint32_t bound_block = UINT32_MAX;  // the block `bound` bounds
     double bound = 0;
-    uint32_t nblocks = 0;
-    uint32_t min_len = 0;          // the shortest length among the term's postings (set with tf_bound)
+    uint32_t min_len = 0;          // the shortest length among the term's postings (TermEntry::whole)
     std::vector<double> tf_bound;  // by tf < kTfBounds: TfBound, or -1 until needed (made at first use)
     // ScoreBound at this tf and the term's shortest length: bounds one
     // posting's contribution from its tf alone, without a division (once
     // per distinct tf).
     double TfBound(uint32_t tf) {
-      if (tf_bound.empty()) {
-        min_len = UINT32_MAX;
-        for (uint32_t b = 0; b < nblocks; ++b) {
-          const uint32_t len = blocks[b].min_len;  // a copy: BlockMax is packed, unaligned in the file
-          min_len = std::min(min_len, len);
-        }
-        tf_bound.assign(kTfBounds, -1.0);
-      }
+      if (tf_bound.empty()) tf_bound.assign(kTfBounds, -1.0);
       if (tf >= kTfBounds) return ScoreBound(weight, idf, tf, min_len, avg);
       double& b = tf_bound[tf];
       if (b < 0) b = ScoreBound(weight, idf, tf, min_len, avg);
@@ -1119,7 +1115,7 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     t.avg = t.norm->avglen();
     t.lens = seg.lengths(a->field);
     t.blocks = seg.Blocks(a->field, static_cast<uint32_t>(ti));
-    t.nblocks = (seg.entry(a->field, static_cast<uint32_t>(ti)).doc_freq + kPostingBlock - 1) / kPostingBlock;
+    t.min_len = seg.entry(a->field, static_cast<uint32_t>(ti)).whole.min_len;  // a copy: the entry is packed
     ts.push_back(std::move(t));
   }
   // The final matches are read kBuf at a time (the per-element roaring
