@@ -508,17 +508,12 @@ TEST_CASE("oracle: long run", "[postings][.slow]") {
   }
 }
 
-}  // namespace
-}  // namespace corvid::postings
-
-namespace corvid::postings {
-namespace {
-
 // Top-k pruning (block bounds, per-document tf bounds) matters when terms
 // are in most documents and most windows may reach the threshold, which
 // the small random corpora above rarely produce: thousands of documents of
-// a dozen words, every top-k checked against the head of the full ranking
-// (which keeps every match, so nothing is pruned), scores bit-identical.
+// a dozen words. Every query is checked against the brute-force oracle,
+// and every top-k against the head of the full ranking (which keeps every
+// match, so nothing is pruned), scores bit-identical.
 TEST_CASE("top-k of dense terms is the head of the full ranking", "[postings]") {
   auto compiled = SearchDefinitionImpl::CompileImpl(kDef);
   REQUIRE(compiled.ok());
@@ -542,6 +537,7 @@ TEST_CASE("top-k of dense terms is the head of the full ranking", "[postings]") 
     for (int i = 0; i < 50; ++i) store.Delete("d" + std::to_string(rng() % ((batch + 1) * 700)));
     REQUIRE(store.Flush(*idx).ok());
   }
+  const Oracle oracle(**compiled, store.docs);
   std::vector<std::string> queries;
   for (size_t a = 0; a < 6; ++a) {
     for (size_t b = a + 1; b < 7; ++b) {
@@ -555,6 +551,7 @@ TEST_CASE("top-k of dense terms is the head of the full ranking", "[postings]") 
     queries.push_back(words[a].substr(0, 1) + "*");
   }
   for (const auto& q : queries) {
+    CheckQuery(*idx, oracle, q, "", DefaultOperator::kOr);
     INFO("query: " << q);
     SearchRequest r;
     r.q = q;
