@@ -385,6 +385,25 @@ void SegmentBuilder::SortLog(const FieldBuild& fb) {
   // count_buf_[t] is now the end of term t's run (and the start of t + 1's).
 }
 
+inline size_t SegmentBuilder::Lists::AddToken(uint32_t doc, uint32_t position) {
+  size_t added = 0;
+  if (docs.empty() || docs.back() != doc) {
+    docs.push_back(doc);
+    tfs.push_back(0);
+    last_pos = 0;
+    added = 8;
+  }
+  ++tfs.back();
+  const uint32_t v = position - last_pos;
+  last_pos = position;
+  const size_t before = pos.size();
+  if (v < 0x80)
+    pos.push_back(static_cast<char>(v));
+  else
+    PutVarint(pos, v);
+  return added + (pos.size() - before);
+}
+
 void SegmentBuilder::FlushLog(FieldBuild& fb) {
   fb.from_log = false;
   const size_t n = fb.log.size();
@@ -409,24 +428,6 @@ void SegmentBuilder::RunToLists(uint32_t t, Lists& out) const {
     out.AddToken(static_cast<uint32_t>(sort_buf_[i] >> 32), static_cast<uint32_t>(sort_buf_[i]));
 }
 
-size_t SegmentBuilder::Lists::AddToken(uint32_t doc, uint32_t position) {
-  size_t added = 0;
-  if (docs.empty() || docs.back() != doc) {
-    docs.push_back(doc);
-    tfs.push_back(0);
-    last_pos = 0;
-    added = 8;
-  }
-  ++tfs.back();
-  const uint32_t v = position - last_pos;
-  last_pos = position;
-  const size_t before = pos.size();
-  if (v < 0x80)
-    pos.push_back(static_cast<char>(v));
-  else
-    PutVarint(pos, v);
-  return added + (pos.size() - before);
-}
 
 inline void SegmentBuilder::ProbeAndLog(uint32_t field, uint32_t doc, std::string_view term, uint64_t hash,
                                         uint32_t position) {
