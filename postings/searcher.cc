@@ -28,6 +28,7 @@
 #include <rapidjson/writer.h>
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -59,11 +60,15 @@ class VectorSink final : public analyzers::TokenSink {
   std::vector<uint32_t> positions;
 };
 
-// One alternative of a leaf: a term or a phrase in one text field.
+// One alternative of a leaf in one text field: a term, a phrase, or an
+// expansion (`any`: the dictionary terms a prefix or fuzzy word matched,
+// each scored where it occurs; one Alt for all of them, so a prefix that
+// expands to thousands of terms costs a few allocations, not thousands).
 struct Alt {
   uint32_t field = 0;
-  std::vector<std::string> terms;  // in query order; one for a term
-  std::vector<uint32_t> rel;       // query positions, relative to the first
+  bool any = false;                // an expansion: matches where any of `terms` occurs
+  std::vector<std::string> terms;  // in query order; one for a term; distinct, bytewise ascending when `any`
+  std::vector<uint32_t> rel;       // query positions, relative to the first (empty when `any`)
   uint32_t slop = 0;
   // The distinct terms, when `terms` repeats one; empty otherwise (then
   // the score terms are `terms`).
@@ -285,9 +290,14 @@ class Compiler {
             ForEachFuzzyTerm(seg, f->slot, t, q.edits, [&](uint32_t i) { found[k].push_back(i); });
           }
         }
-        // Merged into distinct terms, each with its index in every segment.
+        // Merged into distinct terms, each with its index in every segment
+        // (index[term * ns + k]; laid out by segment below).
+        Alt a;
+        a.field = f->slot;
+        a.weight = w;
+        a.any = true;
         std::vector<size_t> at(ns, 0);
-        std::vector<int64_t> index(ns);
+        std::vector<int64_t> index;
         for (;;) {
           std::string_view least;
           bool any = false;
@@ -300,15 +310,15 @@ class Compiler {
           if (!any) break;
           for (size_t k = 0; k < ns; ++k) {
             const bool has = at[k] < found[k].size() && snap_.segments[k].segment->term(f->slot, found[k][at[k]]) == least;
-            index[k] = has ? static_cast<int64_t>(found[k][at[k]++]) : -1;
+            index.push_back(has ? static_cast<int64_t>(found[k][at[k]++]) : -1);
           }
-          Alt a;
-          a.field = f->slot;
-          a.weight = w;
           a.terms.emplace_back(least);
-          a.rel.push_back(0);
-          AddAlt(*n, std::move(a), index.data());
         }
+        if (a.terms.empty()) continue;
+        a.seg_terms.resize(index.size());
+        for (size_t i = 0; i < a.terms.size(); ++i)
+          for (size_t k = 0; k < ns; ++k) a.seg_terms[k * a.terms.size() + i] = index[i * ns + k];
+        AddAlt(*n, std::move(a));
       }
     }
     if (!any_tokens) n->kind = CNode::Kind::kDropped;
@@ -316,23 +326,23 @@ class Compiler {
   }
 
  private:
-  // Resolves a's terms in every segment (`known`: the single term's index
-  // per segment, already found) and computes their idf.
-  void AddAlt(CNode& n, Alt a, const int64_t* known = nullptr) {
-    for (const auto& t : a.terms)
-      if (std::find(a.score_terms.begin(), a.score_terms.end(), t) == a.score_terms.end()) a.score_terms.push_back(t);
-    if (a.score_terms.size() == a.terms.size()) a.score_terms.clear();  // no repeats: score terms are `terms`
+  // Resolves a's terms in every segment (unless an expansion already did:
+  // its seg_terms are filled) and computes their idf.
+  void AddAlt(CNode& n, Alt a) {
+    if (!a.any) {
+      for (const auto& t : a.terms)
+        if (std::find(a.score_terms.begin(), a.score_terms.end(), t) == a.score_terms.end()) a.score_terms.push_back(t);
+      if (a.score_terms.size() == a.terms.size()) a.score_terms.clear();  // no repeats: score terms are `terms`
+    }
     const size_t ns = snap_.segments.size();
     const size_t nscore = a.ScoreTerms().size();
+    const bool resolve = a.seg_terms.empty();
     a.seg_terms.reserve(ns * a.terms.size());
     std::vector<uint64_t> df(nscore, 0);
     for (size_t k = 0; k < ns; ++k) {
       const SegmentState& s = snap_.segments[k];
-      if (known != nullptr) {
-        a.seg_terms.push_back(known[k]);
-      } else {
+      if (resolve)
         for (const auto& t : a.terms) a.seg_terms.push_back(s.segment->FindTerm(a.field, t));
-      }
       for (const auto& t : a.score_terms) a.seg_score_terms.push_back(s.segment->FindTerm(a.field, t));
       for (size_t i = 0; i < nscore; ++i) {
         const int64_t ti = a.SegScoreTerm(k, i);
@@ -346,6 +356,7 @@ class Compiler {
       }
     }
     const double N = static_cast<double>(snap_.with_tokens[a.field]);
+    a.idf.reserve(df.size());
     for (uint64_t n : df) a.idf.push_back(std::log(1.0 + (N - n + 0.5) / (n + 0.5)));
     n.alts.push_back(std::move(a));
   }
@@ -590,6 +601,18 @@ Bitmap AndSmallestFirst(std::vector<const roaring_bitmap_t*>& in) {
 
 ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
   const std::span<const int64_t> ti = a.SegTerms(k);
+  if (a.any) {
+    std::vector<ConstBitmap> lists;
+    std::vector<const roaring_bitmap_t*> parts;
+    for (int64_t t : ti) {
+      if (t < 0) continue;
+      lists.push_back(seg.Postings(a.field, static_cast<uint32_t>(t)));
+      parts.push_back(lists.back().get());
+    }
+    if (parts.empty()) return Owned(NewBitmap());
+    if (parts.size() == 1) return std::move(lists[0]);
+    return Owned(Bitmap(roaring_bitmap_or_many(parts.size(), parts.data())));
+  }
   for (int64_t t : ti)
     if (t < 0) return Owned(NewBitmap());
   if (ti.size() == 1) return seg.Postings(a.field, static_cast<uint32_t>(ti[0]));
@@ -766,6 +789,21 @@ void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, Norms& norms, 
       const TfArray tfs = seg.Tfs(a.field, static_cast<uint32_t>(ti));
       size_t j = 0;
       const double w = a.weight;
+      if (a.any) {
+        // One of many expanded terms: its documents among eff, by bitmap
+        // AND rather than a rank lookup per document of eff.
+        Bitmap both(roaring_bitmap_and(postings.get(), eb));
+        roaring_uint32_iterator_t it;
+        roaring_init_iterator(both.get(), &it);
+        for (; it.has_value; roaring_advance_uint32_iterator(&it)) {
+          const uint32_t d = it.current_value;
+          uint32_t r;
+          ranks.Find(d, &r);
+          while (docs[j] < d) ++j;
+          scores[j] += w * Bm25WithNorm(a.idf[i], tfs[r], norm(lens[d]));
+        }
+        continue;
+      }
       for (uint32_t d : eff) {
         uint32_t r;
         if (!ranks.Find(d, &r)) continue;
@@ -905,15 +943,26 @@ class TopK {
   std::vector<TopEntry> heap_;
 };
 
-// The alternatives whose single terms make up the whole score, if the query
+// One scoring term of a flat disjunction: term i of an alternative (0 but
+// in an expansion).
+struct FlatTerm {
+  const Alt* alt;
+  uint32_t i;
+  int64_t SegTerm(size_t k) const { return alt->SegScoreTerm(k, i); }
+  double idf() const { return alt->idf[i]; }
+};
+
+// The terms that make up the whole score, in Score's order, if the query
 // is a flat disjunction: one leaf, or a boolean of optional leaves (and any
-// prohibited clauses, which only remove documents). Otherwise false.
-bool FlatTerms(const CNode& root, std::vector<const Alt*>& out) {
+// prohibited clauses, which only remove documents), whose alternatives are
+// terms or expansions. Otherwise false.
+bool FlatTerms(const CNode& root, std::vector<FlatTerm>& out) {
   auto leaf = [&](const CNode& n) {
     if (n.kind != CNode::Kind::kLeaf) return false;
     for (const Alt& a : n.alts)
-      if (a.terms.size() != 1) return false;
-    for (const Alt& a : n.alts) out.push_back(&a);
+      if (!a.any && a.terms.size() != 1) return false;
+    for (const Alt& a : n.alts)
+      for (uint32_t i = 0; i < a.terms.size(); ++i) out.push_back(FlatTerm{&a, i});
     return true;
   };
   if (root.kind == CNode::Kind::kLeaf) return leaf(root);
@@ -927,23 +976,11 @@ bool FlatTerms(const CNode& root, std::vector<const Alt*>& out) {
   return any;
 }
 
-// The posting lists Eval found for FlatTerms' alternatives, in its order.
-std::vector<const roaring_bitmap_t*> FlatPostings(const CNode& root, const SegEval& ev) {
-  std::vector<const roaring_bitmap_t*> out;
-  auto leaf = [&](const CNode& n) {
-    for (const auto& b : ev.alt_bm[n.id]) out.push_back(b.get());
-  };
-  if (root.kind == CNode::Kind::kLeaf) leaf(root);
-  for (const auto& [occ, c] : root.clauses)
-    if (occ != Occur::kMustNot) leaf(*c);
-  return out;
-}
-
 // MaxScore with block-max bounds over the posting lists of `alts` in
 // segment k: only documents that can still enter `top` are fully scored.
 // Each document's score is summed in alternative order, so it is
 // bit-identical to the exhaustive path (Score).
-void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapshot& snap, Norms& norms,
+void MaxScoreSegment(const std::vector<FlatTerm>& flat, size_t k, const Snapshot& snap, Norms& norms,
                      const roaring_bitmap_t* final_bm, TopK& top) {
   const SegmentState& st = snap.segments[k];
   const Segment& seg = *st.segment;
@@ -959,14 +996,14 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
     double Contribution(uint32_t d) const { return weight * Bm25WithNorm(idf, cur->tf(), (*norm)(lens[d])); }
   };
   std::vector<T> ts;
-  for (size_t o = 0; o < alts.size(); ++o) {
-    const Alt& a = *alts[o];
-    int64_t ti = a.SegScoreTerm(k, 0);
+  for (size_t o = 0; o < flat.size(); ++o) {
+    const Alt& a = *flat[o].alt;
+    int64_t ti = flat[o].SegTerm(k);
     if (ti < 0) continue;
     T t;
     t.cur = std::make_unique<PostingCursor>(seg, a.field, static_cast<uint32_t>(ti));
     t.weight = a.weight;
-    t.idf = a.idf[0];
+    t.idf = flat[o].idf();
     t.norm = &norms.field(a.field);
     t.avg = t.norm->avglen();
     t.blocks = seg.Blocks(a.field, static_cast<uint32_t>(ti));
@@ -982,7 +1019,7 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
   const size_t n = ts.size();
   std::vector<double> prefix(n + 1, 0.0);
   for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + ts[i].ub;
-  std::vector<double> contrib(alts.size(), 0.0);
+  std::vector<double> contrib(flat.size(), 0.0);
   size_t first_ess = 0;
   auto recompute = [&] {
     double th = top.threshold();
@@ -1243,42 +1280,78 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
   }
 }
 
-// Term-at-a-time for flat disjunctions of many terms (prefix and fuzzy
-// expansions): accumulates every posting into a dense per-segment array,
-// each document's contributions added in alternative order (bit-identical to
-// Score), then offers the final matches to `top`.
-// `postings[i]`: alts[i]'s posting list in the segment (from Eval).
-void AccumulateSegment(const std::vector<const Alt*>& alts, const std::vector<const roaring_bitmap_t*>& postings,
-                       size_t k, const Snapshot& snap, Norms& norms, const roaring_bitmap_t* final_bm, TopK& top) {
-  const Segment& seg = *snap.segments[k].segment;
-  static thread_local std::vector<double> acc;  // reused: a fresh one is a fresh mmap per query
-  acc.assign(seg.doc_count(), 0.0);
+// Calls f(doc) for every document of b, in order, 256 decoded at a time.
+template <typename F>
+void ForEachDoc(const roaring_bitmap_t* b, F&& f) {
   uint32_t buf[256];
-  for (size_t ai = 0; ai < alts.size(); ++ai) {
-    const Alt* a = alts[ai];
-    int64_t ti = a->SegScoreTerm(k, 0);
+  roaring_uint32_iterator_t it;
+  roaring_init_iterator(b, &it);
+  while (uint32_t got = roaring_read_uint32_iterator(&it, buf, 256))
+    for (uint32_t i = 0; i < got; ++i) f(buf[i]);
+}
+
+// Term-at-a-time for flat disjunctions of many terms (prefix and fuzzy
+// expansions), without a bitmap union: every posting adds its contribution
+// to a dense per-document accumulator and marks its document in a dense
+// bitset, whose marked documents are the matches. Contributions are added
+// in `flat` order, as Score adds them (bit-identical).
+// `drop`: documents that do not count (deleted, prohibited); `keep`, if
+// not null: the only ones that do (a filter, or matches found already).
+// Offers the matches that count to `top` and returns their number.
+uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Snapshot& snap, Norms& norms,
+                           const roaring_bitmap_t* keep, std::span<const roaring_bitmap_t* const> drop, TopK& top) {
+  const Segment& seg = *snap.segments[k].segment;
+  const uint32_t n = seg.doc_count();
+  const size_t words = (n + 63) / 64;
+  // Reused by every search on this thread. `acc` is all zeros between
+  // searches (the final scan zeroes what the postings touched), so a
+  // search does not pay for clearing a whole segment's worth of doubles.
+  static thread_local std::vector<double> acc;
+  static thread_local std::vector<uint64_t> seen, mask;
+  if (acc.size() < n) acc.resize(n, 0.0);
+  seen.assign(words, 0);
+  uint32_t buf[256];
+  for (const FlatTerm& t : flat) {
+    const int64_t ti = t.SegTerm(k);
     if (ti < 0) continue;
-    FieldNorms& norm = norms.field(a->field);
-    const double weight = a->weight, idf = a->idf[0];
-    const uint32_t* lens = seg.lengths(a->field);
-    TfArray tfs = seg.Tfs(a->field, static_cast<uint32_t>(ti));
+    const Alt& a = *t.alt;
+    FieldNorms& norm = norms.field(a.field);
+    const double weight = a.weight, idf = t.idf();
+    const uint32_t* lens = seg.lengths(a.field);
+    const TfArray tfs = seg.Tfs(a.field, static_cast<uint32_t>(ti));
+    const ConstBitmap postings = seg.Postings(a.field, static_cast<uint32_t>(ti));
     roaring_uint32_iterator_t it;
-    roaring_init_iterator(postings[ai], &it);
+    roaring_init_iterator(postings.get(), &it);
     uint32_t rank = 0;
     while (uint32_t got = roaring_read_uint32_iterator(&it, buf, 256)) {
-      for (uint32_t i = 0; i < got; ++i, ++rank)
-        acc[buf[i]] += weight * Bm25WithNorm(idf, tfs[rank], norm(lens[buf[i]]));
+      for (uint32_t i = 0; i < got; ++i, ++rank) {
+        const uint32_t d = buf[i];
+        acc[d] += weight * Bm25WithNorm(idf, tfs[rank], norm(lens[d]));
+        seen[d >> 6] |= uint64_t{1} << (d & 63);
+      }
     }
   }
-  roaring_uint32_iterator_t it;
-  roaring_init_iterator(final_bm, &it);
-  while (uint32_t got = roaring_read_uint32_iterator(&it, buf, 256)) {
-    for (uint32_t i = 0; i < got; ++i) {
-      const uint32_t d = buf[i];
-      if (acc[d] < top.threshold()) continue;
-      top.Offer(TopEntry{acc[d], static_cast<uint32_t>(k), d, seg.id(d)});
+  const bool restricted = keep != nullptr || !drop.empty();
+  if (restricted) {
+    mask.assign(words, keep == nullptr ? ~uint64_t{0} : 0);
+    if (keep != nullptr) ForEachDoc(keep, [&](uint32_t d) { mask[d >> 6] |= uint64_t{1} << (d & 63); });
+    for (const roaring_bitmap_t* x : drop) ForEachDoc(x, [&](uint32_t d) { mask[d >> 6] &= ~(uint64_t{1} << (d & 63)); });
+  }
+  uint64_t total = 0;
+  for (size_t w = 0; w < words; ++w) {
+    uint64_t bits = seen[w];
+    const uint64_t live = restricted ? bits & mask[w] : bits;
+    total += std::popcount(live);
+    for (; bits != 0; bits &= bits - 1) {
+      const uint32_t bit = std::countr_zero(bits);
+      const uint32_t d = static_cast<uint32_t>(w * 64) + bit;
+      const double score = acc[d];
+      acc[d] = 0;
+      if ((live >> bit & 1) != 0 && score >= top.threshold())
+        top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
     }
   }
+  return total;
 }
 
 }  // namespace
@@ -1397,12 +1470,15 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   // Relevance order only: a bounded top-k, with MaxScore for flat disjunctions.
   const bool by_score = sort.empty() || (sort.size() == 1 && sort[0].field == nullptr);
   TopK topk(want);
-  std::vector<const Alt*> flat;
+  std::vector<FlatTerm> flat;
   const bool use_maxscore = by_score && FlatTerms(**root, flat);
   std::vector<const Alt*> conj;
   const bool use_conjunction = by_score && !use_maxscore && ConjunctionTerms(**root, conj);
   const bool flat_has_not = use_maxscore && std::any_of((**root).clauses.begin(), (**root).clauses.end(),
                                                         [](const auto& c) { return c.first == Occur::kMustNot; });
+  // Many flat terms (an expansion) and no facets: term-at-a-time finds the
+  // matches itself, without the union Eval would build.
+  const bool accumulate = use_maxscore && flat.size() > kMaxScoreTerms && req.facets.empty();
   Norms norms(snap);
   for (size_t k = 0; k < snap.segments.size(); ++k) {
     const SegmentState& s = snap.segments[k];
@@ -1411,6 +1487,22 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     ev.s = &s;
     ev.node_bm.resize(comp.node_count());
     ev.alt_bm.resize(comp.node_count());
+    if (accumulate) {
+      std::vector<const roaring_bitmap_t*> drop;
+      if (s.deleted_count > 0) drop.push_back(s.deleted.get());
+      for (const auto& [occ, c] : (**root).clauses)
+        if (occ == Occur::kMustNot) drop.push_back(Eval(*c, k, ev));
+      SegEval fev;
+      const roaring_bitmap_t* keep = nullptr;
+      if (filter) {
+        fev.s = &s;
+        fev.node_bm.resize(filter_nodes);
+        fev.alt_bm.resize(filter_nodes);
+        keep = Eval(*filter, k, fev);
+      }
+      result.total += AccumulateSegment(flat, k, snap, norms, keep, drop, topk);
+      continue;
+    }
     const roaring_bitmap_t* matches = Eval(**root, k, ev);
     // The final matches: the query's, restricted by the filter and deletes.
     const bool restricted = filter != nullptr || s.deleted_count > 0;
@@ -1446,7 +1538,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       // the flat terms reach is a match: no membership test per document.
       const roaring_bitmap_t* check = restricted || flat_has_not ? final_bm : nullptr;
       if (flat.size() > kMaxScoreTerms)
-        AccumulateSegment(flat, FlatPostings(**root, ev), k, snap, norms, final_bm, topk);
+        AccumulateSegment(flat, k, snap, norms, final_bm, {}, topk);  // final_bm: its matches, found for the facets
       else
         MaxScoreSegment(flat, k, snap, norms, check, topk);
       continue;
