@@ -1310,7 +1310,6 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
   static thread_local std::vector<uint64_t> seen, mask;
   if (acc.size() < n) acc.resize(n, 0.0);
   seen.assign(words, 0);
-  uint32_t buf[256];
   for (const FlatTerm& t : flat) {
     const int64_t ti = t.SegTerm(k);
     if (ti < 0) continue;
@@ -1319,17 +1318,11 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
     const double weight = a.weight, idf = t.idf();
     const uint32_t* lens = seg.lengths(a.field);
     const TfArray tfs = seg.Tfs(a.field, static_cast<uint32_t>(ti));
-    const ConstBitmap postings = seg.Postings(a.field, static_cast<uint32_t>(ti));
-    roaring_uint32_iterator_t it;
-    roaring_init_iterator(postings.get(), &it);
     uint32_t rank = 0;
-    while (uint32_t got = roaring_read_uint32_iterator(&it, buf, 256)) {
-      for (uint32_t i = 0; i < got; ++i, ++rank) {
-        const uint32_t d = buf[i];
-        acc[d] += weight * Bm25WithNorm(idf, tfs[rank], norm(lens[d]));
-        seen[d >> 6] |= uint64_t{1} << (d & 63);
-      }
-    }
+    seg.ForEachDoc(a.field, static_cast<uint32_t>(ti), [&](uint32_t d) {
+      acc[d] += weight * Bm25WithNorm(idf, tfs[rank++], norm(lens[d]));
+      seen[d >> 6] |= uint64_t{1} << (d & 63);
+    });
   }
   const bool restricted = keep != nullptr || !drop.empty();
   if (restricted) {

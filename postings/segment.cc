@@ -169,6 +169,35 @@ bool FrozenFastPathAgrees() {
   return agrees;
 }
 
+}  // namespace
+
+bool FrozenReaderAgrees() {
+  static const bool agrees = [] {
+    std::vector<std::vector<uint32_t>> cases = {{5}, {1, 2, 3}, {7, 8, 20, 21, 22}, {65536 * 3 + 1, 65536 * 4 - 1}};
+    std::vector<uint32_t> mixed;  // a run, an array and a bitset chunk, in that order
+    for (uint32_t v = 10; v < 3000; ++v) mixed.push_back(v);
+    for (uint32_t v = 65536; v < 65536 + 4000; v += 7) mixed.push_back(v);
+    for (uint32_t v = 2 * 65536; v < 3 * 65536; v += 3) mixed.push_back(v);
+    cases.push_back(mixed);
+    for (const auto& c : cases) {
+      Bitmap bm(roaring_bitmap_of_ptr(c.size(), c.data()));
+      roaring_bitmap_run_optimize(bm.get());
+      const size_t len = roaring_bitmap_frozen_size_in_bytes(bm.get());
+      std::vector<uint64_t> buf((len + 7) / 8 + 4);  // 32-byte aligned start below
+      char* at = reinterpret_cast<char*>(buf.data());
+      at += (32 - reinterpret_cast<uintptr_t>(at) % 32) % 32;
+      roaring_bitmap_frozen_serialize(bm.get(), at);
+      std::vector<uint32_t> read;
+      ForEachFrozen(at, len, [&](uint32_t v) { read.push_back(v); });
+      if (read != c) return false;
+    }
+    return true;
+  }();
+  return agrees;
+}
+
+namespace {
+
 // The skip table of a posting list: the byte offset into `positions` of
 // every kPostingBlock-th posting, found by skipping each block's tf
 // varints, up to the last block start only.

@@ -7,12 +7,14 @@
 
 #include <roaring/roaring.h>
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "common/status.h"
@@ -76,6 +78,64 @@ struct NumEntry {
 // single-container bitmaps (every batch term in fewer than 4097 documents)
 // are written directly, without building a bitmap.
 void AppendFrozenBitmap(std::string& out, std::span<const uint32_t> docs);
+
+// Whether ForEachFrozen reads this CRoaring's frozen layout exactly as the
+// library does: checked once per process on arrays, runs, bitsets and
+// several chunks (segment.cc), so that another library version falls back
+// to the library's view instead of misreading.
+bool FrozenReaderAgrees();
+
+// Calls f(value) for every value of a frozen roaring bitmap (written by
+// roaring_bitmap_frozen_serialize, `len` bytes at `buf`), in order, read
+// straight from its bytes: no view is built and nothing is allocated, which
+// matters to queries that read hundreds of short lists (a prefix's
+// expansion). The layout, from the end: u32 header (containers << 15 |
+// cookie), u8 type per container (1 bitset, 2 array, 3 run), u16 count per
+// container (bitset and array: cardinality - 1; run: runs), u16 key per
+// container; from the start, the containers' data in three zones: bitsets
+// (1024 u64 each), runs (u16 start, u16 length - 1), arrays (u16 each).
+template <typename F>
+void ForEachFrozen(const char* buf, size_t len, F&& f) {
+  uint32_t header;
+  std::memcpy(&header, buf + len - 4, 4);
+  const uint32_t n = header >> 15;
+  const uint8_t* types = reinterpret_cast<const uint8_t*>(buf + len - 4 - n);
+  const char* counts = buf + len - 4 - 3 * size_t{n};
+  const char* keys = counts - 2 * size_t{n};
+  auto u16 = [](const char* p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return uint32_t{v};
+  };
+  size_t bitsets = 0, run_bytes = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    bitsets += types[i] == 1;
+    if (types[i] == 3) run_bytes += 4 * size_t{u16(counts + 2 * i)};
+  }
+  const char* bitset_zone = buf;
+  const char* run_zone = buf + 8192 * bitsets;
+  const char* array_zone = run_zone + run_bytes;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t key = u16(keys + 2 * i) << 16, count = u16(counts + 2 * i);
+    if (types[i] == 2) {
+      for (uint32_t j = 0; j <= count; ++j) f(key | u16(array_zone + 2 * j));
+      array_zone += 2 * (size_t{count} + 1);
+    } else if (types[i] == 3) {
+      for (uint32_t r = 0; r < count; ++r) {
+        const uint32_t start = key | u16(run_zone + 4 * r), last = start + u16(run_zone + 4 * r + 2);
+        for (uint32_t v = start; v <= last; ++v) f(v);
+      }
+      run_zone += 4 * size_t{count};
+    } else {
+      for (uint32_t w = 0; w < 1024; ++w) {
+        uint64_t word;
+        std::memcpy(&word, bitset_zone + 8 * w, 8);
+        for (; word != 0; word &= word - 1) f(key | (w * 64 + static_cast<uint32_t>(std::countr_zero(word))));
+      }
+      bitset_zone += 8192;
+    }
+  }
+}
 
 // Term frequencies of one posting list, indexed by rank in the bitmap.
 struct TfArray {
@@ -280,6 +340,19 @@ class Segment {
   // First index whose term is >= `term`.
   uint32_t LowerBound(uint32_t f, std::string_view term) const;
   ConstBitmap Postings(uint32_t f, uint32_t i) const;
+  // Calls fn(doc) for every posting of term i, in order, without building
+  // a bitmap when it can (ForEachFrozen).
+  template <typename F>
+  void ForEachDoc(uint32_t f, uint32_t i, F&& fn) const {
+    const auto& e = entry(f, i);
+    if (FrozenReaderAgrees()) {
+      ForEachFrozen(base() + e.off, e.bitmap_len, fn);
+      return;
+    }
+    const ConstBitmap bm = Postings(f, i);
+    using Fn = std::remove_reference_t<F>;
+    roaring_iterate(bm.get(), [](uint32_t v, void* p) { (*static_cast<Fn*>(p))(v); return true; }, &fn);
+  }
   TfArray Tfs(uint32_t f, uint32_t i) const {
     const auto& e = entry(f, i);
     return TfArray{reinterpret_cast<const uint8_t*>(base() + e.off + e.bitmap_len), e.tf_width};
