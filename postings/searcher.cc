@@ -1331,6 +1331,7 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
     for (const roaring_bitmap_t* x : drop) ForEachDoc(x, [&](uint32_t d) { mask[d >> 6] &= ~(uint64_t{1} << (d & 63)); });
   }
   uint64_t total = 0;
+  double threshold = top.threshold();
   for (size_t w = 0; w < words; ++w) {
     uint64_t bits = seen[w];
     const uint64_t live = restricted ? bits & mask[w] : bits;
@@ -1340,8 +1341,10 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
       const uint32_t d = static_cast<uint32_t>(w * 64) + bit;
       const double score = acc[d];
       acc[d] = 0;
-      if ((live >> bit & 1) != 0 && score >= top.threshold())
+      if (score >= threshold && (live >> bit & 1) != 0) {
         top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
+        threshold = top.threshold();
+      }
     }
   }
   return total;
