@@ -69,6 +69,15 @@ TEST_CASE("segment round trip", "[postings]") {
   }
   auto bb = s.Postings(0, 1);
   CHECK(roaring_bitmap_get_cardinality(bb.get()) == 100);
+  for (uint32_t f = 0; f < 2; ++f) {
+    for (uint32_t i = 0; i < s.term_count(f); ++i) {
+      auto bm = s.Postings(f, i);
+      std::vector<uint32_t> want(roaring_bitmap_get_cardinality(bm.get())), got;
+      roaring_bitmap_to_uint32_array(bm.get(), want.data());
+      s.ForEachDoc(f, i, [&](uint32_t d) { got.push_back(d); });
+      CHECK(got == want);
+    }
+  }
   CHECK(s.lengths(0)[3] == 5);
   CHECK(s.lengths(1)[5] == 1);
   CHECK(s.lengths(1)[6] == 0);
@@ -251,6 +260,34 @@ TEST_CASE("frozen bitmaps are written exactly as CRoaring writes them", "[postin
     roaring_bitmap_frozen_serialize(bm.get(), lib.data());
     INFO("round " << round << " n " << n);
     REQUIRE(mine == "xyz" + lib);
+  }
+}
+
+TEST_CASE("frozen bitmaps are read in place exactly as CRoaring reads them", "[postings]") {
+  // The reader must agree on this library, or every query would take the
+  // slower fallback without anyone noticing.
+  REQUIRE(FrozenReaderAgrees());
+  uint32_t x = 777;
+  auto next = [&] { return x = x * 1103515245u + 12345u; };
+  for (int round = 0; round < 2000; ++round) {
+    // Arrays, runs and bitsets, alone and mixed over several chunks.
+    Bitmap bm = NewBitmap();
+    const int chunks = 1 + round % 4;
+    for (int c = 0; c < chunks; ++c) {
+      const uint32_t base = (next() % 8) * 65536;
+      const uint32_t kind = next() % 3, n = kind == 2 ? 5000 + next() % 20000 : 1 + next() % 3000;
+      for (uint32_t i = 0, d = base + next() % 100; i < n && d < base + 65536; ++i)
+        roaring_bitmap_add(bm.get(), kind == 1 ? d++ : (d += 1 + next() % (kind == 2 ? 4 : 40)));
+    }
+    roaring_bitmap_run_optimize(bm.get());
+    std::vector<uint32_t> want(roaring_bitmap_get_cardinality(bm.get()));
+    roaring_bitmap_to_uint32_array(bm.get(), want.data());
+    std::string buf(roaring_bitmap_frozen_size_in_bytes(bm.get()), '\0');
+    roaring_bitmap_frozen_serialize(bm.get(), buf.data());
+    std::vector<uint32_t> got;
+    ForEachFrozen(buf.data(), buf.size(), [&](uint32_t v) { got.push_back(v); });
+    INFO("round " << round);
+    REQUIRE(got == want);
   }
 }
 
