@@ -1318,11 +1318,13 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
     const double weight = a.weight, idf = t.idf();
     const uint32_t* lens = seg.lengths(a.field);
     const TfArray tfs = seg.Tfs(a.field, static_cast<uint32_t>(ti));
-    uint32_t rank = 0;
-    seg.ForEachDoc(a.field, static_cast<uint32_t>(ti), [&](uint32_t d) {
-      acc[d] += weight * Bm25WithNorm(idf, tfs[rank++], norm(lens[d]));
-      seen[d >> 6] |= uint64_t{1} << (d & 63);
-    });
+    // Captures by value: the stores cannot then alias what it reads (the
+    // compiler would reload weight and idf after every store otherwise).
+    seg.ForEachDoc(a.field, static_cast<uint32_t>(ti),
+                   [weight, idf, tfs, lens, &norm, sums = acc.data(), marks = seen.data(), rank = uint32_t{0}](uint32_t d) mutable {
+                     sums[d] += weight * Bm25WithNorm(idf, tfs[rank++], norm(lens[d]));
+                     marks[d >> 6] |= uint64_t{1} << (d & 63);
+                   });
   }
   const bool restricted = keep != nullptr || !drop.empty();
   if (restricted) {
