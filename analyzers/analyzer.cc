@@ -149,16 +149,22 @@ Status AnalyzerImpl::Run(std::string_view utf8, TokenSink& sink, bool icu_only) 
   auto emit_fast = [&](uint32_t start, uint32_t end, uint32_t flags) {
     if (!error.ok()) return;
     const std::string_view segment(utf8.data() + start, end - start);
-    std::string_view term;
+    // `term` never has its address taken, so it lives in registers: the
+    // callees write their results to `out` (two 8-byte stores), and a copy
+    // of a view stored that way, read back as one 16-byte load, would stall
+    // on store forwarding once per token (8% of the W2 index worker).
+    std::string_view term, out;
     if (flags & internal::kSegmentAscii) {
       term = (flags & internal::kSegmentHasUpper) ? normalizer.AsciiLower(segment) : segment;
     } else {
-      error = normalizer.Normalize(segment, fold, &term);
+      error = normalizer.Normalize(segment, fold, &out);
+      term = out;
       if (!error.ok() || term.empty()) return;
     }
     if (stemmer != nullptr) {
       bool is_stop = false;
-      error = stemmer->Stem(term, &is_stop, &term);
+      error = stemmer->Stem(term, &is_stop, &out);
+      term = out;
       if (!error.ok()) return;
       if (is_stop) {
         ++position;
