@@ -363,13 +363,15 @@ class PostingCursor {
  public:
   PostingCursor(const Segment& seg, uint32_t field, uint32_t ti) {
     bm_ = seg.Postings(field, ti);
-    blocks_ = seg.Blocks(field, ti);
+    blocks_ = seg.Blocks(field, ti, whole_);
     df_ = seg.entry(field, ti).doc_freq;
     nblocks_ = (df_ + kPostingBlock - 1) / kPostingBlock;
     tfs_ = seg.Tfs(field, ti);
     roaring_init_iterator(bm_.get(), &it_);
     LoadBlock(0);
   }
+  // The list's block maxima (valid while the cursor is).
+  const BlockMax* blocks() const { return blocks_; }
   bool valid() const { return rank_ < df_; }
   uint32_t doc() const { return buf_[rank_ - block_ * kPostingBlock]; }
   uint32_t rank() const { return rank_; }
@@ -417,6 +419,7 @@ class PostingCursor {
   ConstBitmap bm_;
   roaring_uint32_iterator_t it_;
   const BlockMax* blocks_;
+  BlockMax whole_;  // a short list's one block (Segment::Blocks)
   uint32_t df_, nblocks_;
   TfArray tfs_;
   uint32_t rank_ = 0;
@@ -969,7 +972,7 @@ void MaxScoreSegment(const std::vector<const Alt*>& alts, size_t k, const Snapsh
     t.idf = a.idf[0];
     t.norm = &norms.field(a.field);
     t.avg = t.norm->avglen();
-    t.blocks = seg.Blocks(a.field, static_cast<uint32_t>(ti));
+    t.blocks = t.cur->blocks();
     t.lens = seg.lengths(a.field);
     t.order = o;
     t.ub = 0;
@@ -1114,7 +1117,7 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     t.norm = &norms.field(a->field);
     t.avg = t.norm->avglen();
     t.lens = seg.lengths(a->field);
-    t.blocks = seg.Blocks(a->field, static_cast<uint32_t>(ti));
+    t.blocks = t.cur->blocks();
     t.min_len = seg.entry(a->field, static_cast<uint32_t>(ti)).whole.min_len;  // a copy: the entry is packed
     ts.push_back(std::move(t));
   }

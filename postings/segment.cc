@@ -1,12 +1,13 @@
 // Segment file encoder and reader.
 //
-// Segment file format, version 3 (all integers little-endian; every section
+// Segment file format, version 4 (all integers little-endian; every section
 // and every frozen roaring bitmap starts at a 32-byte aligned offset, which
-// frozen views require; a term's other arrays follow its bitmap unaligned):
+// frozen views require; posting lists are otherwise unaligned):
 //
 //   Header, 64 bytes:
 //     0  char[8] magic "CVDSEG01"
-//     8  u32 format version (3; 2 had 56-byte term entries and a skip
+//     8  u32 format version (4; 3 had a 40-byte entry per term and a
+//            frozen bitmap for every list, 2 56-byte entries and a skip
 //            table and block maxima for every term, 1 no pair sections)
 //    12  u32 roaring tag (major*10000 + minor*100 + revision of CRoaring that
 //            wrote the frozen bitmaps; a different one is "unknown")
@@ -19,21 +20,31 @@
 //   Per text field (definition order of text fields, sorted by path):
 //     u32 lengths[doc_count]          tokens of each document in the field
 //     u32 term_offsets[T + 1], blob   the T terms, sorted bytewise
-//     TermEntry[T] (40 bytes each, see segment.h)
-//     per term: frozen roaring bitmap of doc numbers (aligned); term
-//     frequencies (u8 each if all < 256, else u32) in bitmap order;
-//     positions: per posting, tf varints of position deltas (first delta
-//     from 0); if the list has more than one block of 64 postings: skip
-//     table, u32 per block, the byte offset of the block's first posting
-//     in the positions, and BlockMax[blocks] {u32 last_doc, u32 max_tf,
-//     u32 min_len, u32 0} (one block: TermEntry.whole is its BlockMax).
+//     u64 list_offsets[T]             where each term's posting list starts
+//     per term, its posting list (unaligned, back to back):
+//       header, varints: doc_freq, pos_len, max_tf, min_len (the smallest
+//         field length among its documents), last_doc, and for a long list
+//         (doc_freq > 64) bitmap_len;
+//       term frequencies in doc order, u8 each if max_tf < 256, else u32;
+//       positions (pos_len bytes): per posting, tf varints of position
+//         deltas (the first from 0);
+//       short list (doc_freq <= 64, one block; most terms): the doc numbers
+//         as varints, the first absolute, then deltas;
+//       long list: skip table, u32 per block of 64 postings, the byte
+//         offset of the block's first posting in the positions;
+//         BlockMax[blocks] {u32 last_doc, u32 max_tf, u32 min_len, u32 0};
+//         zeros to the next 32-byte boundary; the frozen roaring bitmap of
+//         the doc numbers (bitmap_len bytes).
+//     A short list costs no alignment, no bitmap header and no fixed-size
+//     entry: W3's many-fields batches have ~950k lists of ~2.6 postings,
+//     and format 3 spent 40 + ~16 + 9 bytes on each of them.
 //     The common-word pair section (format in pairs.h).
 //   Per numeric (number/date) field: f64 column[doc_count] (the document's
 //     smallest value, NaN when it has none); NumEntry[m] {f64 value, u32 doc,
 //     u32 0} sorted by (value, doc), one per value of every document.
 //   Directory: u64 ids_offsets_off, u64 ids_blob_off; per text field
 //     {u64 lengths_off, u64 sum_len, u32 docs_with_tokens, u32 term_count,
-//      u64 term_offsets_off, u64 term_blob_off, u64 entries_off,
+//      u64 term_offsets_off, u64 term_blob_off, u64 list_offsets_off,
 //      u64 pairs_off (the field's common-word pair section, pairs.h)};
 //     per numeric field {u64 column_off, u64 sorted_off, u64 sorted_count}.
 //   Footer, 16 bytes: u64 Checksum64 of every byte before it, char[8] "CVDSEGND".
@@ -42,6 +53,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 namespace corvid::postings {
@@ -184,6 +196,127 @@ void AppendSkipTable(std::string& out, std::span<const uint32_t> tfs, const uint
   }
 }
 
+// A posting list's header (segment format above), the list starting at
+// file offset `list_off`, at `p`; `end` bounds the reads. Returns false,
+// leaving *e partly set, if a varint runs past `end`.
+bool DecodeHeaderBounded(const uint8_t* p, const uint8_t* end, uint64_t list_off, TermEntry* e) {
+  const uint8_t* start = p;
+  uint32_t v[6] = {0, 0, 0, 0, 0, 0};
+  for (int k = 0; k < 6; ++k) {
+    if (k == 5 && v[0] <= kShortList) break;
+    uint32_t r = 0;
+    for (int shift = 0;; shift += 7) {
+      if (p == end || shift > 28) return false;
+      r |= static_cast<uint32_t>(*p & 0x7f) << shift;
+      if ((*p++ & 0x80) == 0) break;
+    }
+    v[k] = r;
+  }
+  e->doc_freq = v[0];
+  e->pos_len = v[1];
+  e->tf_width = v[2] < 256 ? 1 : 4;
+  e->bitmap_len = v[5];
+  e->whole = BlockMax{v[4], v[2], v[3], 0};
+  e->tfs_off = list_off + static_cast<uint64_t>(p - start);
+  return true;
+}
+
+// The same for a header Open has checked: straight-line varint decodes
+// (queries decode a header per term and segment, often several times).
+inline void DecodeHeader(const uint8_t* p, uint64_t list_off, TermEntry* e) {
+  const uint8_t* start = p;
+  uint32_t max_tf, min_len, last_doc;
+  p = GetVarint(p, &e->doc_freq);
+  p = GetVarint(p, &e->pos_len);
+  p = GetVarint(p, &max_tf);
+  p = GetVarint(p, &min_len);
+  p = GetVarint(p, &last_doc);
+  e->bitmap_len = 0;
+  if (e->doc_freq > kShortList) p = GetVarint(p, &e->bitmap_len);
+  e->tf_width = max_tf < 256 ? 1 : 4;
+  e->whole = BlockMax{last_doc, max_tf, min_len, 0};
+  e->tfs_off = list_off + static_cast<uint64_t>(p - start);
+}
+
+// Where a long list's frozen bitmap starts: after its skip table and block
+// maxima, at the next 32-byte boundary.
+uint64_t BitmapOffset(const TermEntry& e) {
+  const uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
+  const uint64_t tables_end =
+      e.tfs_off + uint64_t{e.doc_freq} * e.tf_width + e.pos_len + (4 + sizeof(BlockMax)) * blocks;
+  return (tables_end + 31) / 32 * 32;
+}
+
+// Decodes n doc numbers of a short list from p, the first a delta from
+// `prev`, which becomes the last doc decoded; returns the next varint.
+const uint8_t* DecodeShortDocs(const uint8_t* p, uint32_t n, uint32_t& prev, uint32_t* out) {
+  for (uint32_t k = 0; k < n; ++k) {
+    uint32_t delta;
+    p = GetVarint(p, &delta);
+    prev += delta;
+    out[k] = prev;
+  }
+  return p;
+}
+
+// Whether the list at `off` lies within the first `size` bytes of the file
+// at `b`: its header, arrays and bitmap (a short list's doc varints are at
+// least doc_freq bytes).
+bool CheckList(const char* b, uint64_t size, uint64_t off) {
+  if (off >= size) return false;
+  TermEntry e;
+  const auto* base = reinterpret_cast<const uint8_t*>(b);
+  if (!DecodeHeaderBounded(base + off, base + size, off, &e) || e.doc_freq == 0) return false;
+  const uint64_t arrays = uint64_t{e.doc_freq} * e.tf_width + e.pos_len;
+  if (e.doc_freq <= kShortList) return e.tfs_off + arrays + e.doc_freq <= size;
+  const uint64_t bm = BitmapOffset(e);
+  return e.bitmap_len > 0 && bm <= size && e.bitmap_len <= size - bm;
+}
+
+// A roaring bitmap of `docs` (ascending, no repeats) in one allocation,
+// laid out as roaring_bitmap_frozen_view lays out a view (bitmap, container
+// pointers, array containers, then keys, typecodes and the values
+// themselves) and flagged frozen, so that roaring_bitmap_free frees it
+// with one free() and the library never modifies it. A short list's
+// Postings costs one malloc this way, as a frozen view of a bitmap in the
+// file did; a bitmap built value by value cost four. Reads CRoaring's
+// structs, like RankCursor: segments are tied to the CRoaring version.
+const roaring_bitmap_t* ArrayBitmap(std::span<const uint32_t> docs) {
+  int32_t chunks = 0;
+  for (size_t i = 0; i < docs.size(); ++i) chunks += i == 0 || (docs[i] >> 16) != (docs[i - 1] >> 16);
+  const auto c = static_cast<size_t>(chunks);
+  const size_t head = sizeof(roaring_bitmap_t) + c * sizeof(void*) + c * sizeof(array_container_t);
+  char* arena = static_cast<char*>(std::malloc(head + 2 * c + c + 2 * docs.size() + 1));
+  if (arena == nullptr) return nullptr;
+  auto* bm = reinterpret_cast<roaring_bitmap_t*>(arena);
+  auto** containers = reinterpret_cast<void**>(arena + sizeof(roaring_bitmap_t));
+  auto* arrays = reinterpret_cast<array_container_t*>(arena + sizeof(roaring_bitmap_t) + c * sizeof(void*));
+  auto* keys = reinterpret_cast<uint16_t*>(arena + head);
+  auto* values = keys + c;
+  auto* typecodes = reinterpret_cast<uint8_t*>(values + docs.size());
+  roaring_array_t& ra = bm->high_low_container;
+  ra.size = ra.allocation_size = chunks;
+  ra.containers = containers;
+  ra.keys = keys;
+  ra.typecodes = typecodes;
+  ra.flags = ROARING_FLAG_FROZEN;
+  size_t k = 0;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    values[i] = static_cast<uint16_t>(docs[i]);
+    if (i > 0 && (docs[i] >> 16) == (docs[i - 1] >> 16)) {
+      ++arrays[k - 1].cardinality;
+      continue;
+    }
+    keys[k] = static_cast<uint16_t>(docs[i] >> 16);
+    typecodes[k] = ARRAY_CONTAINER_TYPE_CODE;
+    arrays[k] = array_container_t{1, 0, values + i};
+    containers[k] = &arrays[k];
+    ++k;
+  }
+  for (size_t j = 0; j < c; ++j) arrays[j].capacity = arrays[j].cardinality;
+  return bm;
+}
+
 }  // namespace
 
 void AppendFrozenBitmap(std::string& out, std::span<const uint32_t> docs) {
@@ -221,6 +354,7 @@ void SegmentBuilder::ReleaseBuffers() {
   scratch_ = Lists();
   std::vector<uint8_t>().swap(common_of_);
   std::vector<BlockMax>().swap(blocks_);
+  std::string().swap(bitmap_);
 }
 
 size_t SegmentBuilder::RetainedBytes() const {
@@ -235,7 +369,7 @@ size_t SegmentBuilder::RetainedBytes() const {
   for (const auto& id : ids_) bytes += id.capacity() > 15 ? id.capacity() : 0;
   bytes += sizeof(std::string) * ids_.capacity() + 4 * count_buf_.capacity() + 8 * sort_buf_.capacity() +
            scratch_.pos.capacity() + 4 * (scratch_.docs.capacity() + scratch_.tfs.capacity()) +
-           sizeof(BlockMax) * blocks_.capacity();
+           sizeof(BlockMax) * blocks_.capacity() + bitmap_.capacity();
   bytes += common_of_.capacity();
   for (const auto& l : lengths_) bytes += 4 * l.capacity();
   for (const auto& c : columns_) bytes += 8 * c.capacity();
@@ -533,25 +667,22 @@ void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, double v) {
 
 namespace {
 
-// Appends one term's posting list (aligned frozen bitmap, tfs, positions,
-// skip table, block maxima) to `out` and describes it in `e`.
-void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<const uint32_t> tfs, std::string_view pos,
-                const uint32_t* lens, std::vector<BlockMax>& blocks, TermEntry& e) {
-  Align(out);  // frozen views need 32-byte alignment; the rest is unaligned
-  e.off = out.size();
-  AppendFrozenBitmap(out, docs);
-  e.bitmap_len = static_cast<uint32_t>(out.size() - e.off);
-  e.doc_freq = static_cast<uint32_t>(docs.size());
-  const uint32_t max_tf = *std::max_element(tfs.begin(), tfs.end());
-  e.tf_width = max_tf < 256 ? 1 : 4;
-  if (e.tf_width == 1) {
-    const size_t at_tf = out.size();
-    out.resize(at_tf + tfs.size());
-    char* q = out.data() + at_tf;
-    for (uint32_t tf : tfs) *q++ = static_cast<char>(tf);
-  } else {
-    PutArray(out, tfs.data(), tfs.size());
+// Writes v as a varint at p; returns the byte after it (at most 5 written).
+inline char* PutVarintTo(char* p, uint32_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>(v | 0x80);
+    v >>= 7;
   }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+
+// Appends one term's posting list (header, tfs, positions, then the doc
+// numbers as varints or the skip table, block maxima and aligned frozen
+// bitmap) to `out`; `bitmap` is scratch for a long list's bitmap.
+void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<const uint32_t> tfs, std::string_view pos,
+                const uint32_t* lens, std::vector<BlockMax>& blocks, std::string& bitmap) {
+  const auto df = static_cast<uint32_t>(docs.size());
   blocks.clear();
   for (size_t i = 0; i < docs.size(); ++i) {
     if (i % kPostingBlock == 0) blocks.push_back(BlockMax{0, 0, std::numeric_limits<uint32_t>::max(), 0});
@@ -560,14 +691,49 @@ void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<cons
     b.max_tf = std::max(b.max_tf, tfs[i]);
     b.min_len = std::min(b.min_len, lens[docs[i]]);
   }
-  e.whole = BlockMax{docs.back(), max_tf, std::numeric_limits<uint32_t>::max(), 0};
-  for (const BlockMax& b : blocks) e.whole.min_len = std::min(e.whole.min_len, b.min_len);
-  e.pos_len = static_cast<uint32_t>(pos.size());
-  out += pos;
-  if (blocks.size() > 1) {
-    AppendSkipTable(out, tfs, reinterpret_cast<const uint8_t*>(pos.data()));
-    PutArray(out, blocks.data(), blocks.size());
+  uint32_t max_tf = 0, min_len = std::numeric_limits<uint32_t>::max();
+  for (const BlockMax& b : blocks) {
+    max_tf = std::max(max_tf, b.max_tf);
+    min_len = std::min(min_len, b.min_len);
   }
+  const bool is_short = df <= kShortList;
+  char header[30];
+  char* h = header;
+  h = PutVarintTo(h, df);
+  h = PutVarintTo(h, static_cast<uint32_t>(pos.size()));
+  h = PutVarintTo(h, max_tf);
+  h = PutVarintTo(h, min_len);
+  h = PutVarintTo(h, docs.back());
+  if (!is_short) {
+    bitmap.clear();
+    AppendFrozenBitmap(bitmap, docs);
+    h = PutVarintTo(h, static_cast<uint32_t>(bitmap.size()));
+  }
+  out.append(header, h);
+  if (max_tf < 256) {
+    const size_t at_tf = out.size();
+    out.resize(at_tf + tfs.size());
+    char* q = out.data() + at_tf;
+    for (uint32_t tf : tfs) *q++ = static_cast<char>(tf);
+  } else {
+    PutArray(out, tfs.data(), tfs.size());
+  }
+  out += pos;
+  if (is_short) {
+    char buf[5 * kShortList];
+    char* q = buf;
+    uint32_t prev = 0;
+    for (uint32_t d : docs) {
+      q = PutVarintTo(q, d - prev);
+      prev = d;
+    }
+    out.append(buf, q);
+    return;
+  }
+  AppendSkipTable(out, tfs, reinterpret_cast<const uint8_t*>(pos.data()));
+  PutArray(out, blocks.data(), blocks.size());
+  Align(out);  // frozen views need 32-byte alignment
+  out += bitmap;
 }
 
 }  // namespace
@@ -620,16 +786,15 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   uint64_t term_blob_off = out.size();
   for (uint32_t t : sorted) out += fb.Name(t);
   Align(out);
-  uint64_t entries_off = out.size();
-  out.append(static_cast<size_t>(nt) * sizeof(TermEntry), '\0');
-  Align(out);
+  uint64_t list_offs_off = out.size();
+  out.append(static_cast<size_t>(nt) * 8, '\0');
   std::vector<uint32_t> dfs(nt);
   for (uint32_t ti = 0; ti < nt; ++ti) {
     const Lists& l = lists(sorted[ti]);
-    TermEntry e{};
-    EncodeTerm(out, l.docs, l.tfs, l.pos, lens.data(), blocks_, e);
-    dfs[ti] = e.doc_freq;
-    std::memcpy(out.data() + entries_off + ti * sizeof(TermEntry), &e, sizeof(e));
+    const uint64_t off = out.size();
+    std::memcpy(out.data() + list_offs_off + 8 * uint64_t{ti}, &off, 8);
+    EncodeTerm(out, l.docs, l.tfs, l.pos, lens.data(), blocks_, bitmap_);
+    dfs[ti] = static_cast<uint32_t>(l.docs.size());
   }
   PutFixed<uint64_t>(dir, lengths_off);
   PutFixed<uint64_t>(dir, sum_len);
@@ -637,7 +802,7 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   PutFixed<uint32_t>(dir, nt);
   PutFixed<uint64_t>(dir, term_offs_off);
   PutFixed<uint64_t>(dir, term_blob_off);
-  PutFixed<uint64_t>(dir, entries_off);
+  PutFixed<uint64_t>(dir, list_offs_off);
   const std::vector<uint32_t> common = ChooseCommonTerms(dfs, doc_count());
   std::vector<PairList> pairs;
   if (from_log) {
@@ -684,13 +849,14 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
     for (size_t f = 0; f < text_.size(); ++f) {
       est += 4 * n + 96;
       const FieldBuild& fb = text_[f];
-      // Per term: offset, entry, alignment, bitmap headers, one skip and
-      // block entry; per posting at most 2 bytes of bitmap, 4 of tf and
-      // 20/64 of skip and block tables; per token at most 5 position bytes.
-      est += fb.names.size() + fb.term_count() * (4 + sizeof(TermEntry) + 32 + 64 + 4 + sizeof(BlockMax));
-      est += fb.log.size() * (5 + 2 + 4 + 1);
+      // Per term: name offset, list offset, header, alignment, bitmap
+      // headers, one skip and block entry; per posting at most 5 bytes of
+      // doc number, 4 of tf and 20/64 of skip and block tables; per token
+      // at most 5 position bytes.
+      est += fb.names.size() + fb.term_count() * (4 + 8 + 30 + 32 + 64 + 4 + sizeof(BlockMax));
+      est += fb.log.size() * (5 + 5 + 4 + 1);
       for (const auto& l : fb.lists)
-        if (l) est += l->pos.size() + l->docs.size() * (2 + 4 + 1) + 16 * (l->docs.size() / 4096 + 2);
+        if (l) est += l->pos.size() + l->docs.size() * (5 + 4 + 1) + 16 * (l->docs.size() / 4096 + 2);
     }
     for (size_t s = 0; s < columns_.size(); ++s) est += 8 * n + sizeof(NumEntry) * numbers_[s].size() + 96;
     est += 64 * (text_.size() + columns_.size()) + 1024;
@@ -769,23 +935,17 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     uint64_t lo = GetFixed<uint64_t>(d);
     t.term_count = GetFixed<uint32_t>(d + 20);
     uint64_t to = GetFixed<uint64_t>(d + 24), tb = GetFixed<uint64_t>(d + 32), te = GetFixed<uint64_t>(d + 40);
-    if (!in(lo, 4 * n) || !in(to, 4 * (uint64_t{t.term_count} + 1)) || !in(te, sizeof(TermEntry) * uint64_t{t.term_count}) ||
+    if (!in(lo, 4 * n) || !in(to, 4 * (uint64_t{t.term_count} + 1)) || !in(te, 8 * uint64_t{t.term_count}) ||
         lo % 32 != 0 || to % 32 != 0 || te % 32 != 0)
       return bad("text field out of bounds");
     t.lengths = reinterpret_cast<const uint32_t*>(b + lo);
     t.offs = reinterpret_cast<const uint32_t*>(b + to);
     if (!in(tb, t.offs[t.term_count])) return bad("terms out of bounds");
     t.blob = b + tb;
-    t.entries = reinterpret_cast<const TermEntry*>(b + te);
+    t.list_offs = reinterpret_cast<const uint64_t*>(b + te);
     if (!t.pairs.Parse(b, size - 16, GetFixed<uint64_t>(d + 48), t.term_count)) return bad("pair section out of bounds");
-    for (uint32_t i = 0; i < t.term_count; ++i) {
-      const TermEntry& e = t.entries[i];
-      const uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
-      const uint64_t bytes = uint64_t{e.bitmap_len} + uint64_t{e.doc_freq} * e.tf_width + e.pos_len +
-                             (blocks > 1 ? (4 + sizeof(BlockMax)) * blocks : 0);
-      if (e.off % 32 != 0 || (e.tf_width != 1 && e.tf_width != 4) || e.doc_freq == 0 || !in(e.off, bytes))
-        return bad("posting list out of bounds");
-    }
+    for (uint32_t i = 0; i < t.term_count; ++i)
+      if (!CheckList(b, size - 16, t.list_offs[i])) return bad("posting list out of bounds");
     s->text_.push_back(t);
   }
   for (uint32_t f = 0; f < numeric_fields; ++f, d += kNumericDirBytes) {
@@ -816,9 +976,40 @@ uint32_t Segment::LowerBound(uint32_t f, std::string_view term) const {
   return lo;
 }
 
+TermEntry Segment::entry(uint32_t f, uint32_t i) const {
+  const uint64_t off = text_[f].list_offs[i];
+  TermEntry e;
+  DecodeHeader(reinterpret_cast<const uint8_t*>(base() + off), off, &e);  // checked by Open
+  return e;
+}
+
 ConstBitmap Segment::Postings(uint32_t f, uint32_t i) const {
-  const TermEntry& e = entry(f, i);
-  return ConstBitmap(roaring_bitmap_frozen_view(base() + e.off, e.bitmap_len));
+  const TermEntry e = entry(f, i);
+  if (e.bitmap_len > 0) return ConstBitmap(roaring_bitmap_frozen_view(base() + BitmapOffset(e), e.bitmap_len));
+  uint32_t docs[kShortList];
+  uint32_t prev = 0;
+  DecodeShortDocs(PositionsStart(e) + e.pos_len, e.doc_freq, prev, docs);
+  return ConstBitmap(ArrayBitmap(std::span<const uint32_t>(docs, e.doc_freq)));
+}
+
+DocReader::DocReader(const Segment& seg, uint32_t f, uint32_t i) {
+  const TermEntry e = seg.entry(f, i);
+  doc_freq_ = e.doc_freq;
+  if (e.bitmap_len == 0) {
+    next_ = seg.PositionsStart(e) + e.pos_len;
+    left_ = e.doc_freq;
+    return;
+  }
+  bm_.reset(roaring_bitmap_frozen_view(seg.base() + BitmapOffset(e), e.bitmap_len));
+  roaring_init_iterator(bm_.get(), &it_);
+}
+
+uint32_t DocReader::Read(uint32_t* out, uint32_t n) {
+  if (bm_) return roaring_read_uint32_iterator(&it_, out, n);
+  const uint32_t got = std::min(n, left_);
+  next_ = DecodeShortDocs(next_, got, prev_, out);
+  left_ -= got;
+  return got;
 }
 
 void Segment::Positions(uint32_t f, uint32_t i, uint32_t rank, std::vector<uint32_t>& out) const {
