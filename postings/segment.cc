@@ -28,8 +28,11 @@
 //       term frequencies in doc order, u8 each if max_tf < 256, else u32;
 //       positions (pos_len bytes): per posting, tf varints of position
 //         deltas (the first from 0);
-//       short list (doc_freq <= 64, one block; most terms): the doc numbers
-//         as varints, the first absolute, then deltas;
+//       short list (doc_freq <= 64, one block; most terms): the doc
+//         numbers by chunks of equal high 16 bits: varint chunk count, per
+//         chunk varints (high 16 bits, postings in it); a zero byte if
+//         needed to reach an even file offset; u16 low 16 bits per doc
+//         (Segment::Postings points roaring array containers at them);
 //       long list: skip table, u32 per block of 64 postings, the byte
 //         offset of the block's first posting in the positions;
 //         BlockMax[blocks] {u32 last_doc, u32 max_tf, u32 min_len, u32 0};
@@ -247,16 +250,22 @@ uint64_t BitmapOffset(const TermEntry& e) {
   return (tables_end + 31) / 32 * 32;
 }
 
-// Decodes n doc numbers of a short list from p, the first a delta from
-// `prev`, which becomes the last doc decoded; returns the next varint.
-const uint8_t* DecodeShortDocs(const uint8_t* p, uint32_t n, uint32_t& prev, uint32_t* out) {
-  for (uint32_t k = 0; k < n; ++k) {
-    uint32_t delta;
-    p = GetVarint(p, &delta);
-    prev += delta;
-    out[k] = prev;
-  }
-  return p;
+// A short list's doc numbers (format above): chunks of equal high 16
+// bits, each a (key, count) pair of varints, then the low 16 bits of every
+// doc number at an even file offset.
+struct ShortDocs {
+  uint32_t chunks;
+  const uint8_t* pairs;  // the (key, count) varints
+  const uint16_t* lows;
+};
+ShortDocs ParseShortDocs(const uint8_t* p, const char* file_base) {
+  ShortDocs d;
+  p = GetVarint(p, &d.chunks);
+  d.pairs = p;
+  p = SkipVarints(p, 2 * size_t{d.chunks});
+  p += (p - reinterpret_cast<const uint8_t*>(file_base)) % 2;
+  d.lows = reinterpret_cast<const uint16_t*>(p);
+  return d;
 }
 
 // Whether the list at `off` lies within the first `size` bytes of the file
@@ -268,52 +277,47 @@ bool CheckList(const char* b, uint64_t size, uint64_t off) {
   const auto* base = reinterpret_cast<const uint8_t*>(b);
   if (!DecodeHeaderBounded(base + off, base + size, off, &e) || e.doc_freq == 0) return false;
   const uint64_t arrays = uint64_t{e.doc_freq} * e.tf_width + e.pos_len;
-  if (e.doc_freq <= kShortList) return e.tfs_off + arrays + e.doc_freq <= size;
+  if (e.doc_freq <= kShortList) return e.tfs_off + arrays + 4 + 2 * uint64_t{e.doc_freq} <= size;
   const uint64_t bm = BitmapOffset(e);
   return e.bitmap_len > 0 && bm <= size && e.bitmap_len <= size - bm;
 }
 
-// A roaring bitmap of `docs` (ascending, no repeats) in one allocation,
-// laid out as roaring_bitmap_frozen_view lays out a view (bitmap, container
-// pointers, array containers, then keys, typecodes and the values
-// themselves) and flagged frozen, so that roaring_bitmap_free frees it
-// with one free() and the library never modifies it. A short list's
-// Postings costs one malloc this way, as a frozen view of a bitmap in the
-// file did; a bitmap built value by value cost four. Reads CRoaring's
-// structs, like RankCursor: segments are tied to the CRoaring version.
-const roaring_bitmap_t* ArrayBitmap(std::span<const uint32_t> docs) {
-  int32_t chunks = 0;
-  for (size_t i = 0; i < docs.size(); ++i) chunks += i == 0 || (docs[i] >> 16) != (docs[i - 1] >> 16);
-  const auto c = static_cast<size_t>(chunks);
-  const size_t head = sizeof(roaring_bitmap_t) + c * sizeof(void*) + c * sizeof(array_container_t);
-  char* arena = static_cast<char*>(std::malloc(head + 2 * c + c + 2 * docs.size() + 1));
+// A short list's doc numbers as a roaring bitmap in one allocation, laid
+// out as roaring_bitmap_frozen_view lays out a view (bitmap, container
+// pointers, array containers, keys, typecodes) whose arrays point at the
+// low halves in the file, and flagged frozen, so that roaring_bitmap_free
+// frees it with one free() and the library never writes to it. It costs
+// what a frozen view of a bitmap in the file did: one malloc, no copy.
+// Reads CRoaring's structs, like RankCursor: segments are tied to the
+// CRoaring version.
+const roaring_bitmap_t* ShortListBitmap(const ShortDocs& d) {
+  const size_t c = d.chunks;
+  const size_t head = sizeof(roaring_bitmap_t) + c * (sizeof(void*) + sizeof(array_container_t));
+  char* arena = static_cast<char*>(std::malloc(head + 3 * c));
   if (arena == nullptr) return nullptr;
   auto* bm = reinterpret_cast<roaring_bitmap_t*>(arena);
   auto** containers = reinterpret_cast<void**>(arena + sizeof(roaring_bitmap_t));
   auto* arrays = reinterpret_cast<array_container_t*>(arena + sizeof(roaring_bitmap_t) + c * sizeof(void*));
   auto* keys = reinterpret_cast<uint16_t*>(arena + head);
-  auto* values = keys + c;
-  auto* typecodes = reinterpret_cast<uint8_t*>(values + docs.size());
+  auto* typecodes = reinterpret_cast<uint8_t*>(keys + c);
   roaring_array_t& ra = bm->high_low_container;
-  ra.size = ra.allocation_size = chunks;
+  ra.size = ra.allocation_size = static_cast<int32_t>(c);
   ra.containers = containers;
   ra.keys = keys;
   ra.typecodes = typecodes;
   ra.flags = ROARING_FLAG_FROZEN;
-  size_t k = 0;
-  for (size_t i = 0; i < docs.size(); ++i) {
-    values[i] = static_cast<uint16_t>(docs[i]);
-    if (i > 0 && (docs[i] >> 16) == (docs[i - 1] >> 16)) {
-      ++arrays[k - 1].cardinality;
-      continue;
-    }
-    keys[k] = static_cast<uint16_t>(docs[i] >> 16);
+  const uint8_t* p = d.pairs;
+  const uint16_t* lows = d.lows;
+  for (size_t k = 0; k < c; ++k) {
+    uint32_t key, count;
+    p = GetVarint(p, &key);
+    p = GetVarint(p, &count);
+    keys[k] = static_cast<uint16_t>(key);
     typecodes[k] = ARRAY_CONTAINER_TYPE_CODE;
-    arrays[k] = array_container_t{1, 0, values + i};
+    arrays[k] = array_container_t{static_cast<int32_t>(count), static_cast<int32_t>(count), const_cast<uint16_t*>(lows)};
     containers[k] = &arrays[k];
-    ++k;
+    lows += count;
   }
-  for (size_t j = 0; j < c; ++j) arrays[j].capacity = arrays[j].cardinality;
   return bm;
 }
 
@@ -720,14 +724,25 @@ void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<cons
   }
   out += pos;
   if (is_short) {
-    char buf[5 * kShortList];
+    char buf[5 + 10 * kShortList];
     char* q = buf;
-    uint32_t prev = 0;
-    for (uint32_t d : docs) {
-      q = PutVarintTo(q, d - prev);
-      prev = d;
+    uint32_t chunks = 0;
+    for (size_t i = 0; i < docs.size(); ++i) chunks += i == 0 || (docs[i] >> 16) != (docs[i - 1] >> 16);
+    q = PutVarintTo(q, chunks);
+    for (size_t i = 0, start = 0; i < docs.size(); ++i) {
+      if (i + 1 < docs.size() && (docs[i + 1] >> 16) == (docs[i] >> 16)) continue;
+      q = PutVarintTo(q, docs[i] >> 16);
+      q = PutVarintTo(q, static_cast<uint32_t>(i + 1 - start));
+      start = i + 1;
     }
+    if ((out.size() + static_cast<size_t>(q - buf)) % 2 != 0) *q++ = '\0';  // the low halves are u16-aligned
     out.append(buf, q);
+    const size_t at = out.size();
+    out.resize(at + 2 * docs.size());
+    for (size_t i = 0; i < docs.size(); ++i) {
+      const auto low = static_cast<uint16_t>(docs[i]);
+      std::memcpy(out.data() + at + 2 * i, &low, 2);
+    }
     return;
   }
   AppendSkipTable(out, tfs, reinterpret_cast<const uint8_t*>(pos.data()));
@@ -986,18 +1001,16 @@ TermEntry Segment::entry(uint32_t f, uint32_t i) const {
 ConstBitmap Segment::Postings(uint32_t f, uint32_t i) const {
   const TermEntry e = entry(f, i);
   if (e.bitmap_len > 0) return ConstBitmap(roaring_bitmap_frozen_view(base() + BitmapOffset(e), e.bitmap_len));
-  uint32_t docs[kShortList];
-  uint32_t prev = 0;
-  DecodeShortDocs(PositionsStart(e) + e.pos_len, e.doc_freq, prev, docs);
-  return ConstBitmap(ArrayBitmap(std::span<const uint32_t>(docs, e.doc_freq)));
+  return ConstBitmap(ShortListBitmap(ParseShortDocs(PositionsStart(e) + e.pos_len, base())));
 }
 
 DocReader::DocReader(const Segment& seg, uint32_t f, uint32_t i) {
   const TermEntry e = seg.entry(f, i);
   doc_freq_ = e.doc_freq;
   if (e.bitmap_len == 0) {
-    next_ = seg.PositionsStart(e) + e.pos_len;
-    left_ = e.doc_freq;
+    const ShortDocs d = ParseShortDocs(seg.PositionsStart(e) + e.pos_len, seg.base());
+    pairs_ = d.pairs;
+    lows_ = d.lows;
     return;
   }
   bm_.reset(roaring_bitmap_frozen_view(seg.base() + BitmapOffset(e), e.bitmap_len));
@@ -1006,9 +1019,20 @@ DocReader::DocReader(const Segment& seg, uint32_t f, uint32_t i) {
 
 uint32_t DocReader::Read(uint32_t* out, uint32_t n) {
   if (bm_) return roaring_read_uint32_iterator(&it_, out, n);
-  const uint32_t got = std::min(n, left_);
-  next_ = DecodeShortDocs(next_, got, prev_, out);
-  left_ -= got;
+  uint32_t got = 0;
+  while (got < n && read_ < doc_freq_) {
+    if (in_chunk_ == 0) {
+      uint32_t key;
+      pairs_ = GetVarint(pairs_, &key);
+      pairs_ = GetVarint(pairs_, &in_chunk_);
+      high_ = key << 16;
+    }
+    const uint32_t k = std::min(n - got, in_chunk_);
+    for (uint32_t x = 0; x < k; ++x) out[got + x] = high_ | lows_[read_ + x];
+    got += k;
+    read_ += k;
+    in_chunk_ -= k;
+  }
   return got;
 }
 

@@ -27,7 +27,8 @@ inline constexpr uint32_t kSegmentFormatVersion = 4;
 inline constexpr uint32_t kRoaringTag = ROARING_VERSION_MAJOR * 10000 + ROARING_VERSION_MINOR * 100 + ROARING_VERSION_REVISION;
 inline constexpr uint32_t kPostingBlock = 64;  // postings per skip/block-max entry
 // A list of at most kPostingBlock postings (most terms of a segment) is
-// "short": its doc numbers are varints, not a frozen roaring bitmap.
+// "short": its doc numbers are 16-bit low halves by chunk, not a frozen
+// roaring bitmap (no alignment, no bitmap header; segment.cc).
 inline constexpr uint32_t kShortList = kPostingBlock;
 // A builder's field logs at most this many tokens (8 bytes each, plus as
 // much to sort them: 128 MB at most); beyond, the field moves its log to
@@ -56,7 +57,7 @@ struct BlockMax {
 // frequencies, tf_width bytes each, in doc order, at tfs_off; then the
 // positions (pos_len bytes: per posting, tf varints of position deltas,
 // the first from 0). Short lists (doc_freq <= kShortList) then have their
-// doc numbers as varints; longer ones a skip table (u32 per block of
+// doc numbers as chunk varints and u16 low halves; longer ones a skip table (u32 per block of
 // kPostingBlock postings: byte offset of its first posting in the
 // positions), BlockMax per block and a 32-byte aligned frozen roaring
 // bitmap of bitmap_len bytes. `whole` bounds the whole list (a short list
@@ -388,9 +389,11 @@ class DocReader {
 
  private:
   uint32_t doc_freq_ = 0;
-  // Short lists: the next varint, the postings left, the last doc read.
-  const uint8_t* next_ = nullptr;
-  uint32_t left_ = 0, prev_ = 0;
+  // Short lists: the next (key, count) varints, the low halves, how many
+  // were read, how many are left in the current chunk and its high bits.
+  const uint8_t* pairs_ = nullptr;
+  const uint16_t* lows_ = nullptr;
+  uint32_t read_ = 0, in_chunk_ = 0, high_ = 0;
   // Long lists.
   ConstBitmap bm_;
   roaring_uint32_iterator_t it_;
