@@ -403,9 +403,28 @@ const std::vector<uint32_t>& SegmentBuilder::SortedTerms(const FieldBuild& fb) c
     for (size_t b = 0; b < 8; ++b) key = key << 8 | (b < name.size() ? static_cast<uint8_t>(name[b]) : 0);
     fresh.push_back(Keyed{key, order[i]});
   }
-  std::sort(fresh.begin(), fresh.end(), [&](const Keyed& a, const Keyed& b) {
-    return a.key != b.key ? a.key < b.key : fb.Name(a.term) < fb.Name(b.term);
-  });
+  // By key: a stable LSD radix sort, a byte per pass (skipping bytes every
+  // key shares); then each run of equal keys by name. A comparison sort
+  // mispredicted about every other comparison, and when the index dropped
+  // the dictionary (W3's many fields outgrow kMaxRetainedBuilderBytes) most
+  // of a batch's terms are new.
+  std::vector<Keyed> tmp(fresh.size());
+  for (int shift = 0; shift < 64; shift += 8) {
+    size_t count[257] = {};
+    for (const Keyed& k : fresh) ++count[((k.key >> shift) & 0xFF) + 1];
+    if (std::find(count + 1, count + 257, fresh.size()) != count + 257) continue;
+    for (int b = 1; b < 257; ++b) count[b] += count[b - 1];
+    for (const Keyed& k : fresh) tmp[count[(k.key >> shift) & 0xFF]++] = k;
+    fresh.swap(tmp);
+  }
+  for (size_t i = 0; i < fresh.size();) {
+    size_t j = i + 1;
+    while (j < fresh.size() && fresh[j].key == fresh[i].key) ++j;
+    if (j - i > 1)
+      std::sort(fresh.begin() + static_cast<std::ptrdiff_t>(i), fresh.begin() + static_cast<std::ptrdiff_t>(j),
+                [&](const Keyed& a, const Keyed& b) { return fb.Name(a.term) < fb.Name(b.term); });
+    i = j;
+  }
   for (size_t i = 0; i < fresh.size(); ++i) order[old + i] = fresh[i].term;
   std::inplace_merge(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(old), order.end(),
                      [&](uint32_t a, uint32_t b) { return fb.Name(a) < fb.Name(b); });
