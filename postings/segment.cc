@@ -1026,6 +1026,7 @@ ConstBitmap Segment::Postings(uint32_t f, uint32_t i) const {
 DocReader::DocReader(const Segment& seg, uint32_t f, uint32_t i) {
   const TermEntry e = seg.entry(f, i);
   doc_freq_ = e.doc_freq;
+  tfs_ = seg.Tfs(e);
   if (e.bitmap_len == 0) {
     const ShortDocs d = ParseShortDocs(seg.PositionsStart(e) + e.pos_len, seg.base());
     pairs_ = d.pairs;

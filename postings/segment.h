@@ -386,9 +386,13 @@ class DocReader {
   uint32_t Read(uint32_t* out, uint32_t n);
   // The list's length (all postings, read or not).
   uint32_t doc_freq() const { return doc_freq_; }
+  // Its term frequencies by rank (the k-th doc number read has tfs()[k]),
+  // so that one header decode serves both.
+  TfArray tfs() const { return tfs_; }
 
  private:
   uint32_t doc_freq_ = 0;
+  TfArray tfs_;
   // Short lists: the next (key, count) varints, the low halves, how many
   // were read, how many are left in the current chunk and its high bits.
   const uint8_t* pairs_ = nullptr;

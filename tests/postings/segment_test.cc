@@ -282,6 +282,7 @@ TEST_CASE("posting lists read back alike on both sides of the short-list bound",
     for (uint32_t chunk : {1u, 7u, kShortList, 100000u}) {
       DocReader r(s, 0, i);
       CHECK(r.doc_freq() == w.docs.size());
+      for (uint32_t k = 0; k < w.docs.size(); ++k) REQUIRE(r.tfs()[k] == w.tfs[k]);
       std::vector<uint32_t> got, buf(chunk);
       while (uint32_t k = r.Read(buf.data(), chunk)) got.insert(got.end(), buf.begin(), buf.begin() + k);
       CHECK(got == w.docs);
