@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "postings/file_util.h"
+#include "postings/segment.h"  // AppendFrozenBitmap
 
 namespace corvid::postings {
 
@@ -177,12 +178,9 @@ uint64_t AppendPairSection(std::string& out, std::span<const uint32_t> common, s
   out.append(pairs.size() * sizeof(PairEntry), '\0');
   for (size_t i = 0; i < pairs.size(); ++i) {
     align(32);  // frozen views need 32-byte alignment
-    roaring_bitmap_t* bm = roaring_bitmap_of_ptr(pairs[i].docs.size(), pairs[i].docs.data());
-    roaring_bitmap_run_optimize(bm);
-    PairEntry e{pairs[i].first, pairs[i].second, static_cast<uint32_t>(roaring_bitmap_frozen_size_in_bytes(bm)), out.size()};
-    out.append(e.bitmap_len, '\0');
-    roaring_bitmap_frozen_serialize(bm, out.data() + e.bitmap_off);
-    roaring_bitmap_free(bm);
+    const uint64_t at = out.size();
+    AppendFrozenBitmap(out, pairs[i].docs);  // most pairs: written directly, no bitmap built
+    PairEntry e{pairs[i].first, pairs[i].second, static_cast<uint32_t>(out.size() - at), at};
     std::memcpy(out.data() + entries_at + i * sizeof(PairEntry), &e, sizeof e);
   }
   return start;

@@ -652,7 +652,7 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
       int64_t index = -1;
       size_t need_docs = 0, need_bytes = 0;  // upper bounds, for one allocation per array
       for (size_t k : at_min) {
-        const TermEntry& e = base->segments[which[k]].segment->entry(f, cursor[k]);
+        const TermEntry e = base->segments[which[k]].segment->entry(f, cursor[k]);
         need_docs += e.doc_freq;
         need_bytes += e.pos_len;
       }
@@ -663,13 +663,12 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
       for (size_t k : at_min) {
         const Segment& seg = *base->segments[which[k]].segment;
         const uint32_t ti = cursor[k]++;
-        const TermEntry& e = seg.entry(f, ti);
-        auto bm = seg.Postings(f, ti);
-        if (!bm) return Status::Corruption("bad bitmap in segment");
+        const TermEntry e = seg.entry(f, ti);
         docs.resize(e.doc_freq);
-        roaring_bitmap_to_uint32_array(bm.get(), docs.data());
-        TfArray tfs = seg.Tfs(f, ti);
-        const uint8_t* p = seg.PositionsStart(f, ti);
+        DocReader reader(seg, f, ti);
+        if (reader.Read(docs.data(), e.doc_freq) != e.doc_freq) return Status::Corruption("bad posting list in segment");
+        const TfArray tfs = seg.Tfs(e);
+        const uint8_t* p = seg.PositionsStart(e);
         const size_t pos_len = e.pos_len;
         out_tfs.resize(e.doc_freq);
         if (tfs.width == 1) {

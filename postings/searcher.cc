@@ -374,13 +374,15 @@ class PostingCursor {
  public:
   PostingCursor(const Segment& seg, uint32_t field, uint32_t ti) {
     bm_ = seg.Postings(field, ti);
-    blocks_ = seg.Blocks(field, ti);
+    blocks_ = seg.Blocks(field, ti, whole_);
     df_ = seg.entry(field, ti).doc_freq;
     nblocks_ = (df_ + kPostingBlock - 1) / kPostingBlock;
     tfs_ = seg.Tfs(field, ti);
     roaring_init_iterator(bm_.get(), &it_);
     LoadBlock(0);
   }
+  // The list's block maxima (valid while the cursor is).
+  const BlockMax* blocks() const { return blocks_; }
   bool valid() const { return rank_ < df_; }
   uint32_t doc() const { return buf_[rank_ - block_ * kPostingBlock]; }
   uint32_t rank() const { return rank_; }
@@ -428,6 +430,7 @@ class PostingCursor {
   ConstBitmap bm_;
   roaring_uint32_iterator_t it_;
   const BlockMax* blocks_;
+  BlockMax whole_;  // a short list's one block (Segment::Blocks)
   uint32_t df_, nblocks_;
   TfArray tfs_;
   uint32_t rank_ = 0;
@@ -1006,7 +1009,7 @@ void MaxScoreSegment(const std::vector<FlatTerm>& flat, size_t k, const Snapshot
     t.idf = flat[o].idf();
     t.norm = &norms.field(a.field);
     t.avg = t.norm->avglen();
-    t.blocks = seg.Blocks(a.field, static_cast<uint32_t>(ti));
+    t.blocks = t.cur->blocks();
     t.lens = seg.lengths(a.field);
     t.order = o;
     t.ub = 0;
@@ -1151,7 +1154,7 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     t.norm = &norms.field(a->field);
     t.avg = t.norm->avglen();
     t.lens = seg.lengths(a->field);
-    t.blocks = seg.Blocks(a->field, static_cast<uint32_t>(ti));
+    t.blocks = t.cur->blocks();
     t.min_len = seg.entry(a->field, static_cast<uint32_t>(ti)).whole.min_len;  // a copy: the entry is packed
     ts.push_back(std::move(t));
   }
@@ -1317,10 +1320,11 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
     FieldNorms& norm = norms.field(a.field);
     const double weight = a.weight, idf = t.idf();
     const uint32_t* lens = seg.lengths(a.field);
-    const TfArray tfs = seg.Tfs(a.field, static_cast<uint32_t>(ti));
+    const TermEntry e = seg.entry(a.field, static_cast<uint32_t>(ti));  // decoded once for both
+    const TfArray tfs = seg.Tfs(e);
     // Captures by value: the stores cannot then alias what it reads (the
     // compiler would reload weight and idf after every store otherwise).
-    seg.ForEachDoc(a.field, static_cast<uint32_t>(ti),
+    seg.ForEachDoc(e,
                    [weight, idf, tfs, lens, &norm, sums = acc.data(), marks = seen.data(), rank = uint32_t{0}](uint32_t d) mutable {
                      sums[d] += weight * Bm25WithNorm(idf, tfs[rank++], norm(lens[d]));
                      marks[d >> 6] |= uint64_t{1} << (d & 63);

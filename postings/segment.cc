@@ -1,12 +1,13 @@
 // Segment file encoder and reader.
 //
-// Segment file format, version 3 (all integers little-endian; every section
+// Segment file format, version 4 (all integers little-endian; every section
 // and every frozen roaring bitmap starts at a 32-byte aligned offset, which
-// frozen views require; a term's other arrays follow its bitmap unaligned):
+// frozen views require; posting lists are otherwise unaligned):
 //
 //   Header, 64 bytes:
 //     0  char[8] magic "CVDSEG01"
-//     8  u32 format version (3; 2 had 56-byte term entries and a skip
+//     8  u32 format version (4; 3 had a 40-byte entry per term and a
+//            frozen bitmap for every list, 2 56-byte entries and a skip
 //            table and block maxima for every term, 1 no pair sections)
 //    12  u32 roaring tag (major*10000 + minor*100 + revision of CRoaring that
 //            wrote the frozen bitmaps; a different one is "unknown")
@@ -19,21 +20,34 @@
 //   Per text field (definition order of text fields, sorted by path):
 //     u32 lengths[doc_count]          tokens of each document in the field
 //     u32 term_offsets[T + 1], blob   the T terms, sorted bytewise
-//     TermEntry[T] (40 bytes each, see segment.h)
-//     per term: frozen roaring bitmap of doc numbers (aligned); term
-//     frequencies (u8 each if all < 256, else u32) in bitmap order;
-//     positions: per posting, tf varints of position deltas (first delta
-//     from 0); if the list has more than one block of 64 postings: skip
-//     table, u32 per block, the byte offset of the block's first posting
-//     in the positions, and BlockMax[blocks] {u32 last_doc, u32 max_tf,
-//     u32 min_len, u32 0} (one block: TermEntry.whole is its BlockMax).
+//     u64 list_offsets[T]             where each term's posting list starts
+//     per term, its posting list (unaligned, back to back):
+//       header, varints: doc_freq, pos_len, max_tf, min_len (the smallest
+//         field length among its documents), last_doc, and for a long list
+//         (doc_freq > 64) bitmap_len;
+//       term frequencies in doc order, u8 each if max_tf < 256, else u32;
+//       positions (pos_len bytes): per posting, tf varints of position
+//         deltas (the first from 0);
+//       short list (doc_freq <= 64, one block; most terms): the doc
+//         numbers by chunks of equal high 16 bits: varint chunk count, per
+//         chunk varints (high 16 bits, postings in it); a zero byte if
+//         needed to reach an even file offset; u16 low 16 bits per doc
+//         (Segment::Postings points roaring array containers at them);
+//       long list: skip table, u32 per block of 64 postings, the byte
+//         offset of the block's first posting in the positions;
+//         BlockMax[blocks] {u32 last_doc, u32 max_tf, u32 min_len, u32 0};
+//         zeros to the next 32-byte boundary; the frozen roaring bitmap of
+//         the doc numbers (bitmap_len bytes).
+//     A short list costs no alignment, no bitmap header and no fixed-size
+//     entry: W3's many-fields batches have ~950k lists of ~2.6 postings,
+//     and format 3 spent 40 + ~16 + 9 bytes on each of them.
 //     The common-word pair section (format in pairs.h).
 //   Per numeric (number/date) field: f64 column[doc_count] (the document's
 //     smallest value, NaN when it has none); NumEntry[m] {f64 value, u32 doc,
 //     u32 0} sorted by (value, doc), one per value of every document.
 //   Directory: u64 ids_offsets_off, u64 ids_blob_off; per text field
 //     {u64 lengths_off, u64 sum_len, u32 docs_with_tokens, u32 term_count,
-//      u64 term_offsets_off, u64 term_blob_off, u64 entries_off,
+//      u64 term_offsets_off, u64 term_blob_off, u64 list_offsets_off,
 //      u64 pairs_off (the field's common-word pair section, pairs.h)};
 //     per numeric field {u64 column_off, u64 sorted_off, u64 sorted_count}.
 //   Footer, 16 bytes: u64 Checksum64 of every byte before it, char[8] "CVDSEGND".
@@ -42,6 +56,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 namespace corvid::postings {
@@ -213,6 +228,128 @@ void AppendSkipTable(std::string& out, std::span<const uint32_t> tfs, const uint
   }
 }
 
+// A posting list's header (segment format above), the list starting at
+// file offset `list_off`, at `p`; `end` bounds the reads. Returns false,
+// leaving *e partly set, if a varint runs past `end`.
+bool DecodeHeaderBounded(const uint8_t* p, const uint8_t* end, uint64_t list_off, TermEntry* e) {
+  const uint8_t* start = p;
+  uint32_t v[6] = {0, 0, 0, 0, 0, 0};
+  for (int k = 0; k < 6; ++k) {
+    if (k == 5 && v[0] <= kShortList) break;
+    uint32_t r = 0;
+    for (int shift = 0;; shift += 7) {
+      if (p == end || shift > 28) return false;
+      r |= static_cast<uint32_t>(*p & 0x7f) << shift;
+      if ((*p++ & 0x80) == 0) break;
+    }
+    v[k] = r;
+  }
+  e->doc_freq = v[0];
+  e->pos_len = v[1];
+  e->tf_width = v[2] < 256 ? 1 : 4;
+  e->bitmap_len = v[5];
+  e->whole = BlockMax{v[4], v[2], v[3], 0};
+  e->tfs_off = list_off + static_cast<uint64_t>(p - start);
+  return true;
+}
+
+// The same for a header Open has checked: straight-line varint decodes
+// (queries decode a header per term and segment, often several times).
+inline void DecodeHeader(const uint8_t* p, uint64_t list_off, TermEntry* e) {
+  const uint8_t* start = p;
+  uint32_t max_tf, min_len, last_doc;
+  p = GetVarint(p, &e->doc_freq);
+  p = GetVarint(p, &e->pos_len);
+  p = GetVarint(p, &max_tf);
+  p = GetVarint(p, &min_len);
+  p = GetVarint(p, &last_doc);
+  e->bitmap_len = 0;
+  if (e->doc_freq > kShortList) p = GetVarint(p, &e->bitmap_len);
+  e->tf_width = max_tf < 256 ? 1 : 4;
+  e->whole = BlockMax{last_doc, max_tf, min_len, 0};
+  e->tfs_off = list_off + static_cast<uint64_t>(p - start);
+}
+
+// Where a long list's frozen bitmap starts: after its skip table and block
+// maxima, at the next 32-byte boundary.
+uint64_t BitmapOffset(const TermEntry& e) {
+  const uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
+  const uint64_t tables_end =
+      e.tfs_off + uint64_t{e.doc_freq} * e.tf_width + e.pos_len + (4 + sizeof(BlockMax)) * blocks;
+  return (tables_end + 31) / 32 * 32;
+}
+
+// A short list's doc numbers (format above): chunks of equal high 16
+// bits, each a (key, count) pair of varints, then the low 16 bits of every
+// doc number at an even file offset.
+struct ShortDocs {
+  uint32_t chunks;
+  const uint8_t* pairs;  // the (key, count) varints
+  const uint16_t* lows;
+};
+ShortDocs ParseShortDocs(const uint8_t* p, const char* file_base) {
+  ShortDocs d;
+  p = GetVarint(p, &d.chunks);
+  d.pairs = p;
+  p = SkipVarints(p, 2 * size_t{d.chunks});
+  p += (p - reinterpret_cast<const uint8_t*>(file_base)) % 2;
+  d.lows = reinterpret_cast<const uint16_t*>(p);
+  return d;
+}
+
+// Whether the list at `off` lies within the first `size` bytes of the file
+// at `b`: its header, arrays and bitmap (a short list's doc varints are at
+// least doc_freq bytes).
+bool CheckList(const char* b, uint64_t size, uint64_t off) {
+  if (off >= size) return false;
+  TermEntry e;
+  const auto* base = reinterpret_cast<const uint8_t*>(b);
+  if (!DecodeHeaderBounded(base + off, base + size, off, &e) || e.doc_freq == 0) return false;
+  const uint64_t arrays = uint64_t{e.doc_freq} * e.tf_width + e.pos_len;
+  if (e.doc_freq <= kShortList) return e.tfs_off + arrays + 4 + 2 * uint64_t{e.doc_freq} <= size;
+  const uint64_t bm = BitmapOffset(e);
+  return e.bitmap_len > 0 && bm <= size && e.bitmap_len <= size - bm;
+}
+
+// A short list's doc numbers as a roaring bitmap in one allocation, laid
+// out as roaring_bitmap_frozen_view lays out a view (bitmap, container
+// pointers, array containers, keys, typecodes) whose arrays point at the
+// low halves in the file, and flagged frozen, so that roaring_bitmap_free
+// frees it with one free() and the library never writes to it. It costs
+// what a frozen view of a bitmap in the file did: one malloc, no copy.
+// Reads CRoaring's structs, like RankCursor: segments are tied to the
+// CRoaring version.
+const roaring_bitmap_t* ShortListBitmap(const ShortDocs& d) {
+  const size_t c = d.chunks;
+  const size_t head = sizeof(roaring_bitmap_t) + c * (sizeof(void*) + sizeof(array_container_t));
+  char* arena = static_cast<char*>(std::malloc(head + 3 * c));
+  if (arena == nullptr) return nullptr;
+  auto* bm = reinterpret_cast<roaring_bitmap_t*>(arena);
+  auto** containers = reinterpret_cast<void**>(arena + sizeof(roaring_bitmap_t));
+  auto* arrays = reinterpret_cast<array_container_t*>(arena + sizeof(roaring_bitmap_t) + c * sizeof(void*));
+  auto* keys = reinterpret_cast<uint16_t*>(arena + head);
+  auto* typecodes = reinterpret_cast<uint8_t*>(keys + c);
+  roaring_array_t& ra = bm->high_low_container;
+  ra.size = ra.allocation_size = static_cast<int32_t>(c);
+  ra.containers = containers;
+  ra.keys = keys;
+  ra.typecodes = typecodes;
+  ra.flags = ROARING_FLAG_FROZEN;
+  const uint8_t* p = d.pairs;
+  const uint16_t* lows = d.lows;
+  for (size_t k = 0; k < c; ++k) {
+    uint32_t key, count;
+    p = GetVarint(p, &key);
+    p = GetVarint(p, &count);
+    keys[k] = static_cast<uint16_t>(key);
+    typecodes[k] = ARRAY_CONTAINER_TYPE_CODE;
+    arrays[k] = array_container_t{static_cast<int32_t>(count), static_cast<int32_t>(count), const_cast<uint16_t*>(lows)};
+    containers[k] = &arrays[k];
+    lows += count;
+  }
+  return bm;
+}
+
 }  // namespace
 
 void AppendFrozenBitmap(std::string& out, std::span<const uint32_t> docs) {
@@ -250,6 +387,7 @@ void SegmentBuilder::ReleaseBuffers() {
   scratch_ = Lists();
   std::vector<uint8_t>().swap(common_of_);
   std::vector<BlockMax>().swap(blocks_);
+  std::string().swap(bitmap_);
 }
 
 size_t SegmentBuilder::RetainedBytes() const {
@@ -264,7 +402,7 @@ size_t SegmentBuilder::RetainedBytes() const {
   for (const auto& id : ids_) bytes += id.capacity() > 15 ? id.capacity() : 0;
   bytes += sizeof(std::string) * ids_.capacity() + 4 * count_buf_.capacity() + 8 * sort_buf_.capacity() +
            scratch_.pos.capacity() + 4 * (scratch_.docs.capacity() + scratch_.tfs.capacity()) +
-           sizeof(BlockMax) * blocks_.capacity();
+           sizeof(BlockMax) * blocks_.capacity() + bitmap_.capacity();
   bytes += common_of_.capacity();
   for (const auto& l : lengths_) bytes += 4 * l.capacity();
   for (const auto& c : columns_) bytes += 8 * c.capacity();
@@ -294,9 +432,28 @@ const std::vector<uint32_t>& SegmentBuilder::SortedTerms(const FieldBuild& fb) c
     for (size_t b = 0; b < 8; ++b) key = key << 8 | (b < name.size() ? static_cast<uint8_t>(name[b]) : 0);
     fresh.push_back(Keyed{key, order[i]});
   }
-  std::sort(fresh.begin(), fresh.end(), [&](const Keyed& a, const Keyed& b) {
-    return a.key != b.key ? a.key < b.key : fb.Name(a.term) < fb.Name(b.term);
-  });
+  // By key: a stable LSD radix sort, a byte per pass (skipping bytes every
+  // key shares); then each run of equal keys by name. A comparison sort
+  // mispredicted about every other comparison, and when the index dropped
+  // the dictionary (W3's many fields outgrow kMaxRetainedBuilderBytes) most
+  // of a batch's terms are new.
+  std::vector<Keyed> tmp(fresh.size());
+  for (int shift = 0; shift < 64; shift += 8) {
+    size_t count[257] = {};
+    for (const Keyed& k : fresh) ++count[((k.key >> shift) & 0xFF) + 1];
+    if (std::find(count + 1, count + 257, fresh.size()) != count + 257) continue;
+    for (int b = 1; b < 257; ++b) count[b] += count[b - 1];
+    for (const Keyed& k : fresh) tmp[count[(k.key >> shift) & 0xFF]++] = k;
+    fresh.swap(tmp);
+  }
+  for (size_t i = 0; i < fresh.size();) {
+    size_t j = i + 1;
+    while (j < fresh.size() && fresh[j].key == fresh[i].key) ++j;
+    if (j - i > 1)
+      std::sort(fresh.begin() + static_cast<std::ptrdiff_t>(i), fresh.begin() + static_cast<std::ptrdiff_t>(j),
+                [&](const Keyed& a, const Keyed& b) { return fb.Name(a.term) < fb.Name(b.term); });
+    i = j;
+  }
   for (size_t i = 0; i < fresh.size(); ++i) order[old + i] = fresh[i].term;
   std::inplace_merge(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(old), order.end(),
                      [&](uint32_t a, uint32_t b) { return fb.Name(a) < fb.Name(b); });
@@ -490,13 +647,26 @@ void SegmentBuilder::AddToken(uint32_t field, uint32_t doc, std::string_view ter
   std::memcpy(p.bytes, term.data(), term.size());
   const FieldBuild& fb = text_[field];
   __builtin_prefetch(&fb.slots[p.hash & (fb.slots.size() - 1)]);
-  // Half a window later the slot is in cache: prefetch the name it points to.
-  if (pending_size_ > kPendingTokens / 2) {
-    const Pending& q = pending_[(pending_begin_ + pending_size_ - 1 - kPendingTokens / 2) % kPendingTokens];
-    const FieldBuild& qf = text_[q.field];
-    const uint64_t slot = qf.slots[q.hash & (qf.slots.size() - 1)];
-    const auto idx = static_cast<uint32_t>(slot) - 1;
-    if (slot != 0 && idx < qf.term_count()) __builtin_prefetch(qf.names.data() + (idx == 0 ? 0 : qf.name_end[idx - 1]));
+  // The probe's three dependent loads are prefetched a stage apart, each
+  // stage reading only what the one before prefetched: a third of a window
+  // later the slot is in cache, so prefetch the term's name_end entries; two
+  // thirds later those are, so prefetch the name. (Reading name_end
+  // unprefetched stalled AddToken on a cache miss per token when many
+  // fields' dictionaries outgrow the cache.)
+  auto term_of = [&](size_t ago, const FieldBuild*& qf) -> uint32_t {  // index + 1, or 0 if none yet
+    const Pending& q = pending_[(pending_begin_ + pending_size_ - 1 - ago) % kPendingTokens];
+    qf = &text_[q.field];
+    const auto idx = static_cast<uint32_t>(qf->slots[q.hash & (qf->slots.size() - 1)]);
+    return idx <= qf->term_count() ? idx : 0;
+  };
+  const FieldBuild* qf;
+  if (pending_size_ > kPendingTokens / 3) {
+    const uint32_t t = term_of(kPendingTokens / 3, qf);
+    if (t > 1) __builtin_prefetch(&qf->name_end[t - 2]);
+  }
+  if (pending_size_ > 2 * kPendingTokens / 3) {
+    const uint32_t t = term_of(2 * kPendingTokens / 3, qf);
+    if (t != 0) __builtin_prefetch(qf->names.data() + (t == 1 ? 0 : qf->name_end[t - 2]));
   }
 }
 
@@ -549,25 +719,22 @@ void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, double v) {
 
 namespace {
 
-// Appends one term's posting list (aligned frozen bitmap, tfs, positions,
-// skip table, block maxima) to `out` and describes it in `e`.
-void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<const uint32_t> tfs, std::string_view pos,
-                const uint32_t* lens, std::vector<BlockMax>& blocks, TermEntry& e) {
-  Align(out);  // frozen views need 32-byte alignment; the rest is unaligned
-  e.off = out.size();
-  AppendFrozenBitmap(out, docs);
-  e.bitmap_len = static_cast<uint32_t>(out.size() - e.off);
-  e.doc_freq = static_cast<uint32_t>(docs.size());
-  const uint32_t max_tf = *std::max_element(tfs.begin(), tfs.end());
-  e.tf_width = max_tf < 256 ? 1 : 4;
-  if (e.tf_width == 1) {
-    const size_t at_tf = out.size();
-    out.resize(at_tf + tfs.size());
-    char* q = out.data() + at_tf;
-    for (uint32_t tf : tfs) *q++ = static_cast<char>(tf);
-  } else {
-    PutArray(out, tfs.data(), tfs.size());
+// Writes v as a varint at p; returns the byte after it (at most 5 written).
+inline char* PutVarintTo(char* p, uint32_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>(v | 0x80);
+    v >>= 7;
   }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+
+// Appends one term's posting list (header, tfs, positions, then the doc
+// numbers as varints or the skip table, block maxima and aligned frozen
+// bitmap) to `out`; `bitmap` is scratch for a long list's bitmap.
+void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<const uint32_t> tfs, std::string_view pos,
+                const uint32_t* lens, std::vector<BlockMax>& blocks, std::string& bitmap) {
+  const auto df = static_cast<uint32_t>(docs.size());
   blocks.clear();
   for (size_t i = 0; i < docs.size(); ++i) {
     if (i % kPostingBlock == 0) blocks.push_back(BlockMax{0, 0, std::numeric_limits<uint32_t>::max(), 0});
@@ -576,14 +743,60 @@ void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<cons
     b.max_tf = std::max(b.max_tf, tfs[i]);
     b.min_len = std::min(b.min_len, lens[docs[i]]);
   }
-  e.whole = BlockMax{docs.back(), max_tf, std::numeric_limits<uint32_t>::max(), 0};
-  for (const BlockMax& b : blocks) e.whole.min_len = std::min(e.whole.min_len, b.min_len);
-  e.pos_len = static_cast<uint32_t>(pos.size());
-  out += pos;
-  if (blocks.size() > 1) {
-    AppendSkipTable(out, tfs, reinterpret_cast<const uint8_t*>(pos.data()));
-    PutArray(out, blocks.data(), blocks.size());
+  uint32_t max_tf = 0, min_len = std::numeric_limits<uint32_t>::max();
+  for (const BlockMax& b : blocks) {
+    max_tf = std::max(max_tf, b.max_tf);
+    min_len = std::min(min_len, b.min_len);
   }
+  const bool is_short = df <= kShortList;
+  char header[30];
+  char* h = header;
+  h = PutVarintTo(h, df);
+  h = PutVarintTo(h, static_cast<uint32_t>(pos.size()));
+  h = PutVarintTo(h, max_tf);
+  h = PutVarintTo(h, min_len);
+  h = PutVarintTo(h, docs.back());
+  if (!is_short) {
+    bitmap.clear();
+    AppendFrozenBitmap(bitmap, docs);
+    h = PutVarintTo(h, static_cast<uint32_t>(bitmap.size()));
+  }
+  out.append(header, h);
+  if (max_tf < 256) {
+    const size_t at_tf = out.size();
+    out.resize(at_tf + tfs.size());
+    char* q = out.data() + at_tf;
+    for (uint32_t tf : tfs) *q++ = static_cast<char>(tf);
+  } else {
+    PutArray(out, tfs.data(), tfs.size());
+  }
+  out += pos;
+  if (is_short) {
+    char buf[5 + 10 * kShortList];
+    char* q = buf;
+    uint32_t chunks = 0;
+    for (size_t i = 0; i < docs.size(); ++i) chunks += i == 0 || (docs[i] >> 16) != (docs[i - 1] >> 16);
+    q = PutVarintTo(q, chunks);
+    for (size_t i = 0, start = 0; i < docs.size(); ++i) {
+      if (i + 1 < docs.size() && (docs[i + 1] >> 16) == (docs[i] >> 16)) continue;
+      q = PutVarintTo(q, docs[i] >> 16);
+      q = PutVarintTo(q, static_cast<uint32_t>(i + 1 - start));
+      start = i + 1;
+    }
+    if ((out.size() + static_cast<size_t>(q - buf)) % 2 != 0) *q++ = '\0';  // the low halves are u16-aligned
+    out.append(buf, q);
+    const size_t at = out.size();
+    out.resize(at + 2 * docs.size());
+    for (size_t i = 0; i < docs.size(); ++i) {
+      const auto low = static_cast<uint16_t>(docs[i]);
+      std::memcpy(out.data() + at + 2 * i, &low, 2);
+    }
+    return;
+  }
+  AppendSkipTable(out, tfs, reinterpret_cast<const uint8_t*>(pos.data()));
+  PutArray(out, blocks.data(), blocks.size());
+  Align(out);  // frozen views need 32-byte alignment
+  out += bitmap;
 }
 
 }  // namespace
@@ -636,16 +849,15 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   uint64_t term_blob_off = out.size();
   for (uint32_t t : sorted) out += fb.Name(t);
   Align(out);
-  uint64_t entries_off = out.size();
-  out.append(static_cast<size_t>(nt) * sizeof(TermEntry), '\0');
-  Align(out);
+  uint64_t list_offs_off = out.size();
+  out.append(static_cast<size_t>(nt) * 8, '\0');
   std::vector<uint32_t> dfs(nt);
   for (uint32_t ti = 0; ti < nt; ++ti) {
     const Lists& l = lists(sorted[ti]);
-    TermEntry e{};
-    EncodeTerm(out, l.docs, l.tfs, l.pos, lens.data(), blocks_, e);
-    dfs[ti] = e.doc_freq;
-    std::memcpy(out.data() + entries_off + ti * sizeof(TermEntry), &e, sizeof(e));
+    const uint64_t off = out.size();
+    std::memcpy(out.data() + list_offs_off + 8 * uint64_t{ti}, &off, 8);
+    EncodeTerm(out, l.docs, l.tfs, l.pos, lens.data(), blocks_, bitmap_);
+    dfs[ti] = static_cast<uint32_t>(l.docs.size());
   }
   PutFixed<uint64_t>(dir, lengths_off);
   PutFixed<uint64_t>(dir, sum_len);
@@ -653,7 +865,7 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   PutFixed<uint32_t>(dir, nt);
   PutFixed<uint64_t>(dir, term_offs_off);
   PutFixed<uint64_t>(dir, term_blob_off);
-  PutFixed<uint64_t>(dir, entries_off);
+  PutFixed<uint64_t>(dir, list_offs_off);
   const std::vector<uint32_t> common = ChooseCommonTerms(dfs, doc_count());
   std::vector<PairList> pairs;
   if (from_log) {
@@ -700,13 +912,14 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
     for (size_t f = 0; f < text_.size(); ++f) {
       est += 4 * n + 96;
       const FieldBuild& fb = text_[f];
-      // Per term: offset, entry, alignment, bitmap headers, one skip and
-      // block entry; per posting at most 2 bytes of bitmap, 4 of tf and
-      // 20/64 of skip and block tables; per token at most 5 position bytes.
-      est += fb.names.size() + fb.term_count() * (4 + sizeof(TermEntry) + 32 + 64 + 4 + sizeof(BlockMax));
-      est += fb.log.size() * (5 + 2 + 4 + 1);
+      // Per term: name offset, list offset, header, alignment, bitmap
+      // headers, one skip and block entry; per posting at most 5 bytes of
+      // doc number, 4 of tf and 20/64 of skip and block tables; per token
+      // at most 5 position bytes.
+      est += fb.names.size() + fb.term_count() * (4 + 8 + 30 + 32 + 64 + 4 + sizeof(BlockMax));
+      est += fb.log.size() * (5 + 5 + 4 + 1);
       for (const auto& l : fb.lists)
-        if (l) est += l->pos.size() + l->docs.size() * (2 + 4 + 1) + 16 * (l->docs.size() / 4096 + 2);
+        if (l) est += l->pos.size() + l->docs.size() * (5 + 4 + 1) + 16 * (l->docs.size() / 4096 + 2);
     }
     for (size_t s = 0; s < columns_.size(); ++s) est += 8 * n + sizeof(NumEntry) * numbers_[s].size() + 96;
     est += 64 * (text_.size() + columns_.size()) + 1024;
@@ -785,23 +998,17 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     uint64_t lo = GetFixed<uint64_t>(d);
     t.term_count = GetFixed<uint32_t>(d + 20);
     uint64_t to = GetFixed<uint64_t>(d + 24), tb = GetFixed<uint64_t>(d + 32), te = GetFixed<uint64_t>(d + 40);
-    if (!in(lo, 4 * n) || !in(to, 4 * (uint64_t{t.term_count} + 1)) || !in(te, sizeof(TermEntry) * uint64_t{t.term_count}) ||
+    if (!in(lo, 4 * n) || !in(to, 4 * (uint64_t{t.term_count} + 1)) || !in(te, 8 * uint64_t{t.term_count}) ||
         lo % 32 != 0 || to % 32 != 0 || te % 32 != 0)
       return bad("text field out of bounds");
     t.lengths = reinterpret_cast<const uint32_t*>(b + lo);
     t.offs = reinterpret_cast<const uint32_t*>(b + to);
     if (!in(tb, t.offs[t.term_count])) return bad("terms out of bounds");
     t.blob = b + tb;
-    t.entries = reinterpret_cast<const TermEntry*>(b + te);
+    t.list_offs = reinterpret_cast<const uint64_t*>(b + te);
     if (!t.pairs.Parse(b, size - 16, GetFixed<uint64_t>(d + 48), t.term_count)) return bad("pair section out of bounds");
-    for (uint32_t i = 0; i < t.term_count; ++i) {
-      const TermEntry& e = t.entries[i];
-      const uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
-      const uint64_t bytes = uint64_t{e.bitmap_len} + uint64_t{e.doc_freq} * e.tf_width + e.pos_len +
-                             (blocks > 1 ? (4 + sizeof(BlockMax)) * blocks : 0);
-      if (e.off % 32 != 0 || (e.tf_width != 1 && e.tf_width != 4) || e.doc_freq == 0 || !in(e.off, bytes))
-        return bad("posting list out of bounds");
-    }
+    for (uint32_t i = 0; i < t.term_count; ++i)
+      if (!CheckList(b, size - 16, t.list_offs[i])) return bad("posting list out of bounds");
     s->text_.push_back(t);
   }
   for (uint32_t f = 0; f < numeric_fields; ++f, d += kNumericDirBytes) {
@@ -832,9 +1039,56 @@ uint32_t Segment::LowerBound(uint32_t f, std::string_view term) const {
   return lo;
 }
 
+TermEntry Segment::entry(uint32_t f, uint32_t i) const {
+  const uint64_t off = text_[f].list_offs[i];
+  TermEntry e;
+  DecodeHeader(reinterpret_cast<const uint8_t*>(base() + off), off, &e);  // checked by Open
+  return e;
+}
+
+const char* Segment::FrozenBitmap(const TermEntry& e) const { return base() + BitmapOffset(e); }
+
+Segment::ShortDocs Segment::ShortList(const TermEntry& e) const {
+  const auto d = ParseShortDocs(PositionsStart(e) + e.pos_len, base());
+  return ShortDocs{d.chunks, d.pairs, d.lows};
+}
+
 ConstBitmap Segment::Postings(uint32_t f, uint32_t i) const {
-  const TermEntry& e = entry(f, i);
-  return ConstBitmap(roaring_bitmap_frozen_view(base() + e.off, e.bitmap_len));
+  const TermEntry e = entry(f, i);
+  if (e.bitmap_len > 0) return ConstBitmap(roaring_bitmap_frozen_view(base() + BitmapOffset(e), e.bitmap_len));
+  return ConstBitmap(ShortListBitmap(ParseShortDocs(PositionsStart(e) + e.pos_len, base())));
+}
+
+DocReader::DocReader(const Segment& seg, const TermEntry& e) {
+  doc_freq_ = e.doc_freq;
+  tfs_ = seg.Tfs(e);
+  if (e.bitmap_len == 0) {
+    const ShortDocs d = ParseShortDocs(seg.PositionsStart(e) + e.pos_len, seg.base());
+    pairs_ = d.pairs;
+    lows_ = d.lows;
+    return;
+  }
+  bm_.reset(roaring_bitmap_frozen_view(seg.base() + BitmapOffset(e), e.bitmap_len));
+  roaring_init_iterator(bm_.get(), &it_);
+}
+
+uint32_t DocReader::Read(uint32_t* out, uint32_t n) {
+  if (bm_) return roaring_read_uint32_iterator(&it_, out, n);
+  uint32_t got = 0;
+  while (got < n && read_ < doc_freq_) {
+    if (in_chunk_ == 0) {
+      uint32_t key;
+      pairs_ = GetVarint(pairs_, &key);
+      pairs_ = GetVarint(pairs_, &in_chunk_);
+      high_ = key << 16;
+    }
+    const uint32_t k = std::min(n - got, in_chunk_);
+    for (uint32_t x = 0; x < k; ++x) out[got + x] = high_ | lows_[read_ + x];
+    got += k;
+    read_ += k;
+    in_chunk_ -= k;
+  }
+  return got;
 }
 
 void Segment::Positions(uint32_t f, uint32_t i, uint32_t rank, std::vector<uint32_t>& out) const {

@@ -14,7 +14,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
 #include "common/status.h"
@@ -23,11 +22,15 @@
 
 namespace corvid::postings {
 
-inline constexpr uint32_t kSegmentFormatVersion = 3;
+inline constexpr uint32_t kSegmentFormatVersion = 4;
 // The frozen roaring layout is tied to the library version (DESIGN.md):
 // a segment written by another CRoaring is "unknown" and rebuilt.
 inline constexpr uint32_t kRoaringTag = ROARING_VERSION_MAJOR * 10000 + ROARING_VERSION_MINOR * 100 + ROARING_VERSION_REVISION;
 inline constexpr uint32_t kPostingBlock = 64;  // postings per skip/block-max entry
+// A list of at most kPostingBlock postings (most terms of a segment) is
+// "short": its doc numbers are 16-bit low halves by chunk, not a frozen
+// roaring bitmap (no alignment, no bitmap header; segment.cc).
+inline constexpr uint32_t kShortList = kPostingBlock;
 // A builder's field logs at most this many tokens (8 bytes each, plus as
 // much to sort them: 128 MB at most); beyond, the field moves its log to
 // per-term lists, the slower path merges use (SegmentBuilder). Batches the
@@ -49,22 +52,26 @@ struct BlockMax {
   uint32_t min_len;   // smallest field length in the block
   uint32_t reserved;
 };
-// A term's posting list starts at `off` (32-byte aligned): its frozen
-// roaring bitmap of doc numbers (bitmap_len bytes); doc_freq term
-// frequencies, tf_width bytes each, in bitmap order; positions (pos_len
-// bytes: per posting, tf varints of position deltas, the first from 0);
-// then, only for lists of more than one block of kPostingBlock postings,
-// the skip table (u32 per block: byte offset of its first posting in the
-// positions) and BlockMax per block. A list of one block (most terms of a
-// segment) has neither: its block is `whole`.
+#pragma pack(pop)
+// A term's posting list as Segment::entry decodes it from the list's
+// header (the layout is at the top of segment.cc): doc_freq term
+// frequencies, tf_width bytes each, in doc order, at tfs_off; then the
+// positions (pos_len bytes: per posting, tf varints of position deltas,
+// the first from 0). Short lists (doc_freq <= kShortList) then have their
+// doc numbers as chunk varints and u16 low halves; longer ones a skip table (u32 per block of
+// kPostingBlock postings: byte offset of its first posting in the
+// positions), BlockMax per block and a 32-byte aligned frozen roaring
+// bitmap of bitmap_len bytes. `whole` bounds the whole list (a short list
+// is one block: `whole` is its BlockMax).
 struct TermEntry {
-  uint64_t off;
-  uint32_t doc_freq;  // cardinality of the bitmap
-  uint32_t bitmap_len;
+  uint64_t tfs_off;
+  uint32_t doc_freq;
   uint32_t pos_len;
-  uint32_t tf_width;  // 1 or 4
-  BlockMax whole;     // over the whole list
+  uint32_t tf_width;    // 1 or 4
+  uint32_t bitmap_len;  // 0 for a short list
+  BlockMax whole;
 };
+#pragma pack(push, 1)
 struct NumEntry {
   double value;
   uint32_t doc;
@@ -298,6 +305,7 @@ class SegmentBuilder {
   Lists scratch_;                 // EncodeText: a term's lists from its run
   std::vector<uint8_t> common_of_;  // EncodeText: per term, its common-term index + 1, or 0
   std::vector<BlockMax> blocks_;
+  std::string bitmap_;  // EncodeText: a long list's frozen bitmap, written after its header
   std::vector<uint32_t> count_buf_;
   std::vector<uint64_t> sort_buf_;
 
@@ -334,43 +342,64 @@ class Segment {
     const auto& t = text_[f];
     return std::string_view(t.blob + t.offs[i], t.offs[i + 1] - t.offs[i]);
   }
-  const TermEntry& entry(uint32_t f, uint32_t i) const { return text_[f].entries[i]; }
+  // Term i's posting list, decoded from its header (a few varints: cheap,
+  // but a loop over one list should decode it once).
+  TermEntry entry(uint32_t f, uint32_t i) const;
   // Index of `term` in field f's sorted dictionary, or -1.
   int64_t FindTerm(uint32_t f, std::string_view term) const;
   // First index whose term is >= `term`.
   uint32_t LowerBound(uint32_t f, std::string_view term) const;
+  // Term i's doc numbers as a roaring bitmap: a frozen view of a long
+  // list's bitmap, or, for a short list, a bitmap built from its varints
+  // in one allocation (as a frozen view costs). Readers that only walk the
+  // doc numbers in order should use DocReader, which allocates nothing for
+  // short lists.
   ConstBitmap Postings(uint32_t f, uint32_t i) const;
-  // Calls fn(doc) for every posting of term i, in order, without building
-  // a bitmap when it can (ForEachFrozen).
+  // Calls fn(doc) for every posting of the list `e` (from entry()), in
+  // order, building no bitmap (defined after DocReader, below).
   template <typename F>
-  void ForEachDoc(uint32_t f, uint32_t i, F&& fn) const {
-    const auto& e = entry(f, i);
-    if (FrozenReaderAgrees()) {
-      ForEachFrozen(base() + e.off, e.bitmap_len, fn);
-      return;
-    }
-    const ConstBitmap bm = Postings(f, i);
-    using Fn = std::remove_reference_t<F>;
-    roaring_iterate(bm.get(), [](uint32_t v, void* p) { (*static_cast<Fn*>(p))(v); return true; }, &fn);
+  void ForEachDoc(const TermEntry& e, F&& fn) const;
+  // A long list's frozen bitmap (bitmap_len bytes).
+  const char* FrozenBitmap(const TermEntry& e) const;
+  // A short list's doc numbers: `chunks` (key, count) varint pairs at
+  // `pairs`, the low 16 bits of every doc number at `lows`.
+  struct ShortDocs {
+    uint32_t chunks;
+    const uint8_t* pairs;
+    const uint16_t* lows;
+  };
+  ShortDocs ShortList(const TermEntry& e) const;
+  TfArray Tfs(uint32_t f, uint32_t i) const { return Tfs(entry(f, i)); }
+  TfArray Tfs(const TermEntry& e) const {
+    return TfArray{reinterpret_cast<const uint8_t*>(base() + e.tfs_off), e.tf_width};
   }
-  TfArray Tfs(uint32_t f, uint32_t i) const {
-    const auto& e = entry(f, i);
-    return TfArray{reinterpret_cast<const uint8_t*>(base() + e.off + e.bitmap_len), e.tf_width};
-  }
-  // Decodes the positions of posting `rank` (0-based in bitmap order) of
+  // Decodes the positions of posting `rank` (0-based in doc order) of
   // term i into `out` (absolute positions).
   void Positions(uint32_t f, uint32_t i, uint32_t rank, std::vector<uint32_t>& out) const;
-  const uint8_t* PositionsStart(uint32_t f, uint32_t i) const {
-    const auto& e = entry(f, i);
-    return reinterpret_cast<const uint8_t*>(base() + e.off + e.bitmap_len + uint64_t{e.doc_freq} * e.tf_width);
+  const uint8_t* PositionsStart(uint32_t f, uint32_t i) const { return PositionsStart(entry(f, i)); }
+  const uint8_t* PositionsStart(const TermEntry& e) const {
+    return reinterpret_cast<const uint8_t*>(base() + e.tfs_off + uint64_t{e.doc_freq} * e.tf_width);
   }
   // The positions of the first posting of block `block` (of kPostingBlock).
   const uint8_t* BlockPositions(uint32_t f, uint32_t i, uint32_t block) const {
-    const uint8_t* p = PositionsStart(f, i);
+    const TermEntry e = entry(f, i);
+    const uint8_t* p = PositionsStart(e);
     if (block == 0) return p;
     uint32_t skip;
-    std::memcpy(&skip, p + entry(f, i).pos_len + 4 * uint64_t{block}, 4);
+    std::memcpy(&skip, p + e.pos_len + 4 * uint64_t{block}, 4);
     return p + skip;
+  }
+  // The list's BlockMax per block of kPostingBlock postings. A short list
+  // has one, stored in its header: it is copied to `whole` and &whole is
+  // returned (valid while `whole` is); a longer list's are in the file.
+  const BlockMax* Blocks(uint32_t f, uint32_t i, BlockMax& whole) const {
+    const TermEntry e = entry(f, i);
+    if (e.bitmap_len == 0) {
+      whole = e.whole;
+      return &whole;
+    }
+    const uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
+    return reinterpret_cast<const BlockMax*>(PositionsStart(e) + e.pos_len + 4 * blocks);
   }
   // If terms i and j of field f are both among its common terms (pairs.h),
   // sets *out to the documents where i is immediately followed by j and
@@ -392,6 +421,7 @@ class Segment {
   std::span<const NumEntry> sorted(uint32_t n) const { return {numeric_[n].sorted, numeric_[n].sorted_count}; }
 
  private:
+  friend class DocReader;
   explicit Segment(MappedFile f) : file_(std::move(f)) {}
   const char* base() const { return file_.data(); }
   struct TextField {
@@ -399,7 +429,7 @@ class Segment {
     uint32_t term_count;
     const uint32_t* offs;
     const char* blob;
-    const TermEntry* entries;
+    const uint64_t* list_offs;  // per term, where its list's header is
     PairTable pairs;
   };
   struct NumericField {
@@ -414,5 +444,65 @@ class Segment {
   std::vector<TextField> text_;
   std::vector<NumericField> numeric_;
 };
+
+// Reads one posting list's doc numbers in increasing order into a caller's
+// buffer, a chunk at a time, for every list representation: a short
+// list's varints are decoded in place (nothing allocated, no bitmap
+// built); a long list is iterated through a frozen view of its bitmap. The
+// segment is borrowed and must outlive the reader. Not thread-safe (one
+// reader per thread; the segment itself is shared freely).
+class DocReader {
+ public:
+  DocReader(const Segment& seg, uint32_t f, uint32_t i) : DocReader(seg, seg.entry(f, i)) {}
+  // For a list whose entry the caller decoded already.
+  DocReader(const Segment& seg, const TermEntry& e);
+  // Writes the next min(n, left) doc numbers to out[0..) and returns how
+  // many; 0 once every doc number was read. n > 0.
+  uint32_t Read(uint32_t* out, uint32_t n);
+  // The list's length (all postings, read or not).
+  uint32_t doc_freq() const { return doc_freq_; }
+  // Its term frequencies by rank (the k-th doc number read has tfs()[k]),
+  // so that one header decode serves both.
+  TfArray tfs() const { return tfs_; }
+
+ private:
+  uint32_t doc_freq_ = 0;
+  TfArray tfs_;
+  // Short lists: the next (key, count) varints, the low halves, how many
+  // were read, how many are left in the current chunk and its high bits.
+  const uint8_t* pairs_ = nullptr;
+  const uint16_t* lows_ = nullptr;
+  uint32_t read_ = 0, in_chunk_ = 0, high_ = 0;
+  // Long lists.
+  ConstBitmap bm_;
+  roaring_uint32_iterator_t it_;
+};
+
+// A long list is read in place from its frozen bytes (ForEachFrozen: no
+// view, no allocation; unless the reader disagrees with this library), a
+// short one through DocReader.
+template <typename F>
+void Segment::ForEachDoc(const TermEntry& e, F&& fn) const {
+  if (e.bitmap_len > 0 && FrozenReaderAgrees()) {
+    ForEachFrozen(FrozenBitmap(e), e.bitmap_len, fn);
+    return;
+  }
+  if (e.bitmap_len == 0) {
+    const ShortDocs d = ShortList(e);
+    const uint8_t* p = d.pairs;
+    const uint16_t* low = d.lows;
+    for (uint32_t c = 0; c < d.chunks; ++c) {
+      uint32_t key, count;
+      p = GetVarint(p, &key);
+      p = GetVarint(p, &count);
+      for (const uint16_t* end = low + count; low != end; ++low) fn(key << 16 | *low);
+    }
+    return;
+  }
+  DocReader reader(*this, e);
+  uint32_t buf[256];
+  while (const uint32_t n = reader.Read(buf, 256))
+    for (uint32_t j = 0; j < n; ++j) fn(buf[j]);
+}
 
 }  // namespace corvid::postings

@@ -74,7 +74,7 @@ TEST_CASE("segment round trip", "[postings]") {
       auto bm = s.Postings(f, i);
       std::vector<uint32_t> want(roaring_bitmap_get_cardinality(bm.get())), got;
       roaring_bitmap_to_uint32_array(bm.get(), want.data());
-      s.ForEachDoc(f, i, [&](uint32_t d) { got.push_back(d); });
+      s.ForEachDoc(s.entry(f, i), [&](uint32_t d) { got.push_back(d); });
       CHECK(got == want);
     }
   }
@@ -95,15 +95,16 @@ TEST_CASE("segment round trip", "[postings]") {
   CHECK(sorted.size() == 300);
   for (size_t i = 1; i < sorted.size(); ++i) CHECK(sorted[i - 1].value <= sorted[i].value);
   // Block maxima bound every posting of their block.
-  const BlockMax* blocks = s.Blocks(0, 0);
+  BlockMax whole;
+  const BlockMax* blocks = s.Blocks(0, 0, whole);
   for (uint32_t r = 0; r < 300; ++r) {
     const uint32_t max_tf = blocks[r / kPostingBlock].max_tf;  // copy: BlockMax is packed
     CHECK(max_tf >= tfs[r]);
   }
 
   SECTION("a segment of another format version is unknown") {
-    // Format 2 (56-byte entries, skip tables everywhere) must not be read
-    // as format 3: the version is checked before anything else.
+    // Format 3 (40-byte entries, a frozen bitmap for every list) must not
+    // be read as format 4: the version is checked before anything else.
     for (uint32_t version : {kSegmentFormatVersion - 1, kSegmentFormatVersion + 1}) {
       std::string other = image;
       std::memcpy(other.data() + 8, &version, 4);
@@ -237,6 +238,99 @@ TEST_CASE("the dictionary is sorted bytewise, with shared prefixes and NUL bytes
   for (uint32_t i = 0; i < (*s)->term_count(0); ++i) got.emplace_back((*s)->term(0, i));
   CHECK(got == want);
   for (const auto& n : names) CHECK((*s)->FindTerm(0, n) >= 0);
+}
+
+TEST_CASE("posting lists read back alike on both sides of the short-list bound", "[postings]") {
+  // Lengths around kShortList (varint doc numbers up to it, a frozen
+  // bitmap above), lists crossing 65536-doc chunks, consecutive docs (run
+  // containers), and wide term frequencies in a short and a long list.
+  TempDir dir;
+  constexpr uint32_t kDocs = 140000;
+  SegmentBuilder b(1, 0);
+  for (uint32_t d = 0; d < kDocs; ++d) b.AddDoc(std::to_string(d));
+  struct Want {
+    std::string term;
+    std::vector<uint32_t> docs, tfs;
+  };
+  std::vector<Want> wants;
+  for (uint32_t n : {1u, 2u, 3u, kShortList - 1, kShortList, kShortList + 1, 2 * kShortList, 2 * kShortList + 1, 5000u}) {
+    for (bool dense : {false, true}) {
+      Want w;
+      w.term = std::to_string(n).append(dense ? "dense" : "spread");
+      for (uint32_t j = 0; j < n; ++j) {
+        w.docs.push_back(dense ? 65500 + j : j * ((kDocs - 1) / n) + n % 7);
+        w.tfs.push_back(1 + j % 3 + (j == n / 2 && n % 2 == 1 ? 300 : 0));
+      }
+      wants.push_back(std::move(w));
+    }
+  }
+  std::sort(wants.begin(), wants.end(), [](const Want& x, const Want& y) { return x.term < y.term; });
+  std::vector<uint32_t> lens(kDocs, 0);
+  for (const Want& w : wants)
+    for (size_t j = 0; j < w.docs.size(); ++j) {
+      std::vector<uint32_t> pos;
+      for (uint32_t k = 0; k < w.tfs[j]; ++k) pos.push_back(3 * k + j % 5);
+      b.AddPosting(0, w.docs[j], w.term, pos);
+      lens[w.docs[j]] += w.tfs[j];
+    }
+  for (uint32_t d = 0; d < kDocs; ++d) b.SetLength(0, d, lens[d] + d % 11);
+  REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(7)).ok());
+  auto opened = Segment::Open(dir.path() + "/s.cvs", 7, 1, 0);
+  REQUIRE(opened.ok());
+  const Segment& s = **opened;
+  REQUIRE(s.term_count(0) == wants.size());
+  std::vector<uint32_t> pos;
+  for (uint32_t i = 0; i < wants.size(); ++i) {
+    const Want& w = wants[i];
+    INFO(w.term);
+    REQUIRE(s.term(0, i) == w.term);
+    const TermEntry e = s.entry(0, i);
+    REQUIRE(e.doc_freq == w.docs.size());
+    CHECK((e.bitmap_len == 0) == (w.docs.size() <= kShortList));
+    // DocReader, in chunks of every size.
+    for (uint32_t chunk : {1u, 7u, kShortList, 100000u}) {
+      DocReader r(s, 0, i);
+      CHECK(r.doc_freq() == w.docs.size());
+      for (uint32_t k = 0; k < w.docs.size(); ++k) REQUIRE(r.tfs()[k] == w.tfs[k]);
+      std::vector<uint32_t> got, buf(chunk);
+      while (uint32_t k = r.Read(buf.data(), chunk)) got.insert(got.end(), buf.begin(), buf.begin() + k);
+      CHECK(got == w.docs);
+      CHECK(r.Read(buf.data(), chunk) == 0);
+    }
+    // Postings: the same set as a bitmap the library builds, usable in
+    // the algebra queries do, and freed (ASan checks the one allocation).
+    auto bm = s.Postings(0, i);
+    REQUIRE(bm);
+    Bitmap lib(roaring_bitmap_of_ptr(w.docs.size(), w.docs.data()));
+    CHECK(roaring_bitmap_equals(bm.get(), lib.get()));
+    CHECK(roaring_bitmap_get_cardinality(bm.get()) == w.docs.size());
+    CHECK(roaring_bitmap_contains(bm.get(), w.docs.back()));
+    CHECK_FALSE(roaring_bitmap_contains(bm.get(), w.docs.back() + 1));
+    Bitmap evens(roaring_bitmap_from_range(0, kDocs, 2));
+    Bitmap both(roaring_bitmap_and(bm.get(), evens.get()));
+    Bitmap either(roaring_bitmap_or(bm.get(), evens.get()));
+    uint64_t even = 0;
+    for (uint32_t d : w.docs) even += d % 2 == 0;
+    CHECK(roaring_bitmap_get_cardinality(both.get()) == even);
+    CHECK(roaring_bitmap_get_cardinality(either.get()) == kDocs / 2 + w.docs.size() - even);
+    // Term frequencies, positions and the block maxima.
+    const TfArray tfs = s.Tfs(0, i);
+    CHECK(tfs.width == (*std::max_element(w.tfs.begin(), w.tfs.end()) < 256 ? 1u : 4u));
+    BlockMax whole;
+    const BlockMax* blocks = s.Blocks(0, i, whole);
+    for (uint32_t r = 0; r < w.docs.size(); ++r) {
+      REQUIRE(tfs[r] == w.tfs[r]);
+      s.Positions(0, i, r, pos);
+      REQUIRE(pos.size() == w.tfs[r]);
+      CHECK(pos.back() == 3 * (w.tfs[r] - 1) + r % 5);
+      const BlockMax bm_r = blocks[r / kPostingBlock];  // a copy: BlockMax is packed
+      CHECK(bm_r.max_tf >= w.tfs[r]);
+      CHECK(bm_r.min_len <= s.lengths(0)[w.docs[r]]);
+      if (r % kPostingBlock == kPostingBlock - 1 || r + 1 == w.docs.size()) CHECK(bm_r.last_doc == w.docs[r]);
+    }
+    CHECK(e.whole.last_doc == w.docs.back());
+    CHECK(e.whole.max_tf == *std::max_element(w.tfs.begin(), w.tfs.end()));
+  }
 }
 
 TEST_CASE("frozen bitmaps are written exactly as CRoaring writes them", "[postings]") {
