@@ -459,14 +459,21 @@ void CheckQuery(SearchIndex& idx, const Oracle& oracle, const std::string& q,
   for (size_t i = 0; i < th.size(); ++i) CHECK(th[i].id == hits[i + 2].id);
 }
 
-void RunOracle(uint32_t seed, size_t rounds, size_t queries_per_round) {
-  auto compiled = SearchDefinitionImpl::CompileImpl(kDef);
-  REQUIRE(compiled.ok());
-  auto def = *compiled;
+// An empty index of kDef in a temporary directory, and the store that
+// feeds it.
+struct TestIndex {
+  std::shared_ptr<const SearchDefinitionImpl> def = std::move(SearchDefinitionImpl::CompileImpl(kDef)).value();
   TempDir dir;
   Store store;
+  std::unique_ptr<SearchIndex> idx = std::move(SearchIndex::Open(dir.path(), def)).value();
+};
+
+void RunOracle(uint32_t seed, size_t rounds, size_t queries_per_round) {
+  TestIndex t;
+  auto& def = t.def;
+  auto& store = t.store;
+  auto& idx = t.idx;
   Gen g(seed);
-  auto idx = std::move(SearchIndex::Open(dir.path(), def)).value();
   int next_id = 0;
   for (size_t round = 0; round < rounds; ++round) {
     size_t n = 1 + g.U(60);
@@ -484,7 +491,7 @@ void RunOracle(uint32_t seed, size_t rounds, size_t queries_per_round) {
     REQUIRE(store.Flush(*idx).ok());
     if (g.P(0.2)) {
       idx.reset();
-      idx = std::move(SearchIndex::Open(dir.path(), def)).value();
+      idx = std::move(SearchIndex::Open(t.dir.path(), def)).value();
       REQUIRE(idx->LastAppliedEtag() == store.etag);
     }
     REQUIRE(idx->LiveDocuments() == store.docs.size());
@@ -523,11 +530,9 @@ TEST_CASE("oracle: long run", "[postings][.slow]") {
 // and every top-k against the head of the full ranking (which keeps every
 // match, so nothing is pruned), scores bit-identical.
 TEST_CASE("top-k of dense terms is the head of the full ranking", "[postings]") {
-  auto compiled = SearchDefinitionImpl::CompileImpl(kDef);
-  REQUIRE(compiled.ok());
-  TempDir dir;
-  Store store;
-  auto idx = std::move(SearchIndex::Open(dir.path(), *compiled)).value();
+  TestIndex t;
+  auto& store = t.store;
+  auto& idx = t.idx;
   const std::vector<std::string> words = {"alpha", "beta",  "gamma", "delta", "eps", "zeta",
                                           "eta",   "theta", "iota",  "kappa", "lam", "mu"};
   std::mt19937 rng(11);
@@ -545,7 +550,7 @@ TEST_CASE("top-k of dense terms is the head of the full ranking", "[postings]") 
     for (int i = 0; i < 50; ++i) store.Delete(DocId(rng() % ((batch + 1) * 700)));
     REQUIRE(store.Flush(*idx).ok());
   }
-  const Oracle oracle(**compiled, store.docs);
+  const Oracle oracle(*t.def, store.docs);
   std::vector<std::string> queries;
   for (size_t a = 0; a < 6; ++a) {
     for (size_t b = a + 1; b < 7; ++b) {
@@ -589,11 +594,9 @@ TEST_CASE("top-k of dense terms is the head of the full ranking", "[postings]") 
 // restrict it afterwards, and facets give it the matches ready-made. Each
 // shape is checked against the brute-force oracle, across several segments.
 TEST_CASE("wide prefix and fuzzy expansions match the oracle", "[postings]") {
-  auto compiled = SearchDefinitionImpl::CompileImpl(kDef);
-  REQUIRE(compiled.ok());
-  TempDir dir;
-  Store store;
-  auto idx = std::move(SearchIndex::Open(dir.path(), *compiled)).value();
+  TestIndex t;
+  auto& store = t.store;
+  auto& idx = t.idx;
   std::mt19937 rng(5);
   // 3 x 26 x 4 words sharing prefixes: "pab1", "pqz3", "rzz0", ...
   auto word = [&] {
@@ -614,7 +617,7 @@ TEST_CASE("wide prefix and fuzzy expansions match the oracle", "[postings]") {
     for (int i = 0; i < 40; ++i) store.Delete(DocId(rng() % ((batch + 1) * 300)));
     REQUIRE(store.Flush(*idx).ok());
   }
-  const Oracle oracle(**compiled, store.docs);
+  const Oracle oracle(*t.def, store.docs);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"p*", ""},           {"pa*", ""},          {"pa* pb* pc*", ""},      {"p* -pa*", ""},
       {"pa* -title:pb*", ""}, {"p*", "tags:red"}, {"pa* OR sab1", "n:[10 TO 60]"}, {"paa0~2", ""},
