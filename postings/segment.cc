@@ -298,8 +298,8 @@ ShortDocs ParseShortDocs(const uint8_t* p, const char* file_base) {
 }
 
 // Whether the list at `off` lies within the first `size` bytes of the file
-// at `b`: its header, arrays and bitmap (a short list's doc varints are at
-// least doc_freq bytes).
+// at `b`: its header, arrays and bitmap (a short list's chunk pairs take at
+// least 4 bytes, its u16 low halves 2 per document).
 bool CheckList(const char* b, uint64_t size, uint64_t off) {
   if (off >= size) return false;
   TermEntry e;
@@ -1048,14 +1048,9 @@ TermEntry Segment::entry(uint32_t f, uint32_t i) const {
 
 const char* Segment::FrozenBitmap(const TermEntry& e) const { return base() + BitmapOffset(e); }
 
-Segment::ShortDocs Segment::ShortList(const TermEntry& e) const {
-  const auto d = ParseShortDocs(PositionsStart(e) + e.pos_len, base());
-  return ShortDocs{d.chunks, d.pairs, d.lows};
-}
-
 ConstBitmap Segment::Postings(uint32_t f, uint32_t i) const {
   const TermEntry e = entry(f, i);
-  if (e.bitmap_len > 0) return ConstBitmap(roaring_bitmap_frozen_view(base() + BitmapOffset(e), e.bitmap_len));
+  if (e.bitmap_len > 0) return ConstBitmap(roaring_bitmap_frozen_view(FrozenBitmap(e), e.bitmap_len));
   return ConstBitmap(ShortListBitmap(ParseShortDocs(PositionsStart(e) + e.pos_len, base())));
 }
 
@@ -1068,7 +1063,7 @@ DocReader::DocReader(const Segment& seg, const TermEntry& e) {
     lows_ = d.lows;
     return;
   }
-  bm_.reset(roaring_bitmap_frozen_view(seg.base() + BitmapOffset(e), e.bitmap_len));
+  bm_.reset(roaring_bitmap_frozen_view(seg.FrozenBitmap(e), e.bitmap_len));
   roaring_init_iterator(bm_.get(), &it_);
 }
 

@@ -144,7 +144,7 @@ void ForEachFrozen(const char* buf, size_t len, F&& f) {
   }
 }
 
-// Term frequencies of one posting list, indexed by rank in the bitmap.
+// Term frequencies of one posting list, indexed by rank (doc order).
 struct TfArray {
   const uint8_t* data = nullptr;
   uint32_t width = 1;
@@ -244,7 +244,7 @@ class SegmentBuilder {
   };
   using LogEntry = TextToken;  // pairs.h: the log is also what pair tables are built from
   using LogDoc = DocStart;
-  // Open addressing (linear probing) from term to index in `terms`: a slot
+  // Open addressing (linear probing) from a term to its index (name_end): a slot
   // holds the hash's high 32 bits and index + 1 (0: empty); load <= 1/2.
   struct FieldBuild {
     std::vector<uint64_t> slots = std::vector<uint64_t>(1024, 0);
@@ -253,9 +253,9 @@ class SegmentBuilder {
     std::vector<std::unique_ptr<Lists>> lists;  // per term, only for fields built from lists
     std::vector<LogEntry> log;                  // the tokens, in the order added
     std::vector<LogDoc> log_docs;
-    bool from_log = true;    // every posting is in the log (not in terms' lists)
+    bool from_log = true;    // every posting is in the log (not in `lists`)
     bool presorted = false;  // filled by AppendTerm: names already sorted
-    // Indexes of terms[0, by_name.size()) ordered by name; Encode merges
+    // Term indexes [0, by_name.size()) ordered by name; Encode merges
     // the terms added since into it (kept across batches).
     mutable std::vector<uint32_t> by_name;
     size_t term_count() const { return name_end.size(); }
@@ -361,14 +361,6 @@ class Segment {
   void ForEachDoc(const TermEntry& e, F&& fn) const;
   // A long list's frozen bitmap (bitmap_len bytes).
   const char* FrozenBitmap(const TermEntry& e) const;
-  // A short list's doc numbers: `chunks` (key, count) varint pairs at
-  // `pairs`, the low 16 bits of every doc number at `lows`.
-  struct ShortDocs {
-    uint32_t chunks;
-    const uint8_t* pairs;
-    const uint16_t* lows;
-  };
-  ShortDocs ShortList(const TermEntry& e) const;
   TfArray Tfs(uint32_t f, uint32_t i) const { return Tfs(entry(f, i)); }
   TfArray Tfs(const TermEntry& e) const {
     return TfArray{reinterpret_cast<const uint8_t*>(base() + e.tfs_off), e.tf_width};
@@ -409,12 +401,6 @@ class Segment {
     if (!text_[f].pairs.Find(i, j, &docs)) return false;
     out->reset(docs != nullptr ? docs : roaring_bitmap_create());
     return true;
-  }
-  const BlockMax* Blocks(uint32_t f, uint32_t i) const {
-    const auto& e = entry(f, i);
-    const uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
-    if (blocks <= 1) return &e.whole;
-    return reinterpret_cast<const BlockMax*>(PositionsStart(f, i) + e.pos_len + 4 * blocks);
   }
   // Numeric field `n`: per-doc minimum value (NaN: none), and all values sorted.
   const double* column(uint32_t n) const { return numeric_[n].column; }
@@ -485,18 +471,6 @@ template <typename F>
 void Segment::ForEachDoc(const TermEntry& e, F&& fn) const {
   if (e.bitmap_len > 0 && FrozenReaderAgrees()) {
     ForEachFrozen(FrozenBitmap(e), e.bitmap_len, fn);
-    return;
-  }
-  if (e.bitmap_len == 0) {
-    const ShortDocs d = ShortList(e);
-    const uint8_t* p = d.pairs;
-    const uint16_t* low = d.lows;
-    for (uint32_t c = 0; c < d.chunks; ++c) {
-      uint32_t key, count;
-      p = GetVarint(p, &key);
-      p = GetVarint(p, &count);
-      for (const uint16_t* end = low + count; low != end; ++low) fn(key << 16 | *low);
-    }
     return;
   }
   DocReader reader(*this, e);
