@@ -751,6 +751,16 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
   return out;
 }
 
+// Calls f(doc) for every document of b, in order, 256 decoded at a time.
+template <typename F>
+void ForEachDoc(const roaring_bitmap_t* b, F&& f) {
+  uint32_t buf[256];
+  roaring_uint32_iterator_t it;
+  roaring_init_iterator(b, &it);
+  while (uint32_t got = roaring_read_uint32_iterator(&it, buf, 256))
+    for (uint32_t i = 0; i < got; ++i) f(buf[i]);
+}
+
 // Adds the BM25 contributions of `n` to scores[], where docs[] is the
 // segment's sorted final matches and `anc` the docs where n and every
 // ancestor match (a subset of docs and of n's matches).
@@ -796,15 +806,12 @@ void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, Norms& norms, 
         // One of many expanded terms: its documents among eff, by bitmap
         // AND rather than a rank lookup per document of eff.
         Bitmap both(roaring_bitmap_and(postings.get(), eb));
-        roaring_uint32_iterator_t it;
-        roaring_init_iterator(both.get(), &it);
-        for (; it.has_value; roaring_advance_uint32_iterator(&it)) {
-          const uint32_t d = it.current_value;
-          uint32_t r;
+        ForEachDoc(both.get(), [&](uint32_t d) {
+          uint32_t r = 0;  // d is in the postings: Find sets it
           ranks.Find(d, &r);
           while (docs[j] < d) ++j;
           scores[j] += w * Bm25WithNorm(a.idf[i], tfs[r], norm(lens[d]));
-        }
+        });
         continue;
       }
       for (uint32_t d : eff) {
@@ -1155,7 +1162,7 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     t.avg = t.norm->avglen();
     t.lens = seg.lengths(a->field);
     t.blocks = t.cur->blocks();
-    t.min_len = seg.entry(a->field, static_cast<uint32_t>(ti)).whole.min_len;  // a copy: the entry is packed
+    t.min_len = seg.entry(a->field, static_cast<uint32_t>(ti)).whole.min_len;
     ts.push_back(std::move(t));
   }
   // The final matches are read kBuf at a time (the per-element roaring
@@ -1281,16 +1288,6 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     }
     i += n;
   }
-}
-
-// Calls f(doc) for every document of b, in order, 256 decoded at a time.
-template <typename F>
-void ForEachDoc(const roaring_bitmap_t* b, F&& f) {
-  uint32_t buf[256];
-  roaring_uint32_iterator_t it;
-  roaring_init_iterator(b, &it);
-  while (uint32_t got = roaring_read_uint32_iterator(&it, buf, 256))
-    for (uint32_t i = 0; i < got; ++i) f(buf[i]);
 }
 
 // Term-at-a-time for flat disjunctions of many terms (prefix and fuzzy
