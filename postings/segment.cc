@@ -715,15 +715,6 @@ void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, double v) {
 namespace {
 
 // Writes v as a varint at p; returns the byte after it (at most 5 written).
-inline char* PutVarintTo(char* p, uint32_t v) {
-  while (v >= 0x80) {
-    *p++ = static_cast<char>(v | 0x80);
-    v >>= 7;
-  }
-  *p++ = static_cast<char>(v);
-  return p;
-}
-
 // Appends one term's posting list (header, tfs, positions, then the doc
 // numbers as varints or the skip table, block maxima and aligned frozen
 // bitmap) to `out`; `bitmap` is scratch for a long list's bitmap.
@@ -744,19 +735,16 @@ void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<cons
     min_len = std::min(min_len, b.min_len);
   }
   const bool is_short = df <= kShortList;
-  char header[30];
-  char* h = header;
-  h = PutVarintTo(h, df);
-  h = PutVarintTo(h, static_cast<uint32_t>(pos.size()));
-  h = PutVarintTo(h, max_tf);
-  h = PutVarintTo(h, min_len);
-  h = PutVarintTo(h, docs.back());
+  PutVarint(out, df);
+  PutVarint(out, static_cast<uint32_t>(pos.size()));
+  PutVarint(out, max_tf);
+  PutVarint(out, min_len);
+  PutVarint(out, docs.back());
   if (!is_short) {
     bitmap.clear();
     AppendFrozenBitmap(bitmap, docs);
-    h = PutVarintTo(h, static_cast<uint32_t>(bitmap.size()));
+    PutVarint(out, static_cast<uint32_t>(bitmap.size()));
   }
-  out.append(header, h);
   if (max_tf < 256) {
     const size_t at_tf = out.size();
     out.resize(at_tf + tfs.size());
@@ -767,19 +755,16 @@ void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<cons
   }
   out += pos;
   if (is_short) {
-    char buf[5 + 10 * kShortList];
-    char* q = buf;
     uint32_t chunks = 0;
     for (size_t i = 0; i < docs.size(); ++i) chunks += i == 0 || (docs[i] >> 16) != (docs[i - 1] >> 16);
-    q = PutVarintTo(q, chunks);
+    PutVarint(out, chunks);
     for (size_t i = 0, start = 0; i < docs.size(); ++i) {
       if (i + 1 < docs.size() && (docs[i + 1] >> 16) == (docs[i] >> 16)) continue;
-      q = PutVarintTo(q, docs[i] >> 16);
-      q = PutVarintTo(q, static_cast<uint32_t>(i + 1 - start));
+      PutVarint(out, docs[i] >> 16);
+      PutVarint(out, static_cast<uint32_t>(i + 1 - start));
       start = i + 1;
     }
-    if ((out.size() + static_cast<size_t>(q - buf)) % 2 != 0) *q++ = '\0';  // the low halves are u16-aligned
-    out.append(buf, q);
+    if (out.size() % 2 != 0) out.push_back('\0');  // the low halves are u16-aligned
     const size_t at = out.size();
     out.resize(at + 2 * docs.size());
     for (size_t i = 0; i < docs.size(); ++i) {
