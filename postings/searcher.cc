@@ -941,8 +941,11 @@ class TopK {
     std::push_heap(heap_.begin(), heap_.end(), Better);
     return true;
   }
-  // A document scoring below this cannot enter.
-  double threshold() const { return heap_.size() < k_ ? -HUGE_VAL : heap_.front().score; }
+  // A document scoring below this cannot enter (none can when k is 0).
+  double threshold() const {
+    if (k_ == 0) return HUGE_VAL;
+    return heap_.size() < k_ ? -HUGE_VAL : heap_.front().score;
+  }
   std::vector<TopEntry> Sorted() && {
     std::sort(heap_.begin(), heap_.end(), Better);
     return std::move(heap_);

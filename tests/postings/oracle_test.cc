@@ -654,6 +654,13 @@ TEST_CASE("wide prefix and fuzzy expansions match the oracle", "[postings]") {
     std::map<std::string, uint64_t> got;
     for (const auto& m : facets["tags"].GetObject()) got[m.name.GetString()] = m.value.GetUint64();
     CHECK(got == want);
+    // limit=0 asks for the total alone (no top-k to fill).
+    r.facets.clear();
+    r.limit = 0;
+    auto counted = idx->Search(r);
+    REQUIRE(counted.ok());
+    CHECK(counted->total == plain->total);
+    CHECK(counted->hits_json == "[]");
   }
 }
 
