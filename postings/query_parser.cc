@@ -4,6 +4,7 @@
 // required, and a bare juxtaposition takes the default operator.
 #include "postings/query_parser.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -77,21 +78,24 @@ class Parser {
         if (pos_ == q_.size() || q_[pos_] == ')')
           return Error(conj == Conj::kAnd ? "AND without a right operand" : "OR without a right operand", conj_at);
       }
+      // A modifier may stand apart from its clause ("a - b" is "a -b", as
+      // in Lucene, whose lexer skips spaces between the two tokens).
       Mod mod = Mod::kNone;
       size_t mod_at = pos_;
       if (q_[pos_] == '+') {
         mod = Mod::kReq;
         ++pos_;
-      } else if (q_[pos_] == '-') {
+      } else if (q_[pos_] == '-' || q_[pos_] == '!') {
         mod = Mod::kNot;
         ++pos_;
-      } else if (AtWord("NOT") || (q_[pos_] == '!' && pos_ + 1 < q_.size() && !IsSpace(q_[pos_ + 1]))) {
+      } else if (AtWord("NOT")) {
         mod = Mod::kNot;
-        pos_ += q_[pos_] == '!' ? 1 : 3;
-        SkipSpace();
+        pos_ += 3;
       }
-      if (mod != Mod::kNone && (pos_ == q_.size() || IsSpace(q_[pos_]) || q_[pos_] == ')'))
-        return Error("operator without an operand", mod_at);
+      if (mod != Mod::kNone) {
+        SkipSpace();
+        if (pos_ == q_.size() || q_[pos_] == ')') return Error("operator without an operand", mod_at);
+      }
       auto c = ParseClause(field);
       if (!c.ok()) return c.status();
       AddClause(*b, conj, mod, std::move(c).value());
@@ -253,11 +257,14 @@ class Parser {
       if (pos_ == q_.size()) return Error("unterminated phrase", at);
       ++pos_;
       if (pos_ < q_.size() && q_[pos_] == '~') {
+        // As Lucene: "~" alone keeps slop 0, a fraction is truncated.
         size_t t = pos_++;
-        auto v = ReadNumber(t, false);
-        if (!v.ok()) return v.status();
-        if (*v > 1e6) return Error("slop too large", t);
-        n->slop = static_cast<uint32_t>(*v);
+        if (pos_ < q_.size() && q_[pos_] >= '0' && q_[pos_] <= '9') {
+          auto v = ReadNumber(t, true);
+          if (!v.ok()) return v.status();
+          if (*v > 1e6) return Error("slop too large", t);
+          n->slop = static_cast<uint32_t>(*v);
+        }
       }
       if (auto s = ReadBoost(*n); !s.ok()) return s;
       return n;
@@ -291,6 +298,11 @@ class Parser {
     bool esc;
     std::string word = ReadTerm(&esc);
     if (word.empty()) return Error(std::string("unexpected '") + c + "'", pos_);
+    // AND, OR and NOT are operators wherever they stand (Lucene's lexer):
+    // one where a term should be is an error ("a AND OR b", "NOT NOT a",
+    // "(AND)"). Quoted or escaped, they are words.
+    if (!esc && (word == "AND" || word == "OR" || word == "NOT"))
+      return Error("'" + word + "' where a term was expected (quote it to search for the word)", term_at);
     auto n = std::make_unique<QueryNode>();
     n->field = field;
     n->offset = start;
@@ -321,10 +333,21 @@ class Parser {
       n->kind = QueryNode::Kind::kFuzzy;
       n->edits = 2;
       if (pos_ < q_.size() && q_[pos_] >= '0' && q_[pos_] <= '9') {
-        auto v = ReadNumber(t, false);
+        // As Lucene's FuzzyQuery.floatToEdits: a distance of 1 or more is
+        // capped at 2; a fraction is the old minimum similarity s, giving
+        // (1 - s) * the word's length in code points edits (at most 2).
+        auto v = ReadNumber(t, true);
         if (!v.ok()) return v.status();
-        if (*v > 2) return Error("fuzzy edit distance must be 0, 1 or 2", t);
-        n->edits = static_cast<uint32_t>(*v);
+        if (*v >= 1) {
+          n->edits = static_cast<uint32_t>(std::min(*v, 2.0));
+        } else if (*v == 0) {
+          n->edits = 0;
+        } else {
+          size_t code_points = 0;
+          for (unsigned char ch : n->text) code_points += (ch & 0xC0) != 0x80;
+          const double similarity = static_cast<float>(*v);  // Lucene's is a float
+          n->edits = static_cast<uint32_t>(std::min((1 - similarity) * static_cast<double>(code_points), 2.0));
+        }
       }
     }
     if (auto s = ReadBoost(*n); !s.ok()) return s;

@@ -40,6 +40,15 @@ TEST_CASE("parser constructs", "[postings]") {
   CHECK(P("a\\:b") == "a:b");
   CHECK(P("foo-bar") == "foo-bar");
   CHECK(P("c++") == "c++");
+  // Lucene's readings of sloppy and fuzzy suffixes (FuzzyQuery.floatToEdits).
+  CHECK(P("\"a b\"~") == "\"a b\"");
+  CHECK(P("\"a b\"~2.5") == "\"a b\"~2");
+  CHECK(P("\"a b\"~x") == "(\"a b\" x)");
+  CHECK(P("word~3") == "word~2");
+  CHECK(P("word~1.5") == "word~1");
+  CHECK(P("abcd~0.5") == "abcd~2");
+  CHECK(P("abcdefghij~0.85") == "abcdefghij~1");
+  CHECK(P("\"AND\" \\OR") == "(\"AND\" OR)");
 }
 
 TEST_CASE("parser boolean structure follows Lucene", "[postings]") {
@@ -68,6 +77,10 @@ TEST_CASE("parser boolean structure follows Lucene", "[postings]") {
   CHECK(P("a AND (b OR (c AND -d))") == "(+a +(b (+c -d)))");
   CHECK(P("  a   b  ") == "(a b)");
   CHECK(P("ANDROID ORACLE NOTE") == "(ANDROID ORACLE NOTE)");
+  // A modifier apart from its clause, as Lucene's lexer reads it.
+  CHECK(P("a - b") == "(a -b)");
+  CHECK(P("a + b") == "(a +b)");
+  CHECK(P("a ! b") == "(a -b)");
 }
 
 TEST_CASE("parser errors carry offsets", "[postings]") {
@@ -87,16 +100,20 @@ TEST_CASE("parser errors carry offsets", "[postings]") {
   CHECK_THAT(err("a AND "), Catch::Contains("AND without a right operand at offset 2"));
   CHECK_THAT(err("OR"), Catch::Contains("OR without a left operand at offset 0"));
   CHECK_THAT(err("a +"), Catch::Contains("operator without an operand at offset 2"));
-  CHECK_THAT(err("a - b"), Catch::Contains("operator without an operand at offset 2"));
+  CHECK_THAT(err("a - "), Catch::Contains("operator without an operand at offset 2"));
+  CHECK_THAT(err("(a -)"), Catch::Contains("operator without an operand at offset 3"));
+  CHECK_THAT(err("a AND AND b"), Catch::Contains("'AND' where a term was expected (quote it to search for the word) at offset 6"));
+  CHECK_THAT(err("a AND OR b"), Catch::Contains("'OR' where a term was expected"));
+  CHECK_THAT(err("a NOT NOT b"), Catch::Contains("'NOT' where a term was expected (quote it to search for the word) at offset 6"));
+  CHECK_THAT(err("(AND)"), Catch::Contains("'AND' where a term was expected (quote it to search for the word) at offset 1"));
+  CHECK_THAT(err("title:OR"), Catch::Contains("'OR' where a term was expected"));
   CHECK_THAT(err("title:"), Catch::Contains("expected a term after 'title:' at offset 0"));
   CHECK_THAT(err("title: x"), Catch::Contains("expected a term after 'title:' at offset 0"));
   CHECK_THAT(err("a^"), Catch::Contains("expected a number at offset 1"));
   CHECK_THAT(err("a^x"), Catch::Contains("expected a number at offset 1"));
   CHECK_THAT(err("a^0"), Catch::Contains("boost must be > 0 at offset 1"));
   CHECK_THAT(err("a^1.2.3"), Catch::Contains("malformed number at offset 2"));
-  CHECK_THAT(err("a~3"), Catch::Contains("fuzzy edit distance must be 0, 1 or 2 at offset 1"));
-  CHECK_THAT(err("a~1.5"), Catch::Contains("expected an integer at offset 2"));
-  CHECK_THAT(err("\"a b\"~x"), Catch::Contains("expected a number at offset 5"));
+  CHECK_THAT(err("a~1.2.3"), Catch::Contains("malformed number at offset 2"));
   CHECK_THAT(err("pre*~1"), Catch::Contains("'~' applies to a term or a phrase at offset 4"));
   CHECK_THAT(err("te?t"), Catch::Contains("'?' wildcards are not supported at offset 2"));
   CHECK_THAT(err("t*st"), Catch::Contains("only a trailing '*' is supported at offset 1"));
