@@ -239,8 +239,10 @@ class Compiler {
     if (q.kind == K::kRange) {
       n->kind = CNode::Kind::kTermRange;
       n->slot = fields[0]->slot;
-      n->slo = q.lo;
-      n->shi = q.hi;
+      // Bounds normalized as prefix and fuzzy words are (Lucene's
+      // Analyzer.normalize): title:[B TO D] is title:[b TO d].
+      n->slo = q.lo_open ? q.lo : NormalizeMultiTermText(*fields[0], q.lo);
+      n->shi = q.hi_open ? q.hi : NormalizeMultiTermText(*fields[0], q.hi);
       n->lo_open = q.lo_open;
       n->hi_open = q.hi_open;
       n->lo_incl = q.lo_incl;
@@ -1360,13 +1362,18 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
 
 std::string NormalizeMultiTermText(const FieldDef& field, std::string_view text) {
   if (field.analyzer_name == "keyword") return std::string(text);
-  static const analyzers::Analyzer* standard = [] {
-    auto a = analyzers::FindAnalyzer("standard");
+  auto find = [](std::string_view name) {
+    auto a = analyzers::FindAnalyzer(name);
     return a.ok() ? *a : nullptr;
-  }();
-  if (standard == nullptr) return std::string(text);
+  };
+  // The field's normalization without stop words or stemming: `folding`
+  // folds accents as well (so éléph* finds elephant there).
+  static const analyzers::Analyzer* standard = find("standard");
+  static const analyzers::Analyzer* folding = find("folding");
+  const analyzers::Analyzer* normalizer = field.analyzer_name == "folding" ? folding : standard;
+  if (normalizer == nullptr) return std::string(text);
   VectorSink sink;
-  if (!standard->Analyze(text, sink).ok() || sink.terms.size() != 1) return std::string(text);
+  if (!normalizer->Analyze(text, sink).ok() || sink.terms.size() != 1) return std::string(text);
   return sink.terms[0];
 }
 

@@ -4,6 +4,8 @@
 // filters and request errors.
 #include <catch2/catch.hpp>
 
+#include <set>
+
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
@@ -423,6 +425,33 @@ TEST_CASE("sort, facets, fields, highlights, filter", "[postings]") {
   CHECK(hits[0].id == "a");
   CHECK(hits[1].id == "b");
   CHECK(oo->total == 4);
+}
+
+TEST_CASE("prefix, fuzzy and range words are normalized as the field's terms", "[postings]") {
+  Fixture fx;
+  fx.def = Def(R"({"type": "search", "collection": "c",
+    "fields": {"f": {"analyzer": "folding"}, "t": {"analyzer": "standard"}, "k": {"analyzer": "keyword"}}})");
+  fx.Reopen();
+  fx.store.Put("a", R"({"f": "Éléphant rose", "t": "Bravo Delta", "k": "Bravo"})");
+  fx.store.Put("b", R"({"f": "elephant gris", "t": "charlie", "k": "charlie"})");
+  fx.store.Put("c", R"({"f": "zèbre", "t": "echo", "k": "echo"})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  auto ids = [&](const std::string& q) {
+    std::set<std::string> out;
+    for (auto& h : ParseHits(fx.Q(q).hits_json)) out.insert(h.id);
+    return out;
+  };
+  // A folding field folds the accents of prefix and fuzzy words too.
+  CHECK(ids("f:éléph*") == std::set<std::string>{"a", "b"});
+  CHECK(ids("f:ÉLÉPH*") == std::set<std::string>{"a", "b"});
+  CHECK(ids("f:éléphnt~1") == std::set<std::string>{"a", "b"});
+  CHECK(ids("f:zèb*") == std::set<std::string>{"c"});
+  // A standard field keeps accents, and case-folds.
+  CHECK(ids("t:BRA*") == std::set<std::string>{"a"});
+  // Text range bounds are case-folded like the terms; keyword ones are not.
+  CHECK(ids("t:[B TO D]") == std::set<std::string>{"a", "b"});
+  CHECK(ids("t:[b TO d]") == std::set<std::string>{"a", "b"});
+  CHECK(ids("k:[B TO D]") == std::set<std::string>{"a"});
 }
 
 TEST_CASE("request errors", "[postings]") {

@@ -246,8 +246,9 @@ class Oracle {
       for (auto& [t, p] : toks) doc_terms.insert(t);
       double w = boost * f->boost;
       if (q.kind == K::kRange) {
+        const std::string lo = NormalizeMultiTermText(*f, q.lo), hi = NormalizeMultiTermText(*f, q.hi);
         for (auto& t : doc_terms) {
-          bool ok = (q.lo_open || (q.lo_incl ? t >= q.lo : t > q.lo)) && (q.hi_open || (q.hi_incl ? t <= q.hi : t < q.hi));
+          bool ok = (q.lo_open || (q.lo_incl ? t >= lo : t > lo)) && (q.hi_open || (q.hi_incl ? t <= hi : t < hi));
           if (ok) matched = true;
         }
       } else if (q.kind == K::kPrefix || q.kind == K::kFuzzy) {
