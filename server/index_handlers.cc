@@ -1,7 +1,9 @@
 // The index endpoints of API.md: definitions (PUT/GET/DELETE /indexes),
 // aggregation results with read-your-writes waits, the admin progress
 // listing and controls, and GET /metrics.
+#include <charconv>
 #include <ctime>
+#include <optional>
 
 #include <rapidjson/document.h>
 
@@ -238,6 +240,21 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
 
 namespace {
 
+// A query error's message ends with "at offset N" (the parser's and the
+// searcher's do): N, for error.offset (API.md: "A syntax error → 400 with
+// the offset").
+std::optional<size_t> QueryErrorOffset(std::string_view message) {
+  constexpr std::string_view kAt = " at offset ";
+  const size_t at = message.rfind(kAt);
+  if (at == std::string_view::npos) return std::nullopt;
+  size_t offset = 0;
+  const char* begin = message.data() + at + kAt.size();
+  const char* end = message.data() + message.size();
+  auto r = std::from_chars(begin, end, offset);
+  if (r.ec != std::errc() || r.ptr != end || begin == end) return std::nullopt;
+  return offset;
+}
+
 std::vector<std::string> SplitList(std::string_view s) {
   std::vector<std::string> out;
   while (!s.empty()) {
@@ -356,7 +373,8 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
     auto result = reader->search->Search(request);
     if (!result.ok()) {
       if (result.status().code() == StatusCode::kInvalidArgument)
-        return reply(ErrorResponse(400, "invalid_query", result.status().message()));
+        return reply(ErrorResponse(400, "invalid_query", result.status().message(),
+                                   QueryErrorOffset(result.status().message())));
       return reply(FromStatus(result.status()));
     }
     uint64_t index_etag = std::max(before, result->snapshot_etag);

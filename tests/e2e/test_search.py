@@ -1350,14 +1350,22 @@ class SearchFeaturesTest(CorpusTestCase):
             err = self.assertError(resp, 400, 'invalid_query')
             self.assertTrue(err['message'].endswith('at offset %d' % off),
                             'q=%r: %s' % (text, resp.describe()))
+            self.assertEqual(err.get('offset'), off, 'q=%r: %s' % (text, resp.describe()))
         for text in ['n:[1 TO', 'n:[1 5]', 'n:[1 TO 5', 'n:{1 TO 5', 'n:[abc TO 5]',
-                     'd:[2024-13-45 TO *]', 'dog AND', 'OR dog', 'dog^', 'dog~3', 'do?g',
-                     'd*g', '+', 'title:', 'nosuchfield:dog', '"a b"~x', 'n:ab*', ')']:
+                     'd:[2024-13-45 TO *]', 'dog AND', 'OR dog', 'dog^', 'dog AND AND cat',
+                     'dog AND OR cat', 'dog NOT NOT cat', '(AND)', 'do?g', 'd*g', '+', 'title:',
+                     'nosuchfield:dog', 'n:ab*', ')']:
             resp = self.c.get(search_path(self.index, {'q': text}))
             err = self.assertError(resp, 400, 'invalid_query')
             m = re.search(r'at offset (\d+)$', err['message'])
             self.assertIsNotNone(m, 'q=%r: %s' % (text, resp.describe()))
             self.assertLessEqual(int(m.group(1)), len(text.encode()), resp.describe())
+            self.assertEqual(err.get('offset'), int(m.group(1)), resp.describe())
+        # Lucene's lexer reads a modifier apart from its clause: "dog - cat" is "dog -cat".
+        apart = self.search(self.index, q='dog - cat', limit=10000)
+        joined = self.search(self.index, q='dog -cat', limit=10000)
+        self.assertEqual((apart['total'], apart['hits']), (joined['total'], joined['hits']))
+        self.assertGreater(joined['total'], 0)
         # POST carries the same errors
         resp = self.c.post('/indexes/%s/search' % self.index, json.dumps({'q': 'dog (cat'}))
         err = self.assertError(resp, 400, 'invalid_query')
