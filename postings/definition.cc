@@ -17,18 +17,6 @@ Status Invalid(std::string_view field, std::string_view message) {
   return Status::InvalidArgument(std::move(m));
 }
 
-std::vector<std::string> SplitPath(std::string_view s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    size_t dot = s.find('.', start);
-    out.emplace_back(s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
-    if (dot == std::string_view::npos) break;
-    start = dot + 1;
-  }
-  return out;
-}
-
 int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d) {
   y -= m <= 2;
   const int64_t era = (y >= 0 ? y : y - 399) / 400;
@@ -51,6 +39,19 @@ bool Digits(std::string_view s, size_t pos, size_t n, int* out) {
 }
 
 }  // namespace
+
+std::vector<std::string> SplitPath(std::string_view s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t dot = s.find('.', start);
+    out.emplace_back(s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return out;
+}
+
 
 uint64_t Fnv1a(std::string_view s, uint64_t h) {
   for (unsigned char c : s) {

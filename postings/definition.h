@@ -58,6 +58,9 @@ class SearchDefinitionImpl final : public SearchDefinition {
   uint64_t fingerprint_ = 0;
 };
 
+// "a.b.c" -> {"a", "b", "c"}.
+std::vector<std::string> SplitPath(std::string_view path);
+
 // Calls fn(const rapidjson::Value&) for every value at `path` in `doc`,
 // descending into arrays at every level (so [[1,2],3] yields 1, 2, 3).
 template <typename Fn>

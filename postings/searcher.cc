@@ -899,6 +899,8 @@ void Fragments(std::string_view text, const std::vector<std::pair<uint32_t, uint
   }
 }
 
+// The value at a dotted path through objects only; nullptr if it is
+// missing or goes through an array.
 const rapidjson::Value* ValueAt(const rapidjson::Value& doc, std::string_view path) {
   const rapidjson::Value* v = &doc;
   size_t start = 0;
@@ -1665,10 +1667,22 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
           } else {
             w.StartObject();
             for (const auto& p : store_paths) {
-              const rapidjson::Value* v = ValueAt(d, p);
-              if (v == nullptr) continue;
+              if (const rapidjson::Value* v = ValueAt(d, p)) {
+                w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
+                v->Accept(w);
+                continue;
+              }
+              // A path through arrays of objects ("author.name" of
+              // "author": [{"name": ...}, ...]): every value it reaches,
+              // arrays flattened, in document order (as Elasticsearch's
+              // `fields` gives them).
+              std::vector<const rapidjson::Value*> found;
+              ForEachValue(d, SplitPath(p), 0, [&](const rapidjson::Value& v) { found.push_back(&v); });
+              if (found.empty()) continue;
               w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
-              v->Accept(w);
+              w.StartArray();
+              for (const rapidjson::Value* v : found) v->Accept(w);
+              w.EndArray();
             }
             w.EndObject();
           }

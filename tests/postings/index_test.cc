@@ -454,6 +454,24 @@ TEST_CASE("prefix, fuzzy and range words are normalized as the field's terms", "
   CHECK(ids("k:[B TO D]") == std::set<std::string>{"a"});
 }
 
+TEST_CASE("stored fields at paths through arrays of objects", "[postings]") {
+  Fixture fx;
+  fx.store.Put("a", R"({"title": "x", "author": [{"name": "Blue door"}, {"name": "fox to"}], "score": 4})");
+  fx.store.Put("b", R"({"title": "x", "author": {"name": "Ann"}, "meta": [{"y": [1, 2]}, {"y": 3}, {"z": 0}]})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  SearchRequest r;
+  r.q = "title:x";
+  r.sort = "-score";
+  r.fields = std::vector<std::string>{"author.name", "meta.y", "meta.none"};
+  r.fetch_document = fx.store.Fetcher();
+  auto res = fx.idx->Search(r);
+  REQUIRE(res.ok());
+  CHECK_THAT(res->hits_json, Catch::Contains(R"("fields":{"author.name":["Blue door","fox to"]})"));
+  CHECK_THAT(res->hits_json, Catch::Contains(R"("fields":{"author.name":"Ann","meta.y":[1,2,3]})"));
+  // The field is searchable at the same path.
+  CHECK(fx.Ids("author.name:fox") == std::vector<std::string>{"a"});
+}
+
 TEST_CASE("request errors", "[postings]") {
   Fixture fx;
   auto err = [&](SearchRequest r) {
