@@ -1566,11 +1566,14 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       for (size_t j = 0; j < m; ++j) topk.Offer(TopEntry{scores[j], static_cast<uint32_t>(k), docs[j], seg.id(docs[j])});
       continue;
     }
-    // Keyword sort keys: the smallest term of each matched document.
+    // A document with several values sorts by its smallest ascending and
+    // its largest descending (Elasticsearch's default sort mode).
+    // Keyword sort keys: from the terms in dictionary order.
     std::vector<std::vector<std::string_view>> kw(sort.size());
     for (size_t si = 0; si < sort.size(); ++si) {
       const FieldDef* fd = sort[si].field;
       if (fd == nullptr || fd->kind != FieldKind::kText) continue;
+      const bool largest = sort[si].desc;
       kw[si].assign(m, std::string_view());
       std::vector<bool> set(m, false);
       for (uint32_t ti = 0; ti < seg.term_count(fd->slot); ++ti) {
@@ -1580,7 +1583,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
         roaring_init_iterator(both.get(), &it);
         for (; it.has_value; roaring_advance_uint32_iterator(&it)) {
           size_t j = std::lower_bound(docs.begin(), docs.end(), it.current_value) - docs.begin();
-          if (!set[j]) {
+          if (!set[j] || largest) {
             set[j] = true;
             kw[si][j] = seg.term(fd->slot, ti);
           }
@@ -1588,6 +1591,20 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       }
       for (size_t j = 0; j < m; ++j)
         if (!set[j]) kw[si][j] = std::string_view(nullptr, 0);
+    }
+    // Numeric keys descending, where some document has several values:
+    // the largest, from the values in ascending order (the column holds
+    // the smallest).
+    std::vector<std::vector<double>> largest(sort.size());
+    for (size_t si = 0; si < sort.size(); ++si) {
+      const FieldDef* fd = sort[si].field;
+      if (fd == nullptr || fd->kind == FieldKind::kText || !sort[si].desc || !seg.multi_valued(fd->slot)) continue;
+      largest[si].assign(m, 0.0);
+      for (const NumEntry& e : seg.sorted(fd->slot)) {
+        const uint32_t doc = e.doc;  // a copy: NumEntry is packed
+        const auto at = std::lower_bound(docs.begin(), docs.end(), doc);
+        if (at != docs.end() && *at == doc) largest[si][at - docs.begin()] = e.value;
+      }
     }
     for (size_t j = 0; j < m; ++j) {
       Hit h{scores[j], static_cast<uint32_t>(k), docs[j], seg.id(docs[j]), {}, {}, {}};
@@ -1599,6 +1616,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
         if (fd != nullptr && fd->kind != FieldKind::kText) {
           v = seg.column(fd->slot)[docs[j]];
           missing = std::isnan(v);
+          if (!missing && !largest[si].empty()) v = largest[si][j];
         } else if (fd != nullptr) {
           sv = kw[si][j];
           missing = sv.data() == nullptr;

@@ -999,6 +999,9 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
       return bad("numeric field out of bounds");
     nf.column = reinterpret_cast<const double*>(b + co);
     nf.sorted = reinterpret_cast<const NumEntry*>(b + so);
+    uint64_t with_value = 0;
+    for (uint32_t doc = 0; doc < n; ++doc) with_value += !std::isnan(nf.column[doc]);
+    nf.multi_valued = nf.sorted_count > with_value;
     s->numeric_.push_back(nf);
   }
   return std::shared_ptr<const Segment>(std::move(s));

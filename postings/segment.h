@@ -405,6 +405,8 @@ class Segment {
   // Numeric field `n`: per-doc minimum value (NaN: none), and all values sorted.
   const double* column(uint32_t n) const { return numeric_[n].column; }
   std::span<const NumEntry> sorted(uint32_t n) const { return {numeric_[n].sorted, numeric_[n].sorted_count}; }
+  // Whether some document has several values in numeric field `n`.
+  bool multi_valued(uint32_t n) const { return numeric_[n].multi_valued; }
 
  private:
   friend class DocReader;
@@ -422,6 +424,7 @@ class Segment {
     const double* column;
     const NumEntry* sorted;
     size_t sorted_count;
+    bool multi_valued;
   };
   MappedFile file_;
   uint32_t doc_count_ = 0;

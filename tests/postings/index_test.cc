@@ -454,6 +454,36 @@ TEST_CASE("prefix, fuzzy and range words are normalized as the field's terms", "
   CHECK(ids("k:[B TO D]") == std::set<std::string>{"a"});
 }
 
+TEST_CASE("multi-valued sort keys: smallest ascending, largest descending", "[postings]") {
+  Fixture fx;
+  fx.store.Put("a", R"({"title": "x", "score": [21, 47], "tags": ["b", "y"], "createdAt": ["2020-01-01", "2024-06-01"]})");
+  fx.store.Put("b", R"({"title": "x", "score": 30, "tags": "m", "createdAt": "2022-01-01"})");
+  fx.store.Put("c", R"({"title": "x", "score": [25, 40], "tags": ["c", "n"], "createdAt": ["2021-01-01", "2023-01-01"]})");
+  fx.store.Put("d", R"({"title": "x"})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  auto order = [&](const std::string& sort) {
+    SearchRequest r;
+    r.q = "title:x";
+    r.sort = sort;
+    auto res = fx.idx->Search(r);
+    REQUIRE(res.ok());
+    std::string out;
+    for (auto& h : ParseHits(res->hits_json)) out += h.id;
+    return out;
+  };
+  CHECK(order("score") == "acbd");   // 21, 25, 30; missing last
+  CHECK(order("-score") == "acbd");  // 47, 40, 30
+  CHECK(order("tags") == "acbd");    // b, c, m
+  CHECK(order("-tags") == "acbd");   // y, n, m
+  CHECK(order("createdAt") == "acbd");
+  CHECK(order("-createdAt") == "acbd");
+  fx.store.Put("a", R"({"title": "x", "score": [21, 39], "tags": ["b", "l"], "createdAt": ["2020-01-01", "2021-06-01"]})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  CHECK(order("-score") == "cabd");  // 40, 39, 30
+  CHECK(order("-tags") == "cbad");   // n, m, l
+  CHECK(order("-createdAt") == "cbad");
+}
+
 TEST_CASE("stored fields at paths through arrays of objects", "[postings]") {
   Fixture fx;
   fx.store.Put("a", R"({"title": "x", "author": [{"name": "Blue door"}, {"name": "fox to"}], "score": 4})");
