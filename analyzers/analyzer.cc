@@ -257,4 +257,12 @@ Result<const Analyzer*> FindAnalyzer(std::string_view name) {
 
 std::vector<std::string> AnalyzerNames() { return GetRegistry().Names(); }
 
+Result<std::string> NormalizeText(std::string_view utf8, bool fold) {
+  StateLease state;
+  if (Status s = state->InitStatus(); !s.ok()) return s;
+  std::string_view term;
+  if (Status s = state->normalizer.Normalize(utf8, fold, &term); !s.ok()) return s;
+  return std::string(term);
+}
+
 }  // namespace corvid::analyzers

@@ -77,4 +77,11 @@ Result<const Analyzer*> FindAnalyzer(std::string_view name);
 // (its canonical names from sb_stemmer_list(), e.g. "german", "porter").
 std::vector<std::string> AnalyzerNames();
 
+// The normalization every analyzer but `keyword` gives its terms
+// (NFKC_Casefold, then accent folding if `fold`, as `folding` does),
+// applied to the whole text without segmenting it, stop words or stemming:
+// what a prefix, fuzzy or range word of a query is compared in (Lucene's
+// Analyzer.normalize). Invalid UTF-8 reads as U+FFFD. Thread-safe.
+Result<std::string> NormalizeText(std::string_view utf8, bool fold);
+
 }  // namespace corvid::analyzers

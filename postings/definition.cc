@@ -61,44 +61,68 @@ uint64_t Fnv1a(std::string_view s, uint64_t h) {
   return h;
 }
 
-std::optional<double> ParseIsoDate(std::string_view s) {
+std::optional<double> ParseIsoDate(std::string_view s, double* next) {
   int y = 0, mo = 1, d = 1, h = 0, mi = 0, sec = 0;
   double frac = 0;
+  // The unit of the last component written: the period is [value, value + 1 unit).
+  enum class Unit { kYear, kMonth, kDay, kHour, kMinute, kSecond, kPoint } unit = Unit::kYear;
   if (!Digits(s, 0, 4, &y)) return std::nullopt;
   size_t p = 4;
-  auto done = [&]() -> std::optional<double> {
+  auto at = [](int y, int mo, int d, int h, int mi, int sec, double frac) {
+    return static_cast<double>(DaysFromCivil(y, mo, d)) * 86400000.0 + h * 3600000.0 + mi * 60000.0 + sec * 1000.0 + frac;
+  };
+  auto done = [&](double offset_ms) -> std::optional<double> {
     static const int kDays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     if (mo < 1 || mo > 12 || d < 1 || d > kDays[mo - 1] || h > 23 || mi > 59 || sec > 60) return std::nullopt;
     bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
     if (mo == 2 && d == 29 && !leap) return std::nullopt;
-    double days = static_cast<double>(DaysFromCivil(y, mo, d));
-    return days * 86400000.0 + h * 3600000.0 + mi * 60000.0 + sec * 1000.0 + frac;
+    const double v = at(y, mo, d, h, mi, sec, frac) - offset_ms;
+    if (next != nullptr) {
+      switch (unit) {
+        case Unit::kYear: *next = at(y + 1, 1, 1, 0, 0, 0, 0) - offset_ms; break;
+        case Unit::kMonth: *next = (mo == 12 ? at(y + 1, 1, 1, 0, 0, 0, 0) : at(y, mo + 1, 1, 0, 0, 0, 0)) - offset_ms; break;
+        case Unit::kDay: *next = v + 86400000.0; break;
+        case Unit::kHour: *next = v + 3600000.0; break;
+        case Unit::kMinute: *next = v + 60000.0; break;
+        case Unit::kSecond: *next = v + 1000.0; break;
+        case Unit::kPoint: *next = v; break;
+      }
+    }
+    return v;
   };
-  if (p == s.size()) return done();
+  if (p == s.size()) return done(0);
   if (s[p] != '-' || !Digits(s, p + 1, 2, &mo)) return std::nullopt;
   p += 3;
-  if (p == s.size()) return done();
+  unit = Unit::kMonth;
+  if (p == s.size()) return done(0);
   if (s[p] != '-' || !Digits(s, p + 1, 2, &d)) return std::nullopt;
   p += 3;
-  if (p == s.size()) return done();
-  if ((s[p] != 'T' && s[p] != 't' && s[p] != ' ') || !Digits(s, p + 1, 2, &h) || p + 3 >= s.size() || s[p + 3] != ':' ||
-      !Digits(s, p + 4, 2, &mi))
-    return std::nullopt;
-  p += 6;
+  unit = Unit::kDay;
+  if (p == s.size()) return done(0);
+  if ((s[p] != 'T' && s[p] != 't' && s[p] != ' ') || !Digits(s, p + 1, 2, &h)) return std::nullopt;
+  p += 3;
+  unit = Unit::kHour;
   if (p < s.size() && s[p] == ':') {
-    if (!Digits(s, p + 1, 2, &sec)) return std::nullopt;
+    if (!Digits(s, p + 1, 2, &mi)) return std::nullopt;
     p += 3;
-    if (p < s.size() && (s[p] == '.' || s[p] == ',')) {
-      ++p;
-      double scale = 100;
-      size_t n = 0;
-      while (p < s.size() && s[p] >= '0' && s[p] <= '9') {
-        frac += (s[p] - '0') * scale;
-        scale /= 10;
+    unit = Unit::kMinute;
+    if (p < s.size() && s[p] == ':') {
+      if (!Digits(s, p + 1, 2, &sec)) return std::nullopt;
+      p += 3;
+      unit = Unit::kSecond;
+      if (p < s.size() && (s[p] == '.' || s[p] == ',')) {
         ++p;
-        ++n;
+        double scale = 100;
+        size_t n = 0;
+        while (p < s.size() && s[p] >= '0' && s[p] <= '9') {
+          frac += (s[p] - '0') * scale;
+          scale /= 10;
+          ++p;
+          ++n;
+        }
+        if (n == 0) return std::nullopt;
+        unit = Unit::kPoint;
       }
-      if (n == 0) return std::nullopt;
     }
   }
   double offset_ms = 0;
@@ -122,9 +146,7 @@ std::optional<double> ParseIsoDate(std::string_view s) {
     }
   }
   if (p != s.size()) return std::nullopt;
-  auto v = done();
-  if (!v) return v;
-  return *v - offset_ms;
+  return done(offset_ms);
 }
 
 const FieldDef* SearchDefinitionImpl::Find(std::string_view name) const {

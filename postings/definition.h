@@ -81,9 +81,13 @@ void ForEachValue(const rapidjson::Value& v, const std::vector<std::string>& pat
 }
 
 // Parses an ISO-8601 date or date-time (YYYY, YYYY-MM, YYYY-MM-DD,
-// YYYY-MM-DDTHH:MM[:SS[.fff…]][Z|±HH:MM|±HHMM]; a space may replace 'T') into
+// YYYY-MM-DDTHH[:MM[:SS[.fff…]]][Z|±HH:MM|±HHMM]; a space may replace 'T') into
 // milliseconds since the Unix epoch, UTC (no zone means UTC). nullopt if malformed.
-std::optional<double> ParseIsoDate(std::string_view s);
+// `next`, if given, receives the end of the period the text names: the
+// start of the next year, month, day, hour, minute or second after the
+// last component written ("2024-03" -> 2024-04-01), or the value itself
+// when it has a fraction of a second (a point). Query ranges round with it.
+std::optional<double> ParseIsoDate(std::string_view s, double* next = nullptr);
 
 // FNV-1a, used for definition fingerprints.
 uint64_t Fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull);

@@ -162,13 +162,21 @@ double BlockBound(double weight, double idf, const BlockMax& bm, double avglen) 
   return ScoreBound(weight, idf, tf, len, avglen);
 }
 
-Result<double> ParseNumberOrDate(const FieldDef& f, std::string_view s, size_t offset) {
+// A number or date of a query: [start, end) is the period a date names
+// ("2024-03-17" is that whole day; ParseIsoDate); end == start for a
+// number, or a date with a fraction of a second (a point).
+struct QueryValue {
+  double start, end;
+};
+
+Result<QueryValue> ParseNumberOrDate(const FieldDef& f, std::string_view s, size_t offset) {
   if (f.kind == FieldKind::kDate) {
-    if (auto d = ParseIsoDate(s)) return *d;
+    double end = 0;
+    if (auto d = ParseIsoDate(s, &end)) return QueryValue{*d, end};
   }
   double v = 0;
   auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (r.ec == std::errc() && r.ptr == s.data() + s.size() && std::isfinite(v)) return v;
+  if (r.ec == std::errc() && r.ptr == s.data() + s.size() && std::isfinite(v)) return QueryValue{v, v};
   return Bad("field '" + f.name + "' expects a " + (f.kind == FieldKind::kDate ? "date" : "number") + ", not '" +
              std::string(s) + "' at offset " + std::to_string(offset));
 }
@@ -214,10 +222,17 @@ class Compiler {
       const FieldDef& f = *fields[0];
       n->kind = CNode::Kind::kNumRange;
       n->slot = f.slot;
+      // A date's period is rounded as Lucene's classic parser and
+      // Elasticsearch round it: a value matches its whole period
+      // (d:2024-03-17 is that day), an inclusive upper bound and an
+      // exclusive lower one take the period's end ([* TO 2024-03-17]
+      // takes the whole day, {2024-03-17 TO *] starts after it).
       if (q.kind == K::kTerm || q.kind == K::kPhrase) {
         auto v = ParseNumberOrDate(f, q.text, q.offset);
         if (!v.ok()) return v.status();
-        n->lo = n->hi = *v;
+        n->lo = v->start;
+        n->hi = v->end;
+        n->hi_incl = v->end == v->start;
         return n;
       }
       if (q.kind != K::kRange)
@@ -225,14 +240,16 @@ class Compiler {
       if (!q.lo_open) {
         auto v = ParseNumberOrDate(f, q.lo, q.offset);
         if (!v.ok()) return v.status();
-        n->lo = *v;
-        n->lo_incl = q.lo_incl;
+        const bool period = v->end != v->start;
+        n->lo = q.lo_incl || !period ? v->start : v->end;
+        n->lo_incl = q.lo_incl || period;
       }
       if (!q.hi_open) {
         auto v = ParseNumberOrDate(f, q.hi, q.offset);
         if (!v.ok()) return v.status();
-        n->hi = *v;
-        n->hi_incl = q.hi_incl;
+        const bool period = v->end != v->start;
+        n->hi = q.hi_incl && period ? v->end : v->start;
+        n->hi_incl = q.hi_incl && !period;
       }
       return n;
     }
@@ -1364,19 +1381,8 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
 
 std::string NormalizeMultiTermText(const FieldDef& field, std::string_view text) {
   if (field.analyzer_name == "keyword") return std::string(text);
-  auto find = [](std::string_view name) {
-    auto a = analyzers::FindAnalyzer(name);
-    return a.ok() ? *a : nullptr;
-  };
-  // The field's normalization without stop words or stemming: `folding`
-  // folds accents as well (so éléph* finds elephant there).
-  static const analyzers::Analyzer* standard = find("standard");
-  static const analyzers::Analyzer* folding = find("folding");
-  const analyzers::Analyzer* normalizer = field.analyzer_name == "folding" ? folding : standard;
-  if (normalizer == nullptr) return std::string(text);
-  VectorSink sink;
-  if (!normalizer->Analyze(text, sink).ok() || sink.terms.size() != 1) return std::string(text);
-  return sink.terms[0];
+  auto normalized = analyzers::NormalizeText(text, /*fold=*/field.analyzer_name == "folding");
+  return normalized.ok() ? *std::move(normalized) : std::string(text);
 }
 
 uint32_t EditDistance(std::string_view a8, std::string_view b8, uint32_t max) {

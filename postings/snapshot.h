@@ -40,10 +40,10 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& reques
 
 // How prefix and fuzzy query words are normalized before they are compared
 // with a field's terms: a `keyword` field takes the text as is; any other
-// field takes the single token the `standard` analyzer (`folding` for a
-// `folding` field) makes of it (case folded, NFKC, accents folded for
-// `folding`; never stemmed), or the text as is if that is not exactly one
-// token. Used for prefix and fuzzy words and text range bounds.
+// field takes analyzers::NormalizeText of it, whole (NFKC_Casefold, accents
+// folded for a `folding` field; not segmented, never stemmed: "c++*" looks
+// for terms starting "c++", as Lucene would). Used for prefix and fuzzy
+// words and text range bounds.
 std::string NormalizeMultiTermText(const FieldDef& field, std::string_view text);
 
 // Optimal-string-alignment edit distance (insertions, deletions,

@@ -44,6 +44,7 @@ import random
 import re
 import sys
 import time
+import unicodedata
 import unittest
 import urllib.parse
 
@@ -366,10 +367,11 @@ class Oracle:
         return out
 
     def _normalize_multi(self, field, text):
+        """A prefix/fuzzy word or a range bound: NFKC_Casefold of the whole
+        text (Lucene's Analyzer.normalize), as is for keyword fields."""
         if TEXT[field][0] == 'keyword':
             return text
-        toks = self.analyze('standard', text)
-        return toks[0][0] if len(toks) == 1 else text
+        return unicodedata.normalize('NFKC', unicodedata.normalize('NFKC', text).casefold())
 
     def _numeric_match(self, field, pred):
         return {i: 0.0 for i, nums in self.nums.items() if any(pred(v) for v in nums[field])}
@@ -378,6 +380,14 @@ class Oracle:
         if NUMERIC[field] == 'date':
             return float(iso_ms(s))
         return float(s)
+
+    def _period(self, field, s):
+        """[start, end): a date names a whole day or second (docs/http-choices.md);
+        a number is a point (end == start)."""
+        start = self._parse_num(field, s)
+        if NUMERIC[field] != 'date':
+            return start, start
+        return start, start + (1000.0 if 'T' in s else 86400000.0)
 
     def _eval(self, node, dfield, boost, op):
         """{id: score}, or None when the clause is dropped (no token)."""
@@ -421,15 +431,25 @@ class Oracle:
         if kind == 'range':
             _, _, lo, hi, lo_incl, hi_incl, _ = node
             if field in NUMERIC:
-                lo_v = -math.inf if lo is None else self._parse_num(field, lo)
-                hi_v = math.inf if hi is None else self._parse_num(field, hi)
-
+                # A date bound stands for its period: [lo.. from its start,
+                # {lo.. after its end, ..hi] up to its end, ..hi} before its start.
                 def pred(v):
-                    return ((v >= lo_v) if lo_incl or lo is None else (v > lo_v)) and \
-                           ((v <= hi_v) if hi_incl or hi is None else (v < hi_v))
+                    if lo is not None:
+                        start, end = self._period(field, lo)
+                        if lo_incl and v < start:
+                            return False
+                        if not lo_incl and (v < end if end > start else v <= start):
+                            return False
+                    if hi is not None:
+                        start, end = self._period(field, hi)
+                        if hi_incl and (v >= end if end > start else v > start):
+                            return False
+                        if not hi_incl and v >= start:
+                            return False
+                    return True
                 return self._numeric_match(field, pred)
-            lo_b = None if lo is None else bkey(lo)
-            hi_b = None if hi is None else bkey(hi)
+            lo_b = None if lo is None else bkey(self._normalize_multi(field, lo))
+            hi_b = None if hi is None else bkey(self._normalize_multi(field, hi))
             out = {}
             for doc_id, fields in self.text.items():
                 for t in fields[field].tf:
@@ -442,9 +462,9 @@ class Oracle:
                     break
             return out
         boost *= node[-1]
-        if field in NUMERIC:  # numeric equality
-            v = self._parse_num(field, node[2])
-            return self._numeric_match(field, lambda x: x == v)
+        if field in NUMERIC:  # numeric equality; a date matches its whole day or second
+            start, end = self._period(field, node[2])
+            return self._numeric_match(field, lambda x: start <= x < end if end > start else x == start)
         fields = [field] if field is not None else [f for f, _, _ in TEXT_FIELDS]
         out = {}
         any_tokens = False
@@ -484,12 +504,15 @@ class Oracle:
                 counts[t] = counts.get(t, 0) + 1
         return sorted(counts.items(), key=lambda kv: (-kv[1], bkey(kv[0])))
 
-    def sort_value(self, doc_id, field):
+    def sort_value(self, doc_id, field, desc=False):
+        """A multi-valued field sorts by its smallest value ascending and its
+        largest descending (Elasticsearch's default sort mode)."""
+        pick = max if desc else min
         if field in NUMERIC:
             vals = self.nums[doc_id][field]
-            return min(vals) if vals else None
+            return pick(vals) if vals else None
         terms = self.text[doc_id][field].tf
-        return min(terms, key=bkey) if terms else None
+        return pick(terms, key=bkey) if terms else None
 
 
 def phrase_matches(pos, rel, slop):
@@ -1100,7 +1123,7 @@ class SearchFeaturesTest(CorpusTestCase):
                         if f == '_score':
                             out.append((0, -hit['score']))  # server scores (checked above)
                             continue
-                        v = self.oracle.sort_value(hit['id'], f)
+                        v = self.oracle.sort_value(hit['id'], f, desc)
                         if v is None:
                             out.append((1, 0))          # missing values last, either way
                         elif isinstance(v, str):
@@ -1124,7 +1147,7 @@ class SearchFeaturesTest(CorpusTestCase):
         vals = [self.oracle.sort_value(h['id'], 'tags') for h in ans['hits']]
         self.assertEqual(vals, sorted(vals, key=bkey))
         ans = self.search(self.index, q='*', sort='-n', limit=10000)
-        vals = [self.oracle.sort_value(h['id'], 'n') for h in ans['hits']]
+        vals = [self.oracle.sort_value(h['id'], 'n', desc=True) for h in ans['hits']]
         present = [v for v in vals if v is not None]
         self.assertEqual(vals, present + [None] * (len(vals) - len(present)),
                          'documents without n must sort last')

@@ -78,6 +78,27 @@ TEST_CASE("ISO-8601 dates", "[postings]") {
   CHECK(!ParseIsoDate("2024-01-01T25:00"));
   CHECK(!ParseIsoDate("yesterday"));
   CHECK(!ParseIsoDate("2024-01-01Tx"));
+  // Hour-only date-times (what date_trunc('hour', d) makes).
+  CHECK(*ParseIsoDate("2024-03-17T10") == *ParseIsoDate("2024-03-17T10:00:00Z"));
+  CHECK(*ParseIsoDate("2024-03-17T10+01:00") == *ParseIsoDate("2024-03-17T09:00:00Z"));
+  // The end of the period the text names.
+  double next = 0;
+  REQUIRE(ParseIsoDate("2024", &next));
+  CHECK(next == *ParseIsoDate("2025-01-01"));
+  REQUIRE(ParseIsoDate("2024-12", &next));
+  CHECK(next == *ParseIsoDate("2025-01-01"));
+  REQUIRE(ParseIsoDate("2024-02", &next));
+  CHECK(next == *ParseIsoDate("2024-03-01"));
+  REQUIRE(ParseIsoDate("2024-02-29", &next));
+  CHECK(next == *ParseIsoDate("2024-03-01"));
+  REQUIRE(ParseIsoDate("2024-03-17T10+01:00", &next));
+  CHECK(next == *ParseIsoDate("2024-03-17T10:00:00Z"));
+  REQUIRE(ParseIsoDate("2024-03-17T10:20", &next));
+  CHECK(next == *ParseIsoDate("2024-03-17T10:21:00Z"));
+  REQUIRE(ParseIsoDate("2024-03-17T10:20:30Z", &next));
+  CHECK(next == *ParseIsoDate("2024-03-17T10:20:31Z"));
+  REQUIRE(ParseIsoDate("2024-03-17T10:20:30.250Z", &next));
+  CHECK(next == *ParseIsoDate("2024-03-17T10:20:30.250Z"));
 }
 
 struct Fixture {
@@ -482,6 +503,30 @@ TEST_CASE("multi-valued sort keys: smallest ascending, largest descending", "[po
   CHECK(order("-score") == "cabd");  // 40, 39, 30
   CHECK(order("-tags") == "cbad");   // n, m, l
   CHECK(order("-createdAt") == "cbad");
+}
+
+TEST_CASE("date values and bounds stand for their whole period", "[postings]") {
+  Fixture fx;
+  fx.store.Put("may1", R"({"title": "x", "createdAt": "2023-05-01T00:00:00Z"})");
+  fx.store.Put("may1noon", R"({"title": "x", "createdAt": "2023-05-01T12:00:00Z"})");
+  fx.store.Put("may31", R"({"title": "x", "createdAt": "2023-05-31T10:00:00Z"})");
+  fx.store.Put("jun1", R"({"title": "x", "createdAt": "2023-06-01"})");
+  fx.store.Put("point", R"({"title": "x", "createdAt": "2023-05-31T10:00:00.250Z"})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  using V = std::vector<std::string>;
+  CHECK(fx.Ids("createdAt:[2023-05-01 TO 2023-05-31]") == V{"may1", "may1noon", "may31", "point"});
+  CHECK(fx.Ids("createdAt:{2023-05-01 TO 2023-05-31}") == V{});
+  CHECK(fx.Ids("createdAt:{2023-05-01 TO 2023-06-01]") == V{"jun1", "may31", "point"});
+  CHECK(fx.Ids("createdAt:[2023-05 TO 2023-05]") == V{"may1", "may1noon", "may31", "point"});
+  CHECK(fx.Ids("createdAt:{2023-04 TO 2023-06}") == V{"may1", "may1noon", "may31", "point"});
+  CHECK(fx.Ids("createdAt:2023-05-01") == V{"may1", "may1noon"});
+  CHECK(fx.Ids("createdAt:2023") == V{"jun1", "may1", "may1noon", "may31", "point"});
+  CHECK(fx.Ids("createdAt:\"2023-05-31T10\"") == V{"may31", "point"});
+  CHECK(fx.Ids("createdAt:\"2023-05-31T10:00:00Z\"") == V{"may31", "point"});
+  CHECK(fx.Ids("createdAt:\"2023-05-31T10:00:00.000Z\"") == V{"may31"});
+  CHECK(fx.Ids("createdAt:[* TO \"2023-05-31T10:00:00.000Z\"]") == V{"may1", "may1noon", "may31"});
+  CHECK(fx.Ids("createdAt:[\"2023-05-01T12:00:00Z\" TO *}") == V{"jun1", "may1noon", "may31", "point"});
+  CHECK(fx.Ids("createdAt:{\"2023-05-01T12:00:00Z\" TO *}") == V{"jun1", "may31", "point"});
 }
 
 TEST_CASE("stored fields at paths through arrays of objects", "[postings]") {

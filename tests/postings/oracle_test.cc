@@ -221,21 +221,30 @@ class Oracle {
     auto fields = Fields(q);
     if (fields.size() == 1 && fields[0]->kind != FieldKind::kText) {
       const FieldDef& f = *fields[0];
+      // [start, end): the period a date names (end == start: a point).
       auto parse = [&](const std::string& s) {
+        double end = 0;
         if (f.kind == FieldKind::kDate)
-          if (auto d = ParseIsoDate(s)) return *d;
-        return std::stod(s);
+          if (auto d = ParseIsoDate(s, &end)) return std::pair(*d, end);
+        return std::pair(std::stod(s), std::stod(s));
       };
-      double lo = -HUGE_VAL, hi = HUGE_VAL;
-      bool li = true, hi_i = true;
-      if (q.kind == K::kRange) {
-        if (!q.lo_open) lo = parse(q.lo), li = q.lo_incl;
-        if (!q.hi_open) hi = parse(q.hi), hi_i = q.hi_incl;
-      } else {
-        lo = hi = parse(q.text);
-      }
+      auto match = [&](double v) {
+        if (q.kind != K::kRange) {
+          auto [start, end] = parse(q.text);
+          return end > start ? v >= start && v < end : v == start;
+        }
+        if (!q.lo_open) {
+          auto [start, end] = parse(q.lo);
+          if (q.lo_incl ? v < start : end > start ? v < end : v <= start) return false;
+        }
+        if (!q.hi_open) {
+          auto [start, end] = parse(q.hi);
+          if (q.hi_incl ? (end > start ? v >= end : v > start) : v >= start) return false;
+        }
+        return true;
+      };
       for (double v : b.nums[f.slot])
-        if ((li ? v >= lo : v > lo) && (hi_i ? v <= hi : v < hi)) return true;
+        if (match(v)) return true;
       return false;
     }
     bool matched = false;
