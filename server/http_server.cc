@@ -184,6 +184,9 @@ class Session : public std::enable_shared_from_this<Session> {
     res->body() = std::move(resp.body);
     res->keep_alive(keep_alive_ && !resp.close && !server_.draining);
     res->prepare_payload();
+    // HEAD: GET's Content-Length stays in the header; the serializer writes
+    // the (now empty) body, so no body bytes follow.
+    if (resp.omit_body) res->body().clear();
     stream_.expires_after(kWriteTimeout);
     http::async_write(stream_, *res, [self = shared_from_this(), res, counted](beast::error_code ec, size_t) {
       if (counted) --self->server_.in_flight;

@@ -87,6 +87,14 @@ Route Classify(const Target& t, std::string_view method) {
 }  // namespace
 
 void Router::Handle(Request request, Reply reply) {
+  // HEAD is GET without the body, wherever GET is allowed (RFC 9110 §9.3.2).
+  if (request.method == "HEAD") {
+    request.method = "GET";
+    reply = [reply = std::move(reply)](Response r) {
+      r.omit_body = true;
+      reply(std::move(r));
+    };
+  }
   std::optional<Target> target = ParseTarget(request.target);
   if (!target) {
     state_->metrics.Record(Route::kOther, 400, 0);

@@ -164,9 +164,13 @@ inline Response FromStatus(const Status& s) {
   }
 }
 
+// `allow` lists the methods of the path; HEAD is added after GET, since
+// Router::Handle answers HEAD wherever GET works.
 inline Response MethodNotAllowed(std::string_view allow) {
-  Response r = ErrorResponse(405, "method_not_allowed", "method not allowed here; allowed: " + std::string(allow));
-  r.allow = std::string(allow);
+  std::string methods(allow);
+  if (methods.starts_with("GET")) methods.insert(3, ", HEAD");
+  Response r = ErrorResponse(405, "method_not_allowed", "method not allowed here; allowed: " + methods);
+  r.allow = std::move(methods);
   return r;
 }
 

@@ -171,7 +171,7 @@ TEST_CASE("router: documents, percent-decoding, methods and errors", "[server]")
   CHECK(ErrorCode(fx.Call("GET", "/docs/users/%00")) == "invalid_id");
   Response patch = fx.Call("PATCH", "/docs/users/x");
   CHECK(patch.status == 405);
-  CHECK(patch.allow == "GET, PUT, DELETE");
+  CHECK(patch.allow == "GET, HEAD, PUT, DELETE");
   CHECK(fx.Call("DELETE", "/collections").status == 405);
   CHECK(fx.Call("GET", "/nothing/here").status == 404);
   CHECK(fx.Call("PUT", "/docs/users/x", "{}", "text/plain").status == 415);
@@ -191,6 +191,33 @@ TEST_CASE("router: documents, percent-decoding, methods and errors", "[server]")
   CHECK(del.status == 200);
   CHECK(Parse(del.body)["etag"].GetUint64() == del.etag.value());
   CHECK(fx.Call("DELETE", "/docs/users/x").status == 404);
+}
+
+TEST_CASE("router: HEAD answers as GET, marked to go without its body", "[server]") {
+  Fixture fx;
+  REQUIRE(fx.Call("PUT", "/docs/users/h", R"({"v":1})").status == 201);
+  for (const char* target : {"/docs/users/h", "/docs/users/absent", "/health", "/collections", "/changes?since=0"}) {
+    INFO(target);
+    Response get = fx.Call("GET", target);
+    Response head = fx.Call("HEAD", target);
+    CHECK(head.status == get.status);
+    CHECK(head.etag == get.etag);
+    CHECK(head.content_type == get.content_type);
+    CHECK(head.body == get.body);  // kept: the transport sends its length, not its bytes
+    CHECK(head.omit_body);
+    CHECK_FALSE(get.omit_body);
+  }
+  Request cond;
+  cond.method = "HEAD";
+  cond.target = "/docs/users/h";
+  cond.if_none_match = "\"1\"";
+  CHECK(fx.Call(cond).status == 304);
+  // Only where GET is allowed.
+  Response analyze = fx.Call("HEAD", "/admin/analyze");
+  CHECK(analyze.status == 405);
+  CHECK(analyze.allow == "POST");
+  CHECK(analyze.omit_body);
+  CHECK(fx.Call("HEAD", "/nothing/here").status == 404);
 }
 
 TEST_CASE("router: bulk is atomic and names the bad line", "[server]") {
