@@ -153,13 +153,17 @@ void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
     const std::string& id = seg[2];
     if (Status s = storage::ValidateName(coll, "collection name"); !s.ok())
       return reply(ErrorResponse(400, "invalid_id", s.message()));
-    if (id == "_bulk" && m == "POST") return Bulk(req, coll, reply);
+    if (id == kBulkId) {
+      if (m == "POST") return Bulk(req, coll, reply);
+      return reply(MethodNotAllowed(
+          "POST", "on /docs/{collection}/_bulk, the bulk endpoint (\"_bulk\" is reserved, never a document id)"));
+    }
     if (Status s = storage::ValidateName(id, "document id"); !s.ok())
       return reply(ErrorResponse(400, "invalid_id", s.message()));
     if (m == "GET") return reply(GetDoc(req, coll, id));
     if (m == "PUT") return PutDoc(req, coll, id, reply);
     if (m == "DELETE") return DeleteDoc(req, coll, id, reply);
-    return reply(MethodNotAllowed(id == "_bulk" ? "GET, PUT, DELETE, POST" : "GET, PUT, DELETE"));
+    return reply(MethodNotAllowed("GET, PUT, DELETE"));
   }
   reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + req.target.substr(0, 200)));
 }
@@ -425,6 +429,16 @@ BulkPart ParseBulkPart(std::string_view part, size_t first_line, const std::stri
     if (Status s = storage::ValidateName(*fields.id, "document id"); !s.ok()) {
       out.error = ErrorResponse(400, "invalid_id", "line " + std::to_string(line_no) + ": " + s.message(),
                                 std::nullopt, line_no);
+      return out;
+    }
+    // No GET could read it. A delete line may still remove one stored
+    // before this check existed.
+    if (*fields.id == kBulkId && !fields.deleted) {
+      out.error =
+          ErrorResponse(400, "invalid_id",
+                        "line " + std::to_string(line_no) +
+                            ": document id \"_bulk\" is reserved (/docs/{collection}/_bulk is the bulk endpoint)",
+                        std::nullopt, line_no);
       return out;
     }
     WriteOp op;

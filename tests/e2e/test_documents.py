@@ -562,10 +562,35 @@ class DocumentsTest(CorvidTestCase):
         self.assertEqual(err.get('line'), 5, resp.describe())
         self.assertAbsent(c, 'p0')
 
-    def test_bulk_get_is_a_document_get(self):
+    def test_bulk_path_takes_only_post(self):
+        # /docs/{c}/_bulk is a known path whose only method is POST: any
+        # other is 405 (API.md), never a document read or write of id "_bulk".
         c = self.coll()
-        resp = self.c.get(bulk_path(c))
-        self.assertError(resp, 404, 'not_found')
+        for path in (bulk_path(c), '/docs/%s/%%5Fbulk' % q(c)):
+            for method in ('GET', 'PUT', 'DELETE', 'PATCH'):
+                with self.subTest(method=method, path=path):
+                    body = b'{"a":1}' if method in ('PUT', 'PATCH') else None
+                    resp = self.c.request(method, path, body)
+                    err = self.assertError(resp, 405, 'method_not_allowed')
+                    self.assertEqual(resp.header('Allow'), 'POST', resp.describe())
+                    self.assertIn('_bulk', err['message'])
+            resp = self.c.request('HEAD', path)
+            self.assertStatus(resp, 405)
+            self.assertEqual(resp.header('Allow'), 'POST', resp.describe())
+        self.assertIsNone(self.collection_count(c))
+        # Nor can a bulk line create a document that no GET could read.
+        resp = self.bulk(c, ndjson([b'{"id":"ok"}', b'{"id":"_bulk","v":1}']))
+        err = self.assertError(resp, 400, 'invalid_id')
+        self.assertEqual(err.get('line'), 2, resp.describe())
+        self.assertIn('_bulk', err['message'])
+        self.assertIsNone(self.collection_count(c))
+        # ... but a delete line may remove one stored before ids were checked.
+        self.bulkOk(c, ndjson([b'{"id":"ok"}', b'{"id":"_bulk","_deleted":true}']), 2)
+        self.assertEqual(self.collection_count(c), 1)
+        # Other ids starting with '_' are ordinary ids (API.md reserves none).
+        self.putOk(c, '_bulkx', b'{}')
+        self.getOk(c, '_bulkx', b'{}')
+        self.putOk(c, '_changes', b'{}')
 
     # -- /collections ----------------------------------------------------------
     def test_collections_counts(self):
@@ -877,12 +902,6 @@ class DocumentsTest(CorvidTestCase):
         self.assertIn(resp.status, (405, 501), resp.describe())
         self.assertError(resp, resp.status, ('method_not_allowed', 'not_implemented'))
         self.assertStatus(self.c.get('/health'), 200)
-
-    def test_get_bulk_path_other_methods(self):
-        # GET /docs/c/_bulk is a document GET (404), covered above; DELETE is a
-        # document DELETE of an absent id: 404.
-        resp = self.c.delete(bulk_path(self.coll()))
-        self.assertError(resp, 404, 'not_found')
 
 
 if __name__ == '__main__':

@@ -275,6 +275,20 @@ TEST_CASE("router: bulk is atomic and names the bad line", "[server]") {
   auto changes = Parse(fx.Call("GET", "/changes?since=" + std::to_string(w["lastEtag"].GetUint64() - 1)).body);
   CHECK(std::string(changes["results"][0]["id"].GetString()) == "b" + std::to_string(kLines));  // line order = etag order
   CHECK(fx.Call("POST", "/docs/c/_bulk", "{\"id\":\"1\"}", "text/csv").status == 415);
+
+  // _bulk is a path, POST only: never a document id.
+  for (const char* method : {"GET", "HEAD", "PUT", "DELETE", "PATCH"}) {
+    INFO(method);
+    Response r = fx.Call(method, "/docs/c/_bulk", "{}");
+    CHECK(r.status == 405);
+    CHECK(r.allow == "POST");
+    CHECK(fx.Call(method, "/docs/c/%5Fbulk", "{}").status == 405);
+  }
+  Response reserved = fx.Call("POST", "/docs/r/_bulk", "{\"id\":\"a\"}\n{\"id\":\"_bulk\"}\n");
+  CHECK(ErrorCode(reserved) == "invalid_id");
+  CHECK(Parse(reserved.body)["error"]["line"].GetUint64() == 2);
+  CHECK(fx.Call("POST", "/docs/r/_bulk", "{\"id\":\"_bulk\",\"_deleted\":true}\n").status == 200);
+  CHECK(fx.Call("PUT", "/docs/r/_bulk2", "{}").status == 201);
 }
 
 TEST_CASE("router: collections, changes and long polls", "[server]") {
