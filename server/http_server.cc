@@ -181,6 +181,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!resp.content_type.empty()) res->set(http::field::content_type, resp.content_type);
     if (resp.etag) res->set(http::field::etag, "\"" + std::to_string(*resp.etag) + "\"");
     if (!resp.allow.empty()) res->set(http::field::allow, resp.allow);
+    if (!resp.www_authenticate.empty()) res->set(http::field::www_authenticate, resp.www_authenticate);
     res->body() = std::move(resp.body);
     res->keep_alive(keep_alive_ && !resp.close && !server_.draining);
     res->prepare_payload();

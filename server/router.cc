@@ -84,6 +84,28 @@ Route Classify(const Target& t, std::string_view method) {
   return Route::kOther;
 }
 
+// The token of an `Authorization: Bearer <token>` header value, or nullopt
+// when the scheme is another or the token is missing. The scheme is
+// case-insensitive and followed by one or more spaces (RFC 9110 §11.4).
+std::optional<std::string_view> BearerToken(std::string_view auth) {
+  constexpr std::string_view kBearer = "bearer";
+  size_t space = auth.find(' ');
+  if (space != kBearer.size()) return std::nullopt;
+  for (size_t i = 0; i < kBearer.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(auth[i])) != kBearer[i]) return std::nullopt;
+  std::string_view token = auth.substr(space);
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  if (token.empty()) return std::nullopt;
+  return token;
+}
+
+// A 401 challenges the client with the scheme to use (RFC 9110 §11.6.1).
+Response Unauthorized(std::string_view message) {
+  Response r = ErrorResponse(401, "unauthorized", message);
+  r.www_authenticate = "Bearer";
+  return r;
+}
+
 }  // namespace
 
 void Router::Handle(Request request, Reply reply) {
@@ -110,16 +132,15 @@ void Router::Handle(Request request, Reply reply) {
   const bool is_health = target->segments.size() == 1 && target->segments[0] == "health";
   if (!state_->options.api_key.empty() && !is_health) {
     if (!request.has_authorization) {
-      reply(ErrorResponse(401, "unauthorized", "missing Authorization: Bearer <key>"));
+      reply(Unauthorized("missing Authorization: Bearer <key>"));
       return;
     }
-    std::string_view auth = request.authorization;
-    constexpr std::string_view kBearer = "Bearer ";
-    if (auth.size() < kBearer.size() || auth.substr(0, kBearer.size()) != kBearer) {
-      reply(ErrorResponse(401, "unauthorized", "expected Authorization: Bearer <key>"));
+    std::optional<std::string_view> token = BearerToken(request.authorization);
+    if (!token) {
+      reply(Unauthorized("expected Authorization: Bearer <key>"));
       return;
     }
-    if (!ConstantTimeEquals(auth.substr(kBearer.size()), state_->options.api_key)) {
+    if (!ConstantTimeEquals(*token, state_->options.api_key)) {
       reply(ErrorResponse(403, "forbidden", "wrong API key"));
       return;
     }

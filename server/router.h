@@ -41,6 +41,7 @@ struct Response {
   std::string content_type = "application/json";
   std::optional<uint64_t> etag;  // sent as ETag: "N"
   std::string allow;             // Allow header for 405
+  std::string www_authenticate;  // WWW-Authenticate header for 401
   bool close = false;            // close the connection after this response
   // The answer to a HEAD: the transport sends the headers GET would,
   // Content-Length of `body` included, and no body (RFC 9110 §9.3.2).

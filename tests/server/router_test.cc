@@ -343,7 +343,9 @@ TEST_CASE("router: API key", "[server]") {
   options.api_key = "s3cret";
   Fixture fx(options);
   CHECK(fx.Call("GET", "/health").status == 200);
-  CHECK(ErrorCode(fx.Call("GET", "/collections")) == "unauthorized");
+  Response missing = fx.Call("GET", "/collections");
+  CHECK(ErrorCode(missing) == "unauthorized");
+  CHECK(missing.www_authenticate == "Bearer");
   Request r;
   r.method = "GET";
   r.target = "/collections";
@@ -354,6 +356,21 @@ TEST_CASE("router: API key", "[server]") {
   CHECK(fx.Call(r).status == 403);
   r.authorization = "Basic czNjcmV0";  // another scheme is no bearer key
   CHECK(ErrorCode(fx.Call(r)) == "unauthorized");
+  CHECK(fx.Call(r).www_authenticate == "Bearer");
+  for (const char* none : {"Bearer", "Bearer ", "Bearers3cret", "Bear s3cret", ""}) {
+    r.authorization = none;
+    INFO(none);
+    CHECK(ErrorCode(fx.Call(r)) == "unauthorized");
+  }
   r.authorization = "Bearer s3cret";
   CHECK(fx.Call(r).status == 200);
+  // The scheme is case-insensitive (RFC 9110 §11.1), the key is not.
+  for (const char* ok : {"bearer s3cret", "BEARER s3cret", "bEaReR  s3cret"}) {
+    r.authorization = ok;
+    INFO(ok);
+    CHECK(fx.Call(r).status == 200);
+  }
+  r.authorization = "bearer S3CRET";
+  CHECK(ErrorCode(fx.Call(r)) == "forbidden");
+  CHECK(fx.Call(r).www_authenticate.empty());
 }
