@@ -151,6 +151,16 @@ void Router::Handle(Request request, Reply reply) {
 void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
   const auto& seg = t.segments;
   const std::string& m = req.method;
+  // Every query parameter is text (a query, a filter value, a number), so
+  // bytes that are not UTF-8 are bad input on any route, never a search for
+  // something no document holds.
+  for (const auto& [k, v] : t.query) {
+    if (!IsValidUtf8(k)) return reply(ErrorResponse(400, "invalid_utf8", "a query parameter name is not valid UTF-8"));
+    if (size_t bad = FindInvalidUtf8(v); bad != std::string::npos)
+      return reply(ErrorResponse(400, "invalid_utf8",
+                                 "query parameter '" + k + "' is not valid UTF-8 (byte " + std::to_string(bad) +
+                                     " of its percent-decoded value)"));
+  }
   if (seg.size() == 1 && seg[0] == "health") {
     if (m != "GET") return reply(MethodNotAllowed("GET"));
     return reply(Health());

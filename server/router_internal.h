@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "common/utf8.h"
 #include "indexing/index_engine.h"
 #include "server/json_input.h"
 #include "server/metrics.h"

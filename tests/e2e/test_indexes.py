@@ -724,6 +724,16 @@ class IndexLifecycleTest(IndexTestCase):
             with self.subTest(params=params):
                 self.assertError(self.c.get('/indexes/%s/results?%s' % (q(name), params)), 400,
                                  'invalid_argument')
+        # A filter value that is not UTF-8 is a 400 naming it, not a filter
+        # that matches nothing (200 with no rows).
+        for params, key in (('month=%FF', 'month'), ('month.gte=%C3', 'month.gte'),
+                            ('month.lt=2024-%ED%A0%80', 'month.lt'), ('month=2024&sort=%FE', 'sort')):
+            with self.subTest(params=params):
+                resp = self.c.get('/indexes/%s/results?%s' % (q(name), params))
+                err = self.assertError(resp, 400, 'invalid_utf8')
+                self.assertIn("'%s'" % key, err['message'], resp.describe())
+        self.assertError(self.c.get('/indexes/%s/results?%%FF=1' % q(name)), 400, 'invalid_utf8')
+        self.assertStatus(self.c.get('/indexes/%s/results?month=caf%%C3%%A9' % q(name)), 200)
 
     def test_collection_name_needing_encoding(self):
         name = 'enc_' + self.coll()

@@ -311,6 +311,11 @@ TEST_CASE("router: collections, changes and long polls", "[server]") {
   CHECK(ch["lastEtag"].GetUint64() == 3);
   CHECK(ErrorCode(fx.Call("GET", "/changes?since=abc")) == "invalid_argument");
   CHECK(ErrorCode(fx.Call("GET", "/changes?limit=-1")) == "invalid_argument");
+  // Query parameters are text: bytes that are not UTF-8 are refused on any route.
+  CHECK(ErrorCode(fx.Call("GET", "/changes?since=%FF")) == "invalid_utf8");
+  CHECK(ErrorCode(fx.Call("GET", "/collections?x=caf%C3")) == "invalid_utf8");
+  CHECK(ErrorCode(fx.Call("GET", "/collections?%ED%A0%80=1")) == "invalid_utf8");
+  CHECK(fx.Call("GET", "/collections?x=caf%C3%A9").status == 200);
 
   // A long poll is answered by the next commit, not before.
   std::promise<Response> p;
