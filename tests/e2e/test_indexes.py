@@ -661,6 +661,9 @@ class IndexLifecycleTest(IndexTestCase):
              ['map.score', 'offset']),
             ('unknown function', with_map(month='substrr(metadata.createdAt, 0, 7)'),
              ['map.month', 'substrr', 'offset']),
+            # Unknown top-level keys: 400, as for search definitions.
+            ('unknown top-level key', with_(extra=1), ['extra', 'unknown key']),
+            ('misspelt groupBy', dict(with_(groupBy=None), groupby=['month']), ['groupby']),
         ]
         for i, (label, definition, needles) in enumerate(cases):
             with self.subTest(label):
