@@ -69,6 +69,13 @@ Result<std::shared_ptr<const DefinitionImpl>> DefinitionImpl::CompileImpl(std::s
                                      ") at offset " + std::to_string(d.GetErrorOffset()));
   }
   if (!d.IsObject()) return Invalid("definition", "must be a JSON object");
+  // Unknown keys are refused, as in search definitions: a misspelt key
+  // ("groupby") must not be silently ignored.
+  for (const auto& m : d.GetObject()) {
+    std::string_view k(m.name.GetString(), m.name.GetStringLength());
+    if (k != "type" && k != "collection" && k != "map" && k != "groupBy" && k != "reduce")
+      return Invalid(k, "unknown key (expected type, collection, map, groupBy, reduce)");
+  }
   auto def = std::make_shared<DefinitionImpl>();
 
   auto type = d.FindMember("type");

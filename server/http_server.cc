@@ -181,9 +181,13 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!resp.content_type.empty()) res->set(http::field::content_type, resp.content_type);
     if (resp.etag) res->set(http::field::etag, "\"" + std::to_string(*resp.etag) + "\"");
     if (!resp.allow.empty()) res->set(http::field::allow, resp.allow);
+    if (!resp.www_authenticate.empty()) res->set(http::field::www_authenticate, resp.www_authenticate);
     res->body() = std::move(resp.body);
     res->keep_alive(keep_alive_ && !resp.close && !server_.draining);
     res->prepare_payload();
+    // HEAD: GET's Content-Length stays in the header; the serializer writes
+    // the (now empty) body, so no body bytes follow.
+    if (resp.omit_body) res->body().clear();
     stream_.expires_after(kWriteTimeout);
     http::async_write(stream_, *res, [self = shared_from_this(), res, counted](beast::error_code ec, size_t) {
       if (counted) --self->server_.in_flight;

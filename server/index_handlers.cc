@@ -308,34 +308,91 @@ std::string ApplySearchParam(SearchParams& p, std::string_view key, std::string_
   return "";
 }
 
-// Reads the POST body's keys: strings, numbers, or arrays of strings for
-// the list parameters.
-std::string ParseSearchBody(const std::string& body, SearchParams& p) {
+// The JSON types a search parameter accepts in a POST body.
+enum class BodyParamType {
+  kText,   // a string
+  kCount,  // a non-negative integer, as a number or a string of digits
+  kList,   // a comma-separated string or an array of strings
+};
+
+std::optional<BodyParamType> SearchBodyParamType(std::string_view key) {
+  if (key == "q" || key == "filter" || key == "sort" || key == "op") return BodyParamType::kText;
+  if (key == "limit" || key == "offset" || key == "minEtag" || key == "waitMs") return BodyParamType::kCount;
+  if (key == "fields" || key == "highlight" || key == "facets") return BodyParamType::kList;
+  return std::nullopt;
+}
+
+// What a JSON value is, for messages: the number itself, else its type.
+std::string DescribeJson(const rapidjson::Value& v) {
+  if (v.IsUint64()) return std::to_string(v.GetUint64());
+  if (v.IsInt64()) return std::to_string(v.GetInt64());
+  if (v.IsNumber()) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v.GetDouble());
+    return buf;
+  }
+  if (v.IsString()) return "a string";
+  if (v.IsBool()) return "a boolean";
+  if (v.IsArray()) return "an array";
+  if (v.IsObject()) return "an object";
+  return "null";
+}
+
+// Reads the POST body's keys, each of the JSON type its parameter takes
+// (null: absent). Returns the error answer, or nullopt when all applied.
+std::optional<Response> ParseSearchBody(const std::string& body, SearchParams& p) {
+  auto bad = [](std::string message) { return ErrorResponse(400, "invalid_argument", message); };
   rapidjson::Document d;
   d.Parse(body.data(), body.size());
-  if (d.HasParseError() || !d.IsObject()) return "the body must be a JSON object";
+  if (d.HasParseError() || !d.IsObject()) return bad("the body must be a JSON object");
   for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it) {
     std::string_view key(it->name.GetString(), it->name.GetStringLength());
     const auto& v = it->value;
+    // The body is valid UTF-8 (ValidateJsonObject), but RapidJSON decodes
+    // an escaped lone low surrogate ("\udc00") into bytes that are not.
+    if (!IsValidUtf8(key))
+      return ErrorResponse(400, "invalid_utf8",
+                           "a key of the body is not valid UTF-8 (a \\u escape spells a lone surrogate)");
+    std::optional<BodyParamType> type = SearchBodyParamType(key);
+    if (!type) return bad("unknown parameter '" + std::string(key) + "'");
+    if (v.IsNull()) continue;
     std::string text;
-    if (v.IsString()) {
-      text.assign(v.GetString(), v.GetStringLength());
-    } else if (v.IsUint64()) {
-      text = std::to_string(v.GetUint64());
-    } else if (v.IsArray() && (key == "fields" || key == "highlight" || key == "facets")) {
-      for (const auto& item : v.GetArray()) {
-        if (!item.IsString()) return std::string(key) + " must be a list of strings";
-        if (!text.empty()) text += ',';
-        text.append(item.GetString(), item.GetStringLength());
-      }
-    } else if (v.IsNull()) {
-      continue;
-    } else {
-      return std::string(key) + ": unexpected type";
+    switch (*type) {
+      case BodyParamType::kText:
+        if (!v.IsString()) return bad(std::string(key) + " must be a string, got " + DescribeJson(v));
+        text.assign(v.GetString(), v.GetStringLength());
+        break;
+      case BodyParamType::kCount:
+        if (v.IsUint64()) {
+          text = std::to_string(v.GetUint64());
+        } else if (v.IsString()) {
+          text.assign(v.GetString(), v.GetStringLength());  // ApplySearchParam checks the digits
+        } else {
+          return bad(std::string(key) + " must be a non-negative integer, got " + DescribeJson(v));
+        }
+        break;
+      case BodyParamType::kList:
+        if (v.IsString()) {
+          text.assign(v.GetString(), v.GetStringLength());
+          break;
+        }
+        if (!v.IsArray())
+          return bad(std::string(key) + " must be a string or an array of strings, got " + DescribeJson(v));
+        for (const auto& item : v.GetArray()) {
+          if (!item.IsString())
+            return bad(std::string(key) + " must be a string or an array of strings, got an array holding " +
+                       DescribeJson(item));
+          if (!text.empty()) text += ',';
+          text.append(item.GetString(), item.GetStringLength());
+        }
+        break;
     }
-    if (auto e = ApplySearchParam(p, key, text); !e.empty()) return e;
+    if (!IsValidUtf8(text))
+      return ErrorResponse(400, "invalid_utf8",
+                           "'" + std::string(key) + "' is not valid UTF-8 (a \\u escape spells a lone surrogate)");
+    if (auto e = ApplySearchParam(p, key, text); !e.empty()) return bad(e);
   }
-  return "";
+  return std::nullopt;
 }
 
 }  // namespace
@@ -355,7 +412,7 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
     if (!IsJsonContentType(req.content_type, false))
       return reply(ErrorResponse(415, "unsupported_media_type", "Content-Type must be application/json"));
     if (auto problem = ValidateJsonObject(req.body)) return reply(ProblemResponse(*problem));
-    if (auto e = ParseSearchBody(req.body, params); !e.empty()) return reply(ErrorResponse(400, "invalid_argument", e));
+    if (auto error = ParseSearchBody(req.body, params)) return reply(std::move(*error));
   }
   storage::DocumentStore* st = &store;
   std::string collection = reader->collection;

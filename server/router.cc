@@ -84,9 +84,39 @@ Route Classify(const Target& t, std::string_view method) {
   return Route::kOther;
 }
 
+// The token of an `Authorization: Bearer <token>` header value, or nullopt
+// when the scheme is another or the token is missing. The scheme is
+// case-insensitive and followed by one or more spaces (RFC 9110 §11.4).
+std::optional<std::string_view> BearerToken(std::string_view auth) {
+  constexpr std::string_view kBearer = "bearer";
+  size_t space = auth.find(' ');
+  if (space != kBearer.size()) return std::nullopt;
+  for (size_t i = 0; i < kBearer.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(auth[i])) != kBearer[i]) return std::nullopt;
+  std::string_view token = auth.substr(space);
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  if (token.empty()) return std::nullopt;
+  return token;
+}
+
+// A 401 challenges the client with the scheme to use (RFC 9110 §11.6.1).
+Response Unauthorized(std::string_view message) {
+  Response r = ErrorResponse(401, "unauthorized", message);
+  r.www_authenticate = "Bearer";
+  return r;
+}
+
 }  // namespace
 
 void Router::Handle(Request request, Reply reply) {
+  // HEAD is GET without the body, wherever GET is allowed (RFC 9110 §9.3.2).
+  if (request.method == "HEAD") {
+    request.method = "GET";
+    reply = [reply = std::move(reply)](Response r) {
+      r.omit_body = true;
+      reply(std::move(r));
+    };
+  }
   std::optional<Target> target = ParseTarget(request.target);
   if (!target) {
     state_->metrics.Record(Route::kOther, 400, 0);
@@ -102,16 +132,15 @@ void Router::Handle(Request request, Reply reply) {
   const bool is_health = target->segments.size() == 1 && target->segments[0] == "health";
   if (!state_->options.api_key.empty() && !is_health) {
     if (!request.has_authorization) {
-      reply(ErrorResponse(401, "unauthorized", "missing Authorization: Bearer <key>"));
+      reply(Unauthorized("missing Authorization: Bearer <key>"));
       return;
     }
-    std::string_view auth = request.authorization;
-    constexpr std::string_view kBearer = "Bearer ";
-    if (auth.size() < kBearer.size() || auth.substr(0, kBearer.size()) != kBearer) {
-      reply(ErrorResponse(401, "unauthorized", "expected Authorization: Bearer <key>"));
+    std::optional<std::string_view> token = BearerToken(request.authorization);
+    if (!token) {
+      reply(Unauthorized("expected Authorization: Bearer <key>"));
       return;
     }
-    if (!ConstantTimeEquals(auth.substr(kBearer.size()), state_->options.api_key)) {
+    if (!ConstantTimeEquals(*token, state_->options.api_key)) {
       reply(ErrorResponse(403, "forbidden", "wrong API key"));
       return;
     }
@@ -122,6 +151,16 @@ void Router::Handle(Request request, Reply reply) {
 void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
   const auto& seg = t.segments;
   const std::string& m = req.method;
+  // Every query parameter is text (a query, a filter value, a number), so
+  // bytes that are not UTF-8 are bad input on any route, never a search for
+  // something no document holds.
+  for (const auto& [k, v] : t.query) {
+    if (!IsValidUtf8(k)) return reply(ErrorResponse(400, "invalid_utf8", "a query parameter name is not valid UTF-8"));
+    if (size_t bad = FindInvalidUtf8(v); bad != std::string::npos)
+      return reply(ErrorResponse(400, "invalid_utf8",
+                                 "query parameter '" + k + "' is not valid UTF-8 (byte " + std::to_string(bad) +
+                                     " of its percent-decoded value)"));
+  }
   if (seg.size() == 1 && seg[0] == "health") {
     if (m != "GET") return reply(MethodNotAllowed("GET"));
     return reply(Health());
@@ -145,13 +184,17 @@ void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
     const std::string& id = seg[2];
     if (Status s = storage::ValidateName(coll, "collection name"); !s.ok())
       return reply(ErrorResponse(400, "invalid_id", s.message()));
-    if (id == "_bulk" && m == "POST") return Bulk(req, coll, reply);
+    if (id == kBulkId) {
+      if (m == "POST") return Bulk(req, coll, reply);
+      return reply(MethodNotAllowed(
+          "POST", "on /docs/{collection}/_bulk, the bulk endpoint (\"_bulk\" is reserved, never a document id)"));
+    }
     if (Status s = storage::ValidateName(id, "document id"); !s.ok())
       return reply(ErrorResponse(400, "invalid_id", s.message()));
     if (m == "GET") return reply(GetDoc(req, coll, id));
     if (m == "PUT") return PutDoc(req, coll, id, reply);
     if (m == "DELETE") return DeleteDoc(req, coll, id, reply);
-    return reply(MethodNotAllowed(id == "_bulk" ? "GET, PUT, DELETE, POST" : "GET, PUT, DELETE"));
+    return reply(MethodNotAllowed("GET, PUT, DELETE"));
   }
   reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + req.target.substr(0, 200)));
 }
@@ -417,6 +460,16 @@ BulkPart ParseBulkPart(std::string_view part, size_t first_line, const std::stri
     if (Status s = storage::ValidateName(*fields.id, "document id"); !s.ok()) {
       out.error = ErrorResponse(400, "invalid_id", "line " + std::to_string(line_no) + ": " + s.message(),
                                 std::nullopt, line_no);
+      return out;
+    }
+    // No GET could read it. A delete line may still remove one stored
+    // before this check existed.
+    if (*fields.id == kBulkId && !fields.deleted) {
+      out.error =
+          ErrorResponse(400, "invalid_id",
+                        "line " + std::to_string(line_no) +
+                            ": document id \"_bulk\" is reserved (/docs/{collection}/_bulk is the bulk endpoint)",
+                        std::nullopt, line_no);
       return out;
     }
     WriteOp op;

@@ -41,7 +41,11 @@ struct Response {
   std::string content_type = "application/json";
   std::optional<uint64_t> etag;  // sent as ETag: "N"
   std::string allow;             // Allow header for 405
+  std::string www_authenticate;  // WWW-Authenticate header for 401
   bool close = false;            // close the connection after this response
+  // The answer to a HEAD: the transport sends the headers GET would,
+  // Content-Length of `body` included, and no body (RFC 9110 §9.3.2).
+  bool omit_body = false;
 };
 
 using Reply = std::function<void(Response)>;
@@ -69,7 +73,8 @@ class Router {
   Router(storage::DocumentStore& store, indexing::IndexEngine* engine, Timers& timers, RouterOptions options);
   ~Router();
 
-  // Handles one request; `reply` is called exactly once.
+  // Handles one request; `reply` is called exactly once. HEAD is handled
+  // as GET, with `omit_body` set on the response.
   void Handle(Request request, Reply reply);
 
   // The body size limit for a request to `target` with `method`: bulk

@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "common/utf8.h"
 #include "indexing/index_engine.h"
 #include "server/json_input.h"
 #include "server/metrics.h"
@@ -32,6 +33,9 @@ using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 constexpr uint64_t kDefaultChangesLimit = 1000;
 constexpr uint64_t kMaxChangesLimit = 10000;
 constexpr uint64_t kMaxWaitMs = 60000;
+// The last path segment of the bulk endpoint, /docs/{collection}/_bulk:
+// reserved, so never a document id.
+constexpr std::string_view kBulkId = "_bulk";
 
 inline void WriteString(JsonWriter& w, std::string_view s) { w.String(s.data(), rapidjson::SizeType(s.size())); }
 
@@ -164,9 +168,15 @@ inline Response FromStatus(const Status& s) {
   }
 }
 
-inline Response MethodNotAllowed(std::string_view allow) {
-  Response r = ErrorResponse(405, "method_not_allowed", "method not allowed here; allowed: " + std::string(allow));
-  r.allow = std::string(allow);
+// `allow` lists the methods of the path; HEAD is added after GET, since
+// Router::Handle answers HEAD wherever GET works. `what` names the path in
+// the message when there is more to say than "here".
+inline Response MethodNotAllowed(std::string_view allow, std::string_view what = "here") {
+  std::string methods(allow);
+  if (methods.starts_with("GET")) methods.insert(3, ", HEAD");
+  Response r =
+      ErrorResponse(405, "method_not_allowed", "method not allowed " + std::string(what) + "; allowed: " + methods);
+  r.allow = std::move(methods);
   return r;
 }
 

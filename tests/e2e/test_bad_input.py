@@ -449,6 +449,27 @@ class ApiKeyTest(CorvidTestCase):
                 self.assertError(resp, 401, 'unauthorized')
         self.assertNotWritten(c)
 
+    def test_401_challenges_bearer(self):
+        # RFC 9110 §11.6.1: a 401 carries WWW-Authenticate with the scheme to use.
+        for headers in ({}, {'Authorization': 'Basic c2VjcmV0'}, {'Authorization': 'Bearer'}):
+            with self.subTest(headers=headers):
+                resp = self.c.get('/collections', headers=headers)
+                self.assertError(resp, 401, 'unauthorized')
+                self.assertEqual(resp.header('WWW-Authenticate'), 'Bearer', resp.describe())
+        resp = self.c.get('/collections', headers={'Authorization': 'Bearer wrong'})
+        self.assertError(resp, 403, 'forbidden')
+
+    def test_scheme_is_case_insensitive(self):
+        # RFC 9110 §11.1: the auth-scheme is case-insensitive; the key is not.
+        c = self.coll()
+        for scheme in ('bearer', 'BEARER', 'bEaReR'):
+            with self.subTest(scheme=scheme):
+                auth = {'Authorization': scheme + ' secret'}
+                self.assertStatus(self.c.put(doc_path(c, scheme), b'{}', headers=auth), 201)
+                self.assertStatus(self.c.get(doc_path(c, scheme), headers=auth), 200)
+                resp = self.c.get('/collections', headers={'Authorization': scheme + ' SECRET'})
+                self.assertError(resp, 403, 'forbidden')
+
     def test_wrong_key_403(self):
         c = self.coll()
         for key in ('wrong', 'secre', 'secretX', 'SECRET', 'Secret', 'secret secret'):

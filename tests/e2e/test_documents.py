@@ -220,6 +220,81 @@ class DocumentsTest(CorvidTestCase):
         resp = self.c.get(doc_path(c, 'absent'), headers={'If-None-Match': '"%d"' % e2})
         self.assertError(resp, 404, 'not_found')
 
+    # -- HEAD ------------------------------------------------------------------
+    def head_and_get(self, path, headers=b''):
+        """Pipelines HEAD `path` then GET `path` on one raw connection.
+
+        Returns [(status, headers with lower-case names, body)] for both. No
+        body is read after HEAD's header block: the GET's status line must
+        follow it at once, whatever HEAD's Content-Length says."""
+        sock = self.server.connect()
+        try:
+            sock.sendall(b''.join(b'%s %s HTTP/1.1\r\nHost: x\r\n%s\r\n' % (m, path.encode(), headers)
+                                  for m in (b'HEAD', b'GET')))
+            sock.settimeout(10.0)
+            buf = b''
+            out = []
+            for method in ('HEAD', 'GET'):
+                while b'\r\n\r\n' not in buf:
+                    chunk = sock.recv(65536)
+                    self.assertTrue(chunk, 'connection closed after %d responses' % len(out))
+                    buf += chunk
+                head, buf = buf.split(b'\r\n\r\n', 1)
+                lines = head.decode('iso-8859-1').split('\r\n')
+                self.assertTrue(lines[0].startswith('HTTP/1.1 '),
+                                '%s answer does not start with a status line: %r' % (method, head[:200]))
+                hdrs = {}
+                for ln in lines[1:]:
+                    name, _, value = ln.partition(':')
+                    hdrs[name.strip().lower()] = value.strip()
+                length = 0 if method == 'HEAD' else int(hdrs.get('content-length', '0'))
+                while len(buf) < length:
+                    chunk = sock.recv(65536)
+                    self.assertTrue(chunk, 'connection closed inside a body')
+                    buf += chunk
+                out.append((int(lines[0].split(' ')[1]), hdrs, buf[:length]))
+                buf = buf[length:]
+            self.assertEqual(buf, b'', 'bytes after the GET answer')
+            return out
+        finally:
+            sock.close()
+
+    def assertHeadLikeGet(self, path, status, headers=b''):
+        (hs, hh, hb), (gs, gh, gb) = self.head_and_get(path, headers)
+        self.assertEqual((hs, gs), (status, status), (hh, gh, gb))
+        self.assertEqual(hb, b'')
+        for name in ('etag', 'content-length', 'content-type', 'allow'):
+            self.assertEqual(hh.get(name), gh.get(name), '%s of HEAD %s' % (name, path))
+        self.assertEqual(int(hh.get('content-length', '0')), len(gb), path)
+        return hh, gb
+
+    def test_head_answers_like_get_without_body(self):
+        c = self.coll()
+        etag = self.putOk(c, 'h', b'{"v":"head me","n":[1,2,3]}')
+        path = doc_path(c, 'h')
+        hh, body = self.assertHeadLikeGet(path, 200)
+        self.assertEqual(hh.get('etag'), '"%d"' % etag)
+        self.assertEqual(body, b'{"v":"head me","n":[1,2,3]}')
+        self.assertHeadLikeGet(doc_path(c, 'absent'), 404)
+        self.assertHeadLikeGet(path, 304, b'If-None-Match: "%d"\r\n' % etag)
+        for other in ('/health', '/collections', '/changes?since=0&limit=1'):
+            self.assertHeadLikeGet(other, 200)
+        # Through http.client too (which reads no body after HEAD), on the
+        # keep-alive connection.
+        resp = self.c.request('HEAD', path)
+        self.assertStatus(resp, 200)
+        self.assertEqual(resp.body, b'')
+        self.assertEtagHeader(resp, etag)
+        self.getOk(c, 'h', b'{"v":"head me","n":[1,2,3]}', etag)
+        # HEAD is allowed exactly where GET is.
+        resp = self.c.request('HEAD', '/admin/analyze')
+        self.assertStatus(resp, 405)
+        self.assertEqual(resp.body, b'')
+        self.assertNotIn('HEAD', resp.header('Allow') or '')
+        resp = self.c.request('PATCH', path, b'{}')
+        self.assertError(resp, 405, 'method_not_allowed')
+        self.assertIn('HEAD', [m.strip() for m in resp.header('Allow').split(',')])
+
     # -- PUT preconditions ---------------------------------------------------
     def test_put_if_match(self):
         c = self.coll()
@@ -487,10 +562,35 @@ class DocumentsTest(CorvidTestCase):
         self.assertEqual(err.get('line'), 5, resp.describe())
         self.assertAbsent(c, 'p0')
 
-    def test_bulk_get_is_a_document_get(self):
+    def test_bulk_path_takes_only_post(self):
+        # /docs/{c}/_bulk is a known path whose only method is POST: any
+        # other is 405 (API.md), never a document read or write of id "_bulk".
         c = self.coll()
-        resp = self.c.get(bulk_path(c))
-        self.assertError(resp, 404, 'not_found')
+        for path in (bulk_path(c), '/docs/%s/%%5Fbulk' % q(c)):
+            for method in ('GET', 'PUT', 'DELETE', 'PATCH'):
+                with self.subTest(method=method, path=path):
+                    body = b'{"a":1}' if method in ('PUT', 'PATCH') else None
+                    resp = self.c.request(method, path, body)
+                    err = self.assertError(resp, 405, 'method_not_allowed')
+                    self.assertEqual(resp.header('Allow'), 'POST', resp.describe())
+                    self.assertIn('_bulk', err['message'])
+            resp = self.c.request('HEAD', path)
+            self.assertStatus(resp, 405)
+            self.assertEqual(resp.header('Allow'), 'POST', resp.describe())
+        self.assertIsNone(self.collection_count(c))
+        # Nor can a bulk line create a document that no GET could read.
+        resp = self.bulk(c, ndjson([b'{"id":"ok"}', b'{"id":"_bulk","v":1}']))
+        err = self.assertError(resp, 400, 'invalid_id')
+        self.assertEqual(err.get('line'), 2, resp.describe())
+        self.assertIn('_bulk', err['message'])
+        self.assertIsNone(self.collection_count(c))
+        # ... but a delete line may remove one stored before ids were checked.
+        self.bulkOk(c, ndjson([b'{"id":"ok"}', b'{"id":"_bulk","_deleted":true}']), 2)
+        self.assertEqual(self.collection_count(c), 1)
+        # Other ids starting with '_' are ordinary ids (API.md reserves none).
+        self.putOk(c, '_bulkx', b'{}')
+        self.getOk(c, '_bulkx', b'{}')
+        self.putOk(c, '_changes', b'{}')
 
     # -- /collections ----------------------------------------------------------
     def test_collections_counts(self):
@@ -802,12 +902,6 @@ class DocumentsTest(CorvidTestCase):
         self.assertIn(resp.status, (405, 501), resp.describe())
         self.assertError(resp, resp.status, ('method_not_allowed', 'not_implemented'))
         self.assertStatus(self.c.get('/health'), 200)
-
-    def test_get_bulk_path_other_methods(self):
-        # GET /docs/c/_bulk is a document GET (404), covered above; DELETE is a
-        # document DELETE of an absent id: 404.
-        resp = self.c.delete(bulk_path(self.coll()))
-        self.assertError(resp, 404, 'not_found')
 
 
 if __name__ == '__main__':

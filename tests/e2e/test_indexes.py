@@ -661,6 +661,9 @@ class IndexLifecycleTest(IndexTestCase):
              ['map.score', 'offset']),
             ('unknown function', with_map(month='substrr(metadata.createdAt, 0, 7)'),
              ['map.month', 'substrr', 'offset']),
+            # Unknown top-level keys: 400, as for search definitions.
+            ('unknown top-level key', with_(extra=1), ['extra', 'unknown key']),
+            ('misspelt groupBy', dict(with_(groupBy=None), groupby=['month']), ['groupby']),
         ]
         for i, (label, definition, needles) in enumerate(cases):
             with self.subTest(label):
@@ -724,6 +727,16 @@ class IndexLifecycleTest(IndexTestCase):
             with self.subTest(params=params):
                 self.assertError(self.c.get('/indexes/%s/results?%s' % (q(name), params)), 400,
                                  'invalid_argument')
+        # A filter value that is not UTF-8 is a 400 naming it, not a filter
+        # that matches nothing (200 with no rows).
+        for params, key in (('month=%FF', 'month'), ('month.gte=%C3', 'month.gte'),
+                            ('month.lt=2024-%ED%A0%80', 'month.lt'), ('month=2024&sort=%FE', 'sort')):
+            with self.subTest(params=params):
+                resp = self.c.get('/indexes/%s/results?%s' % (q(name), params))
+                err = self.assertError(resp, 400, 'invalid_utf8')
+                self.assertIn("'%s'" % key, err['message'], resp.describe())
+        self.assertError(self.c.get('/indexes/%s/results?%%FF=1' % q(name)), 400, 'invalid_utf8')
+        self.assertStatus(self.c.get('/indexes/%s/results?month=caf%%C3%%A9' % q(name)), 200)
 
     def test_collection_name_needing_encoding(self):
         name = 'enc_' + self.coll()

@@ -1418,6 +1418,59 @@ class SearchFeaturesTest(CorpusTestCase):
         self.assertError(resp, 400, 'invalid_argument')
         self.assertStatus(self.c.delete('/indexes/feat_mr'), 200)
 
+    def test_parameters_of_the_wrong_json_type(self):
+        # POST body keys of the wrong JSON type are a 400 naming the key, never
+        # coerced (a number for "fields" used to be read as the field "5").
+        path = '/indexes/%s/search' % self.index
+        cases = [('fields', 5), ('fields', True), ('fields', {'a': 1}), ('fields', [1]),
+                 ('highlight', 7), ('highlight', ['body', 2]), ('facets', 5), ('facets', [None]),
+                 ('q', 5), ('q', ['dog']), ('q', True), ('q', {'x': 'dog'}), ('filter', 5),
+                 ('sort', 5), ('sort', ['-n']), ('op', 5), ('op', ['and']),
+                 ('limit', -1), ('limit', 1.5), ('limit', '1.5'), ('limit', '-1'), ('limit', True),
+                 ('limit', [10]), ('offset', -3), ('offset', 2.5), ('minEtag', -1),
+                 ('waitMs', 'soon'), ('waitMs', False)]
+        for key, value in cases:
+            with self.subTest(key=key, value=value):
+                body = {'q': 'dog'}
+                body[key] = value
+                resp = self.c.post(path, json.dumps(body))
+                err = self.assertError(resp, 400, 'invalid_argument')
+                self.assertIn(key, err['message'], resp.describe())
+        resp = self.c.post(path, json.dumps({'q': 'dog', 'bogus': 1}))
+        self.assertIn('bogus', self.assertError(resp, 400, 'invalid_argument')['message'])
+        # The accepted forms still work: numbers as numbers or strings, lists
+        # as strings or arrays of strings, null as absent.
+        for body in ({'q': 'dog', 'limit': 3, 'offset': '1', 'fields': ['title'], 'facets': 'tags'},
+                     {'q': 'dog', 'limit': '3', 'offset': 1, 'fields': 'title', 'facets': ['tags'],
+                      'sort': None, 'highlight': []}):
+            resp = self.c.post(path, json.dumps(body))
+            self.assertStatus(resp, 200)
+            self.checkAnswer(resp)
+
+    def test_invalid_utf8_parameters(self):
+        # Text that is not UTF-8 is a 400 naming the parameter, not a search
+        # for bytes no document holds (which answered 200 with total 0).
+        base = '/indexes/%s/search' % self.index
+        for qs, key in (('q=%FF', 'q'), ('q=dog&filter=%C3', 'filter'), ('q=caf%C3%A9%C3', 'q'),
+                        ('q=%ED%A0%80', 'q'), ('q=dog&fields=%FF', 'fields'),
+                        ('q=dog&sort=%C0%80', 'sort'), ('q=dog&facets=%FE', 'facets')):
+            with self.subTest(qs=qs):
+                resp = self.c.get(base + '?' + qs)
+                err = self.assertError(resp, 400, 'invalid_utf8')
+                self.assertIn("'%s'" % key, err['message'], resp.describe())
+        resp = self.c.get(base + '?q=dog&%FF=1')
+        self.assertError(resp, 400, 'invalid_utf8')
+        # JSON escapes can spell a lone surrogate, which is not UTF-8 either.
+        for body, key in ((b'{"q":"\\udc00"}', 'q'), (b'{"q":"dog","filter":"a\\udfffb"}', 'filter'),
+                          (b'{"q":"dog","fields":["\\udc00"]}', 'fields')):
+            with self.subTest(body=body):
+                resp = self.c.post(base, body)
+                err = self.assertError(resp, 400, 'invalid_utf8')
+                self.assertIn(key, err['message'], resp.describe())
+        # Valid UTF-8 beyond ASCII is fine.
+        self.assertStatus(self.c.get(base + '?q=caf%C3%A9'), 200)
+        self.assertStatus(self.c.post(base, '{"q":"caf\\u00e9 \\ud83d\\ude00"}'), 200)
+
     def test_invalid_definitions(self):
         cases = [
             ({'body': {'analyzer': 'englsh'}}, 'body'),

@@ -37,6 +37,14 @@ TEST_CASE("definition validation names the field", "[mapreduce]") {
   CHECK(CompileError("{") .rfind("definition: invalid JSON", 0) == 0);
   CHECK(CompileError("[]") == "definition: must be a JSON object");
   CHECK(CompileError(R"J({"type":"search"})J") == "type: must be \"mapreduce\"");
+  // Unknown top-level keys are refused, as in search definitions (a typo
+  // such as "groupby" must not silently mean something else).
+  const std::string good = Def(m, R"J(["month"])J", R"J({"n":"count()"})J");
+  CHECK(CompileError(good.substr(0, good.size() - 1) + R"J(,"extra":1})J") ==
+        "extra: unknown key (expected type, collection, map, groupBy, reduce)");
+  CHECK(CompileError(
+            R"J({"type":"mapreduce","collection":"c","map":{"a":"a"},"groupby":["a"],"reduce":{"n":"count()"}})J") ==
+        "groupby: unknown key (expected type, collection, map, groupBy, reduce)");
   CHECK(CompileError(R"J({"type":"mapreduce","collection":""})J") == "collection: must be a non-empty string");
   CHECK(CompileError(R"J({"type":"mapreduce","collection":"c","map":{}})J") ==
         "map: must be a non-empty object of name -> expression");

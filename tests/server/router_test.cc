@@ -171,7 +171,7 @@ TEST_CASE("router: documents, percent-decoding, methods and errors", "[server]")
   CHECK(ErrorCode(fx.Call("GET", "/docs/users/%00")) == "invalid_id");
   Response patch = fx.Call("PATCH", "/docs/users/x");
   CHECK(patch.status == 405);
-  CHECK(patch.allow == "GET, PUT, DELETE");
+  CHECK(patch.allow == "GET, HEAD, PUT, DELETE");
   CHECK(fx.Call("DELETE", "/collections").status == 405);
   CHECK(fx.Call("GET", "/nothing/here").status == 404);
   CHECK(fx.Call("PUT", "/docs/users/x", "{}", "text/plain").status == 415);
@@ -191,6 +191,33 @@ TEST_CASE("router: documents, percent-decoding, methods and errors", "[server]")
   CHECK(del.status == 200);
   CHECK(Parse(del.body)["etag"].GetUint64() == del.etag.value());
   CHECK(fx.Call("DELETE", "/docs/users/x").status == 404);
+}
+
+TEST_CASE("router: HEAD answers as GET, marked to go without its body", "[server]") {
+  Fixture fx;
+  REQUIRE(fx.Call("PUT", "/docs/users/h", R"({"v":1})").status == 201);
+  for (const char* target : {"/docs/users/h", "/docs/users/absent", "/health", "/collections", "/changes?since=0"}) {
+    INFO(target);
+    Response get = fx.Call("GET", target);
+    Response head = fx.Call("HEAD", target);
+    CHECK(head.status == get.status);
+    CHECK(head.etag == get.etag);
+    CHECK(head.content_type == get.content_type);
+    CHECK(head.body == get.body);  // kept: the transport sends its length, not its bytes
+    CHECK(head.omit_body);
+    CHECK_FALSE(get.omit_body);
+  }
+  Request cond;
+  cond.method = "HEAD";
+  cond.target = "/docs/users/h";
+  cond.if_none_match = "\"1\"";
+  CHECK(fx.Call(cond).status == 304);
+  // Only where GET is allowed.
+  Response analyze = fx.Call("HEAD", "/admin/analyze");
+  CHECK(analyze.status == 405);
+  CHECK(analyze.allow == "POST");
+  CHECK(analyze.omit_body);
+  CHECK(fx.Call("HEAD", "/nothing/here").status == 404);
 }
 
 TEST_CASE("router: bulk is atomic and names the bad line", "[server]") {
@@ -248,6 +275,20 @@ TEST_CASE("router: bulk is atomic and names the bad line", "[server]") {
   auto changes = Parse(fx.Call("GET", "/changes?since=" + std::to_string(w["lastEtag"].GetUint64() - 1)).body);
   CHECK(std::string(changes["results"][0]["id"].GetString()) == "b" + std::to_string(kLines));  // line order = etag order
   CHECK(fx.Call("POST", "/docs/c/_bulk", "{\"id\":\"1\"}", "text/csv").status == 415);
+
+  // _bulk is a path, POST only: never a document id.
+  for (const char* method : {"GET", "HEAD", "PUT", "DELETE", "PATCH"}) {
+    INFO(method);
+    Response r = fx.Call(method, "/docs/c/_bulk", "{}");
+    CHECK(r.status == 405);
+    CHECK(r.allow == "POST");
+    CHECK(fx.Call(method, "/docs/c/%5Fbulk", "{}").status == 405);
+  }
+  Response reserved = fx.Call("POST", "/docs/r/_bulk", "{\"id\":\"a\"}\n{\"id\":\"_bulk\"}\n");
+  CHECK(ErrorCode(reserved) == "invalid_id");
+  CHECK(Parse(reserved.body)["error"]["line"].GetUint64() == 2);
+  CHECK(fx.Call("POST", "/docs/r/_bulk", "{\"id\":\"_bulk\",\"_deleted\":true}\n").status == 200);
+  CHECK(fx.Call("PUT", "/docs/r/_bulk2", "{}").status == 201);
 }
 
 TEST_CASE("router: collections, changes and long polls", "[server]") {
@@ -270,6 +311,11 @@ TEST_CASE("router: collections, changes and long polls", "[server]") {
   CHECK(ch["lastEtag"].GetUint64() == 3);
   CHECK(ErrorCode(fx.Call("GET", "/changes?since=abc")) == "invalid_argument");
   CHECK(ErrorCode(fx.Call("GET", "/changes?limit=-1")) == "invalid_argument");
+  // Query parameters are text: bytes that are not UTF-8 are refused on any route.
+  CHECK(ErrorCode(fx.Call("GET", "/changes?since=%FF")) == "invalid_utf8");
+  CHECK(ErrorCode(fx.Call("GET", "/collections?x=caf%C3")) == "invalid_utf8");
+  CHECK(ErrorCode(fx.Call("GET", "/collections?%ED%A0%80=1")) == "invalid_utf8");
+  CHECK(fx.Call("GET", "/collections?x=caf%C3%A9").status == 200);
 
   // A long poll is answered by the next commit, not before.
   std::promise<Response> p;
@@ -302,7 +348,9 @@ TEST_CASE("router: API key", "[server]") {
   options.api_key = "s3cret";
   Fixture fx(options);
   CHECK(fx.Call("GET", "/health").status == 200);
-  CHECK(ErrorCode(fx.Call("GET", "/collections")) == "unauthorized");
+  Response missing = fx.Call("GET", "/collections");
+  CHECK(ErrorCode(missing) == "unauthorized");
+  CHECK(missing.www_authenticate == "Bearer");
   Request r;
   r.method = "GET";
   r.target = "/collections";
@@ -313,6 +361,21 @@ TEST_CASE("router: API key", "[server]") {
   CHECK(fx.Call(r).status == 403);
   r.authorization = "Basic czNjcmV0";  // another scheme is no bearer key
   CHECK(ErrorCode(fx.Call(r)) == "unauthorized");
+  CHECK(fx.Call(r).www_authenticate == "Bearer");
+  for (const char* none : {"Bearer", "Bearer ", "Bearers3cret", "Bear s3cret", ""}) {
+    r.authorization = none;
+    INFO(none);
+    CHECK(ErrorCode(fx.Call(r)) == "unauthorized");
+  }
   r.authorization = "Bearer s3cret";
   CHECK(fx.Call(r).status == 200);
+  // The scheme is case-insensitive (RFC 9110 §11.1), the key is not.
+  for (const char* ok : {"bearer s3cret", "BEARER s3cret", "bEaReR  s3cret"}) {
+    r.authorization = ok;
+    INFO(ok);
+    CHECK(fx.Call(r).status == 200);
+  }
+  r.authorization = "bearer S3CRET";
+  CHECK(ErrorCode(fx.Call(r)) == "forbidden");
+  CHECK(fx.Call(r).www_authenticate.empty());
 }
