@@ -17,7 +17,8 @@
 //   own tf in the document), in documents where the phrase matches. With
 //   slop s it matches when positions p_i of each phrase term i exist with
 //   max(p_i - r_i) - min(p_i - r_i) <= s (r_i: the term's position in the
-//   query; positions chosen independently per term).
+//   query; positions chosen independently per term, but a word the phrase
+//   repeats needs a distinct position per repetition, as in Lucene).
 // - Prefix and fuzzy leaves expand to the matching terms of the dictionary
 //   and score the sum of the BM25 of the expanded terms the document has.
 // - Ranges and numeric equality match without scoring (0).
@@ -555,6 +556,43 @@ bool PhraseMatches(const std::vector<std::vector<uint32_t>>& pos, const std::vec
   }
 }
 
+// PhraseMatches for a phrase that repeats a term ("dog dog"~1, with slop
+// > 0): each repetition needs its own position in the document, as in
+// Lucene's sloppy matcher. `same[i]`: the first phrase term with term i's
+// term (i itself if none before). For each window start a (a shifted
+// position of some term), every term i needs a position in
+// [a + r_i, a + r_i + slop]; the repetitions of one term take distinct
+// ones greedily in query order (their windows are equally long, so the
+// smallest free position for the earliest is never worse).
+bool PhraseMatchesRepeated(const std::vector<std::vector<uint32_t>>& pos, const std::vector<uint32_t>& rel,
+                           const std::vector<size_t>& same, uint32_t slop) {
+  const size_t n = pos.size();
+  for (const auto& p : pos)
+    if (p.empty()) return false;
+  std::vector<int64_t> starts;
+  for (size_t i = 0; i < n; ++i)
+    for (uint32_t p : pos[i]) starts.push_back(static_cast<int64_t>(p) - rel[i]);
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  std::vector<int64_t> taken(n);  // by term: the position the window gave it
+  for (const int64_t a : starts) {
+    bool fits = true;
+    for (size_t i = 0; i < n && fits; ++i) {
+      int64_t from = a + rel[i];
+      // The positions the earlier repetitions of this term took (query
+      // order is window order) are all below from's next free one.
+      for (size_t j = same[i]; j < i; ++j)
+        if (same[j] == same[i]) from = std::max(from, taken[j] + 1);
+      const auto it = std::lower_bound(pos[i].begin(), pos[i].end(), from,
+                                       [](uint32_t p, int64_t v) { return static_cast<int64_t>(p) < v; });
+      fits = it != pos[i].end() && static_cast<int64_t>(*it) <= a + rel[i] + static_cast<int64_t>(slop);
+      if (fits) taken[i] = *it;
+    }
+    if (fits) return true;
+  }
+  return false;
+}
+
 // PhraseMatches for two terms, straight from their encoded positions
 // (x: tx varint deltas, query position rx; y likewise); stops at the first
 // window found.
@@ -674,9 +712,16 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
   std::vector<std::vector<uint32_t>> pos(ti.size());
   std::vector<uint32_t> matched;
   uint32_t r[2] = {0, 0};
+  // A repeated term needs distinct positions, which only slop can violate.
+  std::vector<size_t> same(ti.size());
+  bool repeats = false;
+  for (size_t i = 0; i < ti.size(); ++i) {
+    same[i] = static_cast<size_t>(std::find(ti.begin(), ti.end(), ti[i]) - ti.begin());
+    repeats = repeats || (same[i] != i && a.slop > 0);
+  }
   for (uint32_t d : cdocs) {
     bool match;
-    if (ti.size() == 2) {
+    if (ti.size() == 2 && !repeats) {
       ranks[0].Find(d, &r[0]);
       ranks[1].Find(d, &r[1]);
       match = PhraseMatches2(readers[0].Begin(r[0]), readers[0].tf(r[0]), a.rel[0], readers[1].Begin(r[1]),
@@ -686,7 +731,7 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
         ranks[i].Find(d, &r[0]);
         readers[i].Decode(r[0], pos[i]);
       }
-      match = PhraseMatches(pos, a.rel, a.slop);
+      match = repeats ? PhraseMatchesRepeated(pos, a.rel, same, a.slop) : PhraseMatches(pos, a.rel, a.slop);
     }
     if (match) matched.push_back(d);
   }

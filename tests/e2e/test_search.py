@@ -516,14 +516,18 @@ class Oracle:
 
 
 def phrase_matches(pos, rel, slop):
-    """searcher.cc: positions p_i exist with max(p_i - r_i) - min(p_i - r_i) <= slop."""
-    for i in range(len(pos)):
+    """searcher.cc: distinct positions p_i exist (a repeated word needs one per
+    repetition) with max(p_i - r_i) - min(p_i - r_i) <= slop."""
+    def choose(i, chosen, lo, hi):
+        if i == len(pos):
+            return True
         for p in pos[i]:
-            anchor = p - rel[i]
-            if all(any(anchor <= pj - rel[j] <= anchor + slop for pj in pos[j])
-                   for j in range(len(pos))):
+            q = p - rel[i]
+            nlo, nhi = min(lo, q), max(hi, q)
+            if p not in chosen and nhi - nlo <= slop and choose(i + 1, chosen + [p], nlo, nhi):
                 return True
-    return False
+        return False
+    return choose(0, [], math.inf, -math.inf)
 
 
 def occurrences(clauses, op):

@@ -529,6 +529,23 @@ TEST_CASE("date values and bounds stand for their whole period", "[postings]") {
   CHECK(fx.Ids("createdAt:{\"2023-05-01T12:00:00Z\" TO *}") == V{"jun1", "may31", "point"});
 }
 
+TEST_CASE("a sloppy phrase gives each repetition of a word its own position", "[postings]") {
+  Fixture fx;
+  fx.store.Put("one", R"({"title": "dog"})");
+  fx.store.Put("two", R"({"title": "dog cat"})");
+  fx.store.Put("three", R"({"title": "dog cat dog"})");
+  fx.store.Put("four", R"({"title": "dog dog"})");
+  fx.store.Put("five", R"({"title": "cat dog bird bird dog"})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  using V = std::vector<std::string>;
+  CHECK(fx.Ids("title:\"dog dog\"") == V{"four"});
+  CHECK(fx.Ids("title:\"dog dog\"~1") == V{"four", "three"});
+  CHECK(fx.Ids("title:\"dog dog\"~3") == V{"five", "four", "three"});
+  CHECK(fx.Ids("title:\"dog dog cat\"~2") == V{"three"});
+  CHECK(fx.Ids("title:\"dog cat dog\"~1") == V{"three"});
+  CHECK(fx.Ids("title:\"dog dog dog\"~5") == V{});
+}
+
 TEST_CASE("stored fields at paths through arrays of objects", "[postings]") {
   Fixture fx;
   fx.store.Put("a", R"({"title": "x", "author": [{"name": "Blue door"}, {"name": "fox to"}], "score": 4})");

@@ -175,14 +175,21 @@ class Oracle {
     double len = b.text[f].size(), avg = sum_[f] / N;
     return idf * tf / (tf + 1.2 * (1 - 0.75 + 0.75 * len / avg));
   }
+  // Some choice of a position p_i per phrase term, all distinct (a
+  // repeated word needs an occurrence per repetition), with
+  // max(p_i - rel_i) - min(p_i - rel_i) <= slop.
   static bool Phrase(const std::vector<std::vector<uint32_t>>& pos, const std::vector<int64_t>& rel, int64_t slop, size_t i,
-                     int64_t lo, int64_t hi) {
+                     int64_t lo, int64_t hi, std::vector<uint32_t>& chosen) {
     if (i == pos.size()) return hi - lo <= slop;
     for (uint32_t p : pos[i]) {
+      if (std::find(chosen.begin(), chosen.end(), p) != chosen.end()) continue;
       int64_t v = static_cast<int64_t>(p) - rel[i];
       int64_t nlo = i == 0 ? v : std::min(lo, v), nhi = i == 0 ? v : std::max(hi, v);
       if (nhi - nlo > slop) continue;
-      if (Phrase(pos, rel, slop, i + 1, nlo, nhi)) return true;
+      chosen.push_back(p);
+      const bool found = Phrase(pos, rel, slop, i + 1, nlo, nhi, chosen);
+      chosen.pop_back();
+      if (found) return true;
     }
     return false;
   }
@@ -280,7 +287,8 @@ class Oracle {
         }
         bool ok = true;
         for (auto& p : pos) ok = ok && !p.empty();
-        if (ok && qt.size() > 1) ok = Phrase(pos, rel, q.kind == K::kPhrase ? q.slop : 0, 0, 0, 0);
+        std::vector<uint32_t> chosen;
+        if (ok && qt.size() > 1) ok = Phrase(pos, rel, q.kind == K::kPhrase ? q.slop : 0, 0, 0, 0, chosen);
         if (!ok) continue;
         matched = true;
         std::set<std::string> distinct;

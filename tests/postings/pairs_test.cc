@@ -218,19 +218,27 @@ TEST_CASE("phrase matches with pair tables equal a brute force over positions", 
   }
   REQUIRE(one_store.Flush(*one).ok());
   WaitForMerges(*merged);
-  // The phrase rule (searcher.cc): positions p_i of the words, chosen
-  // independently, with max(p_i - i) - min(p_i - i) <= slop.
+  // The phrase rule (searcher.cc): distinct positions p_i of the words
+  // (a repeated word needs one per repetition) with
+  // max(p_i - i) - min(p_i - i) <= slop.
   auto brute = [&](const std::vector<std::string>& words, int slop) {
     std::set<std::string> out;
     for (const auto& [id, t] : tokens) {
       std::vector<std::vector<int>> pos(words.size());
       for (const auto& [word, p] : t)
         for (size_t i = 0; i < words.size(); ++i)
-          if (word == words[i]) pos[i].push_back(p - static_cast<int>(i));
+          if (word == words[i]) pos[i].push_back(p);
+      std::vector<int> chosen;
       std::function<bool(size_t, int, int)> any = [&](size_t i, int lo, int hi) {
         if (i == words.size()) return hi - lo <= slop;
-        for (int q : pos[i])
-          if (any(i + 1, std::min(lo, q), std::max(hi, q))) return true;
+        for (int p : pos[i]) {
+          if (std::find(chosen.begin(), chosen.end(), p) != chosen.end()) continue;
+          const int q = p - static_cast<int>(i);
+          chosen.push_back(p);
+          const bool found = any(i + 1, std::min(lo, q), std::max(hi, q));
+          chosen.pop_back();
+          if (found) return true;
+        }
         return false;
       };
       if (any(0, INT32_MAX, INT32_MIN)) out.insert(id);
