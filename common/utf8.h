@@ -50,4 +50,15 @@ inline size_t FindInvalidUtf8(std::string_view s) {
 
 inline bool IsValidUtf8(std::string_view s) { return FindInvalidUtf8(s) == std::string_view::npos; }
 
+// The longest prefix of `s` of at most `max_bytes` that does not end inside
+// a multi-byte character, for echoing a cut-down value in a message. When
+// `s` is valid UTF-8 so is the result.
+inline std::string_view Utf8Prefix(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  size_t cut = max_bytes;
+  // A character is at most 4 bytes: at most 3 continuation bytes to step back over.
+  while (cut > 0 && max_bytes - cut < 3 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut);
+}
+
 }  // namespace corvid

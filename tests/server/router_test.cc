@@ -45,6 +45,46 @@ TEST_CASE("JSON validation accepts objects and names every problem", "[server]")
   CHECK(ValidateJsonObject("{\"a\":" + std::string(100000, '[') )->code == "too_deep");
 }
 
+TEST_CASE("JSON validation refuses \\u escapes that spell a lone surrogate", "[server]") {
+  // The bytes are ASCII, but RapidJSON would decode these escapes into
+  // strings that are not UTF-8. The offset is the escape's backslash; the
+  // message names where the string is.
+  struct Case {
+    std::string body;
+    size_t offset;
+    std::string where;
+  };
+  const Case cases[] = {
+      {R"({"a":"\udc00"})", 6, "(in 'a')"},               // lone low
+      {R"({"a":"x\ud800"})", 7, "(in 'a')"},              // lone high, at the end
+      {R"({"a":"\ud800\u0041"})", 6, "(in 'a')"},         // high, then not a low
+      {R"({"a":"\udc00\ud800"})", 6, "(in 'a')"},         // the wrong order
+      {R"({"a":"\ud83d\ude00\udfff"})", 18, "(in 'a')"},  // a pair, then a lone low
+      {R"({"a":"\\udc00 \"\\\udfff"})", 18, "(in 'a')"},  // escaped \ and ", then a lone low
+      {R"({"a":"\\udc00 \"\\\udbff"})", 18, "(in 'a')"},  // ... then a lone high
+      {R"({"ok":"\u00e9","\udc00":1})", 16, "(in a top-level key)"},
+      {R"({"a":{"k\uDC00":1}})", 8, "(in a key of 'a')"},
+      {R"({"a":{"\ud800":1}})", 7, "(in a key of 'a')"},
+      {R"({"a":[0,{"b":"\udfff"}]})", 14, "(in 'a[1].b')"},
+      {R"({"b":[["\ud800"]]})", 8, "(in 'b[0][0]')"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.body);
+    auto problem = ValidateJsonObject(c.body);
+    REQUIRE(problem);
+    CHECK(problem->code == "invalid_utf8");
+    CHECK(problem->offset == c.offset);
+    CHECK(problem->message.find("at offset " + std::to_string(c.offset)) != std::string::npos);
+    CHECK(problem->message.find(c.where) != std::string::npos);
+  }
+  // A pair is one character, decoded to its 4-byte UTF-8; escaped text
+  // that only looks like an escape, and raw 0xED-led characters (Hangul), are fine.
+  ObjectFields f;
+  CHECK_FALSE(ValidateJsonObject(R"({"id":"\ud83d\ude00","\uD83D\uDE00":["\\udc00"]})", &f));
+  CHECK(f.id == std::optional<std::string>("\xf0\x9f\x98\x80"));
+  CHECK_FALSE(ValidateJsonObject("{\"\xed\x95\x9c\":\"\xed\x9f\xbb \\ud55c \\ud7ff \\ue000\"}"));
+}
+
 TEST_CASE("JSON validation extracts the bulk fields", "[server]") {
   ObjectFields f;
   CHECK_FALSE(ValidateJsonObject(R"({"x":{"id":"inner"},"id":"outer","_deleted":true})", &f));
@@ -289,6 +329,34 @@ TEST_CASE("router: bulk is atomic and names the bad line", "[server]") {
   CHECK(Parse(reserved.body)["error"]["line"].GetUint64() == 2);
   CHECK(fx.Call("POST", "/docs/r/_bulk", "{\"id\":\"_bulk\",\"_deleted\":true}\n").status == 200);
   CHECK(fx.Call("PUT", "/docs/r/_bulk2", "{}").status == 201);
+}
+
+TEST_CASE("router: a lone surrogate escape is never stored", "[server]") {
+  Fixture fx;
+  Response put = fx.Call("PUT", "/docs/c/x", R"({"a":"\udc00"})");
+  CHECK(put.status == 400);
+  auto p = Parse(put.body);
+  CHECK(std::string(p["error"]["code"].GetString()) == "invalid_utf8");
+  CHECK(p["error"]["offset"].GetUint64() == 6);
+  CHECK(ErrorCode(fx.Call("PUT", "/docs/c/x", R"({"\udc00":1})")) == "invalid_utf8");
+  CHECK(ErrorCode(fx.Call("PUT", "/docs/c/x", R"({"a":"\ud800"})")) == "invalid_utf8");
+  CHECK(fx.Call("GET", "/docs/c/x").status == 404);
+
+  Response bulk = fx.Call("POST", "/docs/c/_bulk", "{\"id\":\"a\"}\n\n{\"id\":\"b\",\"v\":[\"\\udfff\"]}\n",
+                          "application/x-ndjson");
+  CHECK(bulk.status == 400);
+  auto b = Parse(bulk.body);
+  CHECK(std::string(b["error"]["code"].GetString()) == "invalid_utf8");
+  CHECK(b["error"]["line"].GetUint64() == 3);
+  CHECK(b["error"]["offset"].GetUint64() == 16);  // within the line
+  CHECK(std::string(b["error"]["message"].GetString()).starts_with("line 3: "));
+  CHECK(fx.Call("GET", "/docs/c/a").status == 404);
+  CHECK(fx.store->LastEtag() == 0);
+
+  // A pair is a character: stored as sent.
+  const std::string emoji = R"({"a":"\ud83d\ude00"})";
+  CHECK(fx.Call("PUT", "/docs/c/y", emoji).status == 201);
+  CHECK(fx.Call("GET", "/docs/c/y").body == emoji);
 }
 
 TEST_CASE("router: collections, changes and long polls", "[server]") {
