@@ -188,7 +188,7 @@ void Router::State::DispatchIndexes(Request& req, const Target& t, Reply& reply)
     if (m != "GET" && m != "POST") return reply(MethodNotAllowed("GET, POST"));
     return Search(req, t, name, reply);
   }
-  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + req.target.substr(0, 200)));
+  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + std::string(Utf8Prefix(req.target, 200))));
 }
 
 void Router::State::Results(const Target& t, const std::string& name, Reply& reply) {
@@ -555,7 +555,7 @@ void Router::State::DispatchAdmin(Request& req, const Target& t, Reply& reply) {
     WriteProgress(w, *p, nullptr);
     return reply(JsonResponse(200, buf));
   }
-  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + req.target.substr(0, 200)));
+  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + std::string(Utf8Prefix(req.target, 200))));
 }
 
 Response Router::State::MetricsText() const {

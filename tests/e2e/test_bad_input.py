@@ -308,6 +308,20 @@ class BadInputTest(CorvidTestCase):
         self.assertEqual(resp.body, b'{"v":1}')
         self.assertEtagHeader(resp, etag)
 
+    def test_error_bodies_are_utf8(self):
+        # A message that echoes a percent-decoded name holding bytes that are
+        # not UTF-8 shows U+FFFD in their place: the body stays valid JSON.
+        for path, echoed in (('/indexes/%FF', '\ufffd'), ('/indexes/a%C3%A9%E2%82', 'a\u00e9\ufffd')):
+            with self.subTest(path=path):
+                resp = self.c.get(path)
+                self.assertIsNotNone(resp.json, 'error body is not UTF-8 JSON: ' + resp.describe())
+                err = self.assertError(resp, 404, 'not_found')
+                self.assertIn("'%s'" % echoed, err['message'], resp.describe())
+        resp = self.c.get('/changes?since=x' + '%C3%A9' * 40)
+        self.assertIsNotNone(resp.json, 'error body is not UTF-8 JSON: ' + resp.describe())
+        err = self.assertError(resp, 400, 'invalid_argument')
+        self.assertIn("'x" + '\u00e9' * 31 + "'", err['message'], resp.describe())
+
     def test_malformed_percent_encoding(self):
         c = self.coll()
         for path in ('/docs/%s/%%zz' % q(c), '/docs/%s/abc%%2' % q(c), '/docs/%s/%%' % q(c),

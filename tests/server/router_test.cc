@@ -1,14 +1,15 @@
 // Unit tests of the transport-free server pieces: JSON body validation and
 // the router's endpoints (driven directly, without sockets).
-#include <catch2/catch.hpp>
+#include "server/router.h"
 
 #include <rapidjson/document.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <future>
 
+#include "common/utf8.h"
 #include "server/json_input.h"
-#include "server/router.h"
 #include "storage/document_store.h"
 
 using namespace corvid;
@@ -357,6 +358,52 @@ TEST_CASE("router: a lone surrogate escape is never stored", "[server]") {
   const std::string emoji = R"({"a":"\ud83d\ude00"})";
   CHECK(fx.Call("PUT", "/docs/c/y", emoji).status == 201);
   CHECK(fx.Call("GET", "/docs/c/y").body == emoji);
+}
+
+TEST_CASE("error bodies are valid UTF-8 whatever the message holds", "[server]") {
+  // Each maximal ill-formed subpart becomes one U+FFFD (Unicode §3.9, as
+  // ICU and browsers decode); well-formed text is kept as is.
+  const std::string r = "\xef\xbf\xbd";
+  const std::pair<std::string, std::string> cases[] = {
+      {"a\xff"
+       "b",
+       "a" + r + "b"},
+      {"\x80\xbf", r + r},                            // stray continuation bytes
+      {"\xc0\xaf", r + r},                            // overlong lead
+      {"\xe0\x80\xaf", r + r + r},                    // overlong
+      {"\xed\xa0\x80", r + r + r},                    // a surrogate
+      {"\xf4\x90\x80\x80", r + r + r + r},            // above U+10FFFF
+      {"\xf8\x88\x80\x80\x80", r + r + r + r + r},    // 5-byte form
+      {"a\xe2\x82", "a" + r},                         // truncated at the end
+      {"\xe2\x82x\xf0\x9f\x98!", r + "x" + r + "!"},  // truncated before more text
+      {"caf\xc3\xa9 \xf0\x9f\x98\x80 \xed\x95\x9c", "caf\xc3\xa9 \xf0\x9f\x98\x80 \xed\x95\x9c"},
+  };
+  for (const auto& [message, expected] : cases) {
+    INFO(message);
+    Response e = ErrorResponse(404, "not_found", message, size_t{3});
+    CHECK(IsValidUtf8(e.body));
+    auto d = Parse(e.body);
+    CHECK(std::string(d["error"]["message"].GetString()) == expected);
+    CHECK(d["error"]["offset"].GetUint64() == 3);
+  }
+
+  Fixture fx;
+  // Echoed request text is cut at a character boundary, not inside one.
+  std::string e_acute;
+  for (int i = 0; i < 40; ++i) e_acute += "%C3%A9";
+  Response since = fx.Call("GET", "/changes?since=x" + e_acute);
+  CHECK(IsValidUtf8(since.body));
+  std::string want = "x";
+  for (int i = 0; i < 31; ++i) want += "\xc3\xa9";  // 63 bytes: a 32nd would make 65
+  CHECK(std::string(Parse(since.body)["error"]["message"].GetString()) ==
+        "since must be a non-negative integer, got '" + want + "'");
+  std::string long_type = "a";
+  for (int i = 0; i < 60; ++i) long_type += "\xc3\xa9";
+  for (const std::string& type : {long_type, std::string("text/\xff")}) {
+    Response put = fx.Call("PUT", "/docs/c/x", "{}", type);
+    CHECK(put.status == 415);
+    CHECK(IsValidUtf8(put.body));
+  }
 }
 
 TEST_CASE("router: collections, changes and long polls", "[server]") {
