@@ -49,9 +49,13 @@ Router::Router(DocumentStore& store, indexing::IndexEngine* engine, Timers& time
 Router::~Router() { CompleteWaiters(); }
 
 size_t Router::BodyLimit(std::string_view method, std::string_view target) const {
-  std::string_view path = target.substr(0, target.find('?'));
-  if (method == "POST" && path.size() >= 6 && path.substr(path.size() - 6) == "/_bulk")
-    return state_->options.max_bulk_bytes;
+  // Decoded as Handle will decode it, so that /docs/c/%5Fbulk, which
+  // Dispatch sends to Bulk, gets the bulk limit too. A target that does not
+  // parse is refused by Handle before its body matters.
+  if (method == "POST") {
+    std::optional<Target> t = ParseTarget(target);
+    if (t && IsBulkPath(*t)) return state_->options.max_bulk_bytes;
+  }
   return state_->options.max_doc_bytes;
 }
 
@@ -188,7 +192,7 @@ void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
     const std::string& id = seg[2];
     if (Status s = storage::ValidateName(coll, "collection name"); !s.ok())
       return reply(ErrorResponse(400, "invalid_id", s.message()));
-    if (id == kBulkId) {
+    if (IsBulkPath(t)) {
       if (m == "POST") return Bulk(req, coll, reply);
       return reply(MethodNotAllowed(
           "POST", "on /docs/{collection}/_bulk, the bulk endpoint (\"_bulk\" is reserved, never a document id)"));

@@ -247,6 +247,20 @@ class BadInputTest(CorvidTestCase):
         self.assertEqual(raw.json['error']['code'], 'body_too_large', raw.describe())
         self.assertIsNone(self.collection_count(c + 'o'))
 
+    def test_bulk_limit_for_encoded_bulk_path(self):
+        # /docs/{c}/%5Fbulk is the bulk endpoint: it gets the bulk body limit,
+        # not the document limit its still-encoded path used to get.
+        c = self.coll()
+        lines = [b'{"id":"%d","pad":"' % i + b'e' * 1000 + b'"}' for i in range(1500)]
+        body = b'\n'.join(lines) + b'\n'
+        self.assertGreater(len(body), MAX_DOC)
+        for i, path in enumerate(('/docs/%s/%%5Fbulk' % q(c), '/docs/%s/%%5fbulk' % q(c))):
+            with self.subTest(path=path):
+                resp = self.c.post(path, body, content_type='application/x-ndjson')
+                self.assertStatus(resp, 200)
+                self.assertEqual(resp.json['count'], len(lines))
+        self.assertEqual(self.c.get(doc_path(c, '1499')).body, lines[-1])
+
     def test_bulk_line_over_doc_limit(self):
         # A bulk line is a document: one over --max-doc-bytes inside a bulk
         # under the bulk limit is rejected (413, or 400 naming line 2) and

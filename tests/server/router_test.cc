@@ -406,6 +406,31 @@ TEST_CASE("error bodies are valid UTF-8 whatever the message holds", "[server]")
   }
 }
 
+TEST_CASE("router: the body limit follows the decoded route", "[server]") {
+  RouterOptions options;
+  options.max_doc_bytes = 1000;
+  options.max_bulk_bytes = 100000;
+  Fixture fx(options);
+  // What Dispatch routes to Bulk gets the bulk limit, however it is spelt.
+  for (const char* target :
+       {"/docs/c/_bulk", "/docs/c/%5Fbulk", "/docs/c/%5fbulk", "/docs/c/_bulk?x=1", "/docs/%63%2Fd/%5F%62ulk"}) {
+    INFO(target);
+    CHECK(fx.router->BodyLimit("POST", target) == 100000);
+  }
+  // Everything else gets the document limit, even when its raw path ends in /_bulk.
+  for (auto [method, target] :
+       std::initializer_list<std::pair<const char*, const char*>>{{"PUT", "/docs/c/_bulk"},
+                                                                  {"PUT", "/docs/c/%5Fbulk"},
+                                                                  {"POST", "/docs/c/_bulkx"},
+                                                                  {"POST", "/docs/c/x/_bulk"},
+                                                                  {"POST", "/x/_bulk"},
+                                                                  {"POST", "/docs/c/%5Fbulk%"},
+                                                                  {"POST", "/indexes/i/search"}}) {
+    INFO(method << " " << target);
+    CHECK(fx.router->BodyLimit(method, target) == 1000);
+  }
+}
+
 TEST_CASE("router: collections, changes and long polls", "[server]") {
   Fixture fx;
   REQUIRE(fx.Call("PUT", "/docs/b/1", "{}").status == 201);
