@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <string_view>
 
 namespace corvid {
@@ -49,5 +50,56 @@ inline size_t FindInvalidUtf8(std::string_view s) {
 }
 
 inline bool IsValidUtf8(std::string_view s) { return FindInvalidUtf8(s) == std::string_view::npos; }
+
+// The longest prefix of `s` of at most `max_bytes` that does not end inside
+// a multi-byte character, for echoing a cut-down value in a message. When
+// `s` is valid UTF-8 so is the result.
+inline std::string_view Utf8Prefix(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  size_t cut = max_bytes;
+  // A character is at most 4 bytes: at most 3 continuation bytes to step back over.
+  while (cut > 0 && max_bytes - cut < 3 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut);
+}
+
+// Returns `s` with each ill-formed sequence replaced by U+FFFD, one per
+// maximal subpart (Unicode §3.9, as ICU and the WHATWG decoder do): a valid
+// lead byte followed by some but not all of its continuation bytes is one
+// U+FFFD; any other bad byte is one each. Valid UTF-8 comes back unchanged.
+inline std::string ReplaceInvalidUtf8(std::string_view s) {
+  const auto* u = reinterpret_cast<const unsigned char*>(s.data());
+  std::string out;
+  out.reserve(s.size() + 8);
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t bad = FindInvalidUtf8(s.substr(i));
+    if (bad == std::string_view::npos) bad = s.size() - i;
+    out.append(s.substr(i, bad));
+    i += bad;
+    if (i == s.size()) break;
+    // The continuation bytes a lead byte may take, the first one narrowed
+    // so that overlongs, surrogates and code points past U+10FFFF are not
+    // part of a subpart.
+    const unsigned char c = u[i];
+    int need = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    if (c >= 0xE0 && c <= 0xEF) need = 2;
+    if (c >= 0xF0 && c <= 0xF4) need = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+    size_t len = 1;
+    for (int k = 0; k < need && i + len < s.size() && u[i + len] >= lo && u[i + len] <= hi; ++k) {
+      ++len;
+      lo = 0x80;
+      hi = 0xBF;
+    }
+    out += "\xEF\xBF\xBD";
+    i += len;
+  }
+  return out;
+}
 
 }  // namespace corvid

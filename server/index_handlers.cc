@@ -188,7 +188,7 @@ void Router::State::DispatchIndexes(Request& req, const Target& t, Reply& reply)
     if (m != "GET" && m != "POST") return reply(MethodNotAllowed("GET, POST"));
     return Search(req, t, name, reply);
   }
-  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + req.target.substr(0, 200)));
+  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + std::string(Utf8Prefix(req.target, 200))));
 }
 
 void Router::State::Results(const Target& t, const std::string& name, Reply& reply) {
@@ -348,11 +348,8 @@ std::optional<Response> ParseSearchBody(const std::string& body, SearchParams& p
   for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it) {
     std::string_view key(it->name.GetString(), it->name.GetStringLength());
     const auto& v = it->value;
-    // The body is valid UTF-8 (ValidateJsonObject), but RapidJSON decodes
-    // an escaped lone low surrogate ("\udc00") into bytes that are not.
-    if (!IsValidUtf8(key))
-      return ErrorResponse(400, "invalid_utf8",
-                           "a key of the body is not valid UTF-8 (a \\u escape spells a lone surrogate)");
+    // ValidateJsonObject passed: every key and string decodes to UTF-8
+    // (no \u escape spells a lone surrogate).
     std::optional<BodyParamType> type = SearchBodyParamType(key);
     if (!type) return bad("unknown parameter '" + std::string(key) + "'");
     if (v.IsNull()) continue;
@@ -387,9 +384,6 @@ std::optional<Response> ParseSearchBody(const std::string& body, SearchParams& p
         }
         break;
     }
-    if (!IsValidUtf8(text))
-      return ErrorResponse(400, "invalid_utf8",
-                           "'" + std::string(key) + "' is not valid UTF-8 (a \\u escape spells a lone surrogate)");
     if (auto e = ApplySearchParam(p, key, text); !e.empty()) return bad(e);
   }
   return std::nullopt;
@@ -561,7 +555,7 @@ void Router::State::DispatchAdmin(Request& req, const Target& t, Reply& reply) {
     WriteProgress(w, *p, nullptr);
     return reply(JsonResponse(200, buf));
   }
-  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + req.target.substr(0, 200)));
+  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + std::string(Utf8Prefix(req.target, 200))));
 }
 
 Response Router::State::MetricsText() const {

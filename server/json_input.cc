@@ -1,4 +1,5 @@
-// One-pass validation of request JSON with RapidJSON's SAX reader.
+// One-pass validation of request JSON with RapidJSON's SAX reader (a
+// second pass only to describe a lone surrogate escape).
 #include "server/json_input.h"
 
 #include <rapidjson/error/en.h>
@@ -6,6 +7,7 @@
 #include <rapidjson/reader.h>
 
 #include <cstring>
+#include <vector>
 
 #include "common/utf8.h"
 
@@ -14,6 +16,18 @@ namespace corvid::server {
 namespace {
 
 using rapidjson::SizeType;
+
+// The raw body is checked to be UTF-8 before parsing, so a decoded string
+// can only be ill-formed through a \u escape: RapidJSON 1.1 refuses a high
+// surrogate that is not followed by a low one
+// (kParseErrorStringUnicodeSurrogateInvalid) but encodes a lone low
+// surrogate ("\udc00") as the bytes ED B0 80. kParseValidateEncodingFlag
+// does not help: it checks the raw bytes of strings, never what an escape
+// decodes to. Every surrogate encodes with the lead byte 0xED, so only
+// strings holding one (rare outside Hangul) pay for a full check.
+bool DecodesToUtf8(std::string_view decoded) {
+  return std::memchr(decoded.data(), 0xED, decoded.size()) == nullptr || IsValidUtf8(decoded);
+}
 
 // Tracks depth, the root's type, and the top-level "id" / "_deleted".
 class Handler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Handler> {
@@ -27,7 +41,10 @@ class Handler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Handler> 
   bool StartArray() { return Open(false); }
   bool EndObject(SizeType) { --depth_; return true; }
   bool EndArray(SizeType) { --depth_; return true; }
+  bool lone_surrogate = false;  // a decoded string was not UTF-8 (parse stopped there)
+
   bool Key(const char* s, SizeType len, bool) {
+    if (!DecodedIsUtf8(s, len)) return false;
     pending_ = Pending::kNone;
     if (depth_ == 1 && fields_) {
       if (len == 2 && std::memcmp(s, "id", 2) == 0) pending_ = Pending::kId;
@@ -36,6 +53,7 @@ class Handler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Handler> 
     return true;
   }
   bool String(const char* s, SizeType len, bool) {
+    if (!DecodedIsUtf8(s, len)) return false;
     if (pending_ == Pending::kId && depth_ == 1) {
       fields_->id_present = true;
       fields_->id.emplace(s, len);
@@ -52,6 +70,11 @@ class Handler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Handler> 
 
  private:
   enum class Pending { kNone, kId, kDeleted };
+
+  bool DecodedIsUtf8(const char* s, SizeType len) {
+    if (!DecodesToUtf8(std::string_view(s, len))) lone_surrogate = true;
+    return !lone_surrogate;
+  }
 
   bool Open(bool object) {
     if (depth_ == 0 && !seen_root_) root_is_object = object;
@@ -81,6 +104,143 @@ class Handler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Handler> 
   Pending pending_ = Pending::kNone;
 };
 
+// Re-parses a body up to its first string that decodes to a lone surrogate
+// and says where that string is ("a.b[2]", "a key of 'a'"). Only runs once
+// such a string was found, so the validation of good bodies pays nothing
+// for it.
+class Locator : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Locator> {
+ public:
+  bool StartObject() { return Open(true); }
+  bool StartArray() { return Open(false); }
+  bool EndObject(SizeType) { return Close(); }
+  bool EndArray(SizeType) { return Close(); }
+  bool Key(const char* s, SizeType len, bool) {
+    if (!DecodesToUtf8(std::string_view(s, len))) return false;
+    frames_.back().key.assign(s, len);
+    frames_.back().awaiting_key = false;
+    return true;
+  }
+  bool String(const char* s, SizeType len, bool) {
+    if (!DecodesToUtf8(std::string_view(s, len))) return false;
+    return Value();
+  }
+  bool Default() { return Value(); }
+  bool RawNumber(const char*, SizeType, bool) { return Value(); }
+
+  // Where the parse stopped: the string being parsed when it failed.
+  std::string Where() const {
+    bool in_key = !frames_.empty() && frames_.back().object && frames_.back().awaiting_key;
+    // A key belongs to its object; a value to its own member or element.
+    std::string path;
+    for (size_t i = 0; i + (in_key ? 1 : 0) < frames_.size(); ++i) {
+      const Frame& f = frames_[i];
+      if (!f.object)
+        path.append("[").append(std::to_string(f.index)).append("]");
+      else
+        path.append(path.empty() ? "" : ".").append(f.key);
+      if (path.size() > kMaxPathBytes) break;
+    }
+    if (path.size() > kMaxPathBytes) path = std::string(Utf8Prefix(path, kMaxPathBytes)) + "...";
+    if (in_key) return path.empty() ? "a top-level key" : "a key of '" + path + "'";
+    return path.empty() ? "the top-level value" : "'" + path + "'";
+  }
+
+ private:
+  static constexpr size_t kMaxPathBytes = 200;
+  struct Frame {
+    bool object;
+    bool awaiting_key = true;  // objects: the next string is a key
+    size_t index = 0;          // arrays: the index of the next element
+    std::string key;           // objects: the current member's key
+  };
+
+  bool Open(bool object) {
+    frames_.push_back(Frame{.object = object, .key = {}});
+    return true;
+  }
+  bool Close() {
+    frames_.pop_back();
+    return Value();
+  }
+  // A value is complete: the enclosing object expects a key, an array its next element.
+  bool Value() {
+    if (frames_.empty()) return true;
+    Frame& f = frames_.back();
+    if (f.object)
+      f.awaiting_key = true;
+    else
+      ++f.index;
+    return true;
+  }
+
+  std::vector<Frame> frames_;
+};
+
+// The value of the four hex digits `s` starts with, or -1.
+int Hex4(std::string_view s) {
+  if (s.size() < 4) return -1;
+  int v = 0;
+  for (char c : s.substr(0, 4)) {
+    int d = -1;
+    if (c >= '0' && c <= '9') d = c - '0';
+    if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// `pos` is inside a well-formed JSON string of `text` (or at its closing
+// quote) that holds a \u escape spelling a lone surrogate. Returns the
+// offset of that escape's backslash (the first such in the string).
+size_t LoneSurrogateEscape(std::string_view text, size_t pos) {
+  // The opening quote is the first '"' before `pos` that is not escaped,
+  // i.e. not preceded by an odd run of backslashes.
+  size_t open = pos;
+  while (open > 0) {
+    open = text.rfind('"', open - 1);
+    if (open == std::string_view::npos) return pos;
+    size_t backslashes = 0;
+    while (backslashes < open && text[open - 1 - backslashes] == '\\') ++backslashes;
+    if (backslashes % 2 == 0) break;
+  }
+  for (size_t i = open + 1; i + 1 < text.size() && text[i] != '"'; ++i) {
+    if (text[i] != '\\') continue;
+    if (text[i + 1] != 'u') {
+      ++i;  // a two-character escape such as \\ or \"
+      continue;
+    }
+    int cp = Hex4(text.substr(i + 2));
+    if (cp >= 0xDC00 && cp <= 0xDFFF) return i;
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+      int low = text.substr(i + 6, 2) == "\\u" ? Hex4(text.substr(i + 8)) : -1;
+      if (low < 0xDC00 || low > 0xDFFF) return i;
+      i += 6;  // the pair's low half
+    }
+    i += 5;
+  }
+  return pos;
+}
+
+// The problem for a body whose parse stopped at a string that decodes to
+// a lone surrogate: `result` is the stopped parse.
+JsonProblem LoneSurrogateProblem(std::string_view text, rapidjson::ParseResult result) {
+  // RapidJSON's own error points at a lone high surrogate's escape (a lone
+  // low one may come before it in the same string); a string our handler
+  // refused ends just before the offset where the parse stopped.
+  size_t offset = LoneSurrogateEscape(text, result.Code() == rapidjson::kParseErrorStringUnicodeSurrogateInvalid
+                                                ? result.Offset()
+                                                : result.Offset() - 1);
+  Locator locator;
+  rapidjson::Reader reader;
+  rapidjson::MemoryStream stream(text.data(), text.size());
+  reader.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseNumbersAsStringsFlag>(stream, locator);
+  std::string message = "invalid UTF-8 at offset " + std::to_string(offset) + ": the escape " +
+                        std::string(text.substr(offset, 6)) + " spells a lone surrogate (in " + locator.Where() + ")";
+  return JsonProblem{"invalid_utf8", std::move(message), offset};
+}
+
 }  // namespace
 
 bool IsBlank(std::string_view text) {
@@ -109,6 +269,8 @@ std::optional<JsonProblem> ValidateJsonObject(std::string_view text, ObjectField
                            std::to_string(ok.Offset()),
                        ok.Offset()};
   }
+  if (handler.lone_surrogate || ok.Code() == rapidjson::kParseErrorStringUnicodeSurrogateInvalid)
+    return LoneSurrogateProblem(text, ok);
   if (!ok) {
     std::string message = rapidjson::GetParseError_En(ok.Code());
     message += " at offset " + std::to_string(ok.Offset());

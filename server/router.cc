@@ -16,6 +16,10 @@ using storage::WriteResult;
 
 Response ErrorResponse(int status, std::string_view code, std::string_view message, std::optional<size_t> offset,
                        std::optional<size_t> line) {
+  // Messages echo request text (a percent-decoded name, a header), which
+  // may be anything: the body must stay valid JSON, so valid UTF-8.
+  std::string repaired;
+  if (!IsValidUtf8(message)) message = repaired = ReplaceInvalidUtf8(message);
   rapidjson::StringBuffer buf;
   JsonWriter w(buf);
   w.StartObject();
@@ -45,9 +49,13 @@ Router::Router(DocumentStore& store, indexing::IndexEngine* engine, Timers& time
 Router::~Router() { CompleteWaiters(); }
 
 size_t Router::BodyLimit(std::string_view method, std::string_view target) const {
-  std::string_view path = target.substr(0, target.find('?'));
-  if (method == "POST" && path.size() >= 6 && path.substr(path.size() - 6) == "/_bulk")
-    return state_->options.max_bulk_bytes;
+  // Decoded as Handle will decode it, so that /docs/c/%5Fbulk, which
+  // Dispatch sends to Bulk, gets the bulk limit too. A target that does not
+  // parse is refused by Handle before its body matters.
+  if (method == "POST") {
+    std::optional<Target> t = ParseTarget(target);
+    if (t && IsBulkPath(*t)) return state_->options.max_bulk_bytes;
+  }
   return state_->options.max_doc_bytes;
 }
 
@@ -184,7 +192,7 @@ void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
     const std::string& id = seg[2];
     if (Status s = storage::ValidateName(coll, "collection name"); !s.ok())
       return reply(ErrorResponse(400, "invalid_id", s.message()));
-    if (id == kBulkId) {
+    if (IsBulkPath(t)) {
       if (m == "POST") return Bulk(req, coll, reply);
       return reply(MethodNotAllowed(
           "POST", "on /docs/{collection}/_bulk, the bulk endpoint (\"_bulk\" is reserved, never a document id)"));
@@ -196,7 +204,7 @@ void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
     if (m == "DELETE") return DeleteDoc(req, coll, id, reply);
     return reply(MethodNotAllowed("GET, PUT, DELETE"));
   }
-  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + req.target.substr(0, 200)));
+  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + std::string(Utf8Prefix(req.target, 200))));
 }
 
 Response Router::State::Health() const {
@@ -236,8 +244,9 @@ void Router::State::Changes(const Target& t, Reply& reply) {
     const std::string* v = t.Param(p.name);
     if (!v) continue;
     if (!ParseUint(*v, *p.out))
-      return reply(ErrorResponse(400, "invalid_argument",
-                                 std::string(p.name) + " must be a non-negative integer, got '" + v->substr(0, 64) + "'"));
+      return reply(ErrorResponse(
+          400, "invalid_argument",
+          std::string(p.name) + " must be a non-negative integer, got '" + std::string(Utf8Prefix(*v, 64)) + "'"));
     *p.out = std::min(*p.out, p.max);
   }
   auto answer = [&store = store, since, limit]() -> Response {
@@ -351,8 +360,9 @@ Response Router::State::GetDoc(const Request& req, const std::string& coll, cons
 
 void Router::State::PutDoc(Request& req, const std::string& coll, const std::string& id, Reply& reply) {
   if (!IsJsonContentType(req.content_type, false))
-    return reply(ErrorResponse(415, "unsupported_media_type",
-                               "Content-Type must be application/json, got '" + req.content_type.substr(0, 100) + "'"));
+    return reply(ErrorResponse(
+        415, "unsupported_media_type",
+        "Content-Type must be application/json, got '" + std::string(Utf8Prefix(req.content_type, 100)) + "'"));
   if (auto problem = ValidateJsonObject(req.body)) return reply(ProblemResponse(*problem));
   WriteOp op;
   op.kind = WriteKind::kPut;
@@ -488,7 +498,7 @@ void Router::State::Bulk(Request& req, const std::string& coll, Reply& reply) {
   if (!IsJsonContentType(req.content_type, true))
     return reply(ErrorResponse(415, "unsupported_media_type",
                                "Content-Type must be application/x-ndjson or application/json, got '" +
-                                   req.content_type.substr(0, 100) + "'"));
+                                   std::string(Utf8Prefix(req.content_type, 100)) + "'"));
   // Large bodies are parsed in two halves on two threads (the merger is
   // idle meanwhile); the first error in line order wins, as if sequential.
   std::string_view body = req.body;

@@ -77,8 +77,10 @@ class Router {
   // as GET, with `omit_body` set on the response.
   void Handle(Request request, Reply reply);
 
-  // The body size limit for a request to `target` with `method`: bulk
-  // inserts get the bulk limit, everything else the document limit.
+  // The body size limit for a request to `target` (still percent-encoded)
+  // with `method`: a POST that Handle routes to the bulk endpoint
+  // (/docs/{collection}/_bulk, decoded) gets the bulk limit, everything else
+  // the document limit. Cost: one parse of the target (POST only).
   size_t BodyLimit(std::string_view method, std::string_view target) const;
 
   // Answers parked requests (long polls, index waits) now (on shutdown).

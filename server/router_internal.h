@@ -116,6 +116,12 @@ inline std::optional<Target> ParseTarget(std::string_view target) {
   return t;
 }
 
+// True if `t` (decoded) is /docs/{collection}/_bulk, the bulk endpoint:
+// the one test both Dispatch and Router::BodyLimit route by.
+inline bool IsBulkPath(const Target& t) {
+  return t.segments.size() == 3 && t.segments[0] == "docs" && t.segments[2] == kBulkId;
+}
+
 // Parses a non-negative decimal integer parameter; false if malformed.
 inline bool ParseUint(std::string_view s, uint64_t& out) {
   if (s.empty()) return false;

@@ -110,6 +110,46 @@ class BadInputTest(CorvidTestCase):
         self.assertEqual(resp.body, good)
         self.assertEtagHeader(resp, etag)
 
+    def test_lone_surrogate_escapes(self):
+        # The bytes are ASCII, but a \u escape that spells half a surrogate
+        # pair decodes to something that is not UTF-8: refused like raw
+        # invalid UTF-8, with the offset of the escape, never stored.
+        c = self.coll()
+        cases = [(b'{"a":"\\udc00"}', 6), (b'{"a":"\\ud800"}', 6), (b'{"a":"x\\uDFFFy"}', 7),
+                 (b'{"\\udc00":1}', 2), (b'{"a":{"b":["ok","\\ud800\\u0041"]}}', 17)]
+        for i, (body, offset) in enumerate(cases):
+            with self.subTest(body=body):
+                resp = self.c.put(doc_path(c, 's%d' % i), body)
+                err = self.assertRejected(resp, 400, 'invalid_utf8', c, 's%d' % i)
+                self.assertEqual(err.get('offset'), offset, resp.describe())
+        # In bulk: the error names the line, and nothing is written.
+        resp = self.c.post(bulk_path(c), b'{"id":"b1"}\n{"id":"b2","\\udc00":1}\n',
+                           content_type='application/x-ndjson')
+        err = self.assertError(resp, 400, 'invalid_utf8')
+        self.assertEqual((err.get('line'), err.get('offset')), (2, 12), resp.describe())
+        self.assertError(self.c.get(doc_path(c, 'b1')), 404, 'not_found')
+        self.assertIsNone(self.collection_count(c))
+        # In an index definition: refused, and no index is created.
+        name = 'sur_' + c
+        for body in (b'{"type":"search","collection":"x","fields":{"t\\udc00":{"analyzer":"keyword"}}}',
+                     b'{"type":"mapreduce","collection":"x","map":{"k":"\'\\udc00\'"},'
+                     b'"groupBy":["k"],"reduce":{"n":"count()"}}'):
+            with self.subTest(body=body):
+                self.assertError(self.c.put('/indexes/' + name, body), 400, 'invalid_utf8')
+                self.assertError(self.c.get('/indexes/' + name), 404, 'not_found')
+        # A pair is one character: the document is stored as sent and the
+        # index sees its 4-byte UTF-8.
+        self.assertIn(self.c.put('/indexes/' + name, json.dumps({
+            'type': 'mapreduce', 'collection': c, 'map': {'k': 'k'}, 'groupBy': ['k'],
+            'reduce': {'n': 'count()'}})).status, (200, 201))
+        body = b'{"k":"\\ud83d\\ude00"}'
+        etag = self.putOk(c, 'pair', body, status=201)
+        self.assertEqual(self.c.get(doc_path(c, 'pair')).body, body)
+        resp = self.c.get('/indexes/%s/results?minEtag=%d&waitMs=10000' % (name, etag))
+        self.assertStatus(resp, 200)
+        self.assertEqual(resp.json['rows'], [{'k': '\U0001F600', 'n': 1}], resp.describe())
+        self.assertStatus(self.c.delete('/indexes/' + name), 200)
+
     def test_nesting_limit(self):
         c = self.coll()
         for name, text in (('obj256', nested_object(256)), ('arr256', nested_array_in_object(256))):
@@ -207,6 +247,20 @@ class BadInputTest(CorvidTestCase):
         self.assertEqual(raw.json['error']['code'], 'body_too_large', raw.describe())
         self.assertIsNone(self.collection_count(c + 'o'))
 
+    def test_bulk_limit_for_encoded_bulk_path(self):
+        # /docs/{c}/%5Fbulk is the bulk endpoint: it gets the bulk body limit,
+        # not the document limit its still-encoded path used to get.
+        c = self.coll()
+        lines = [b'{"id":"%d","pad":"' % i + b'e' * 1000 + b'"}' for i in range(1500)]
+        body = b'\n'.join(lines) + b'\n'
+        self.assertGreater(len(body), MAX_DOC)
+        for i, path in enumerate(('/docs/%s/%%5Fbulk' % q(c), '/docs/%s/%%5fbulk' % q(c))):
+            with self.subTest(path=path):
+                resp = self.c.post(path, body, content_type='application/x-ndjson')
+                self.assertStatus(resp, 200)
+                self.assertEqual(resp.json['count'], len(lines))
+        self.assertEqual(self.c.get(doc_path(c, '1499')).body, lines[-1])
+
     def test_bulk_line_over_doc_limit(self):
         # A bulk line is a document: one over --max-doc-bytes inside a bulk
         # under the bulk limit is rejected (413, or 400 naming line 2) and
@@ -267,6 +321,20 @@ class BadInputTest(CorvidTestCase):
         resp = self.c.get(doc_path(c, 'a'))
         self.assertEqual(resp.body, b'{"v":1}')
         self.assertEtagHeader(resp, etag)
+
+    def test_error_bodies_are_utf8(self):
+        # A message that echoes a percent-decoded name holding bytes that are
+        # not UTF-8 shows U+FFFD in their place: the body stays valid JSON.
+        for path, echoed in (('/indexes/%FF', '\ufffd'), ('/indexes/a%C3%A9%E2%82', 'a\u00e9\ufffd')):
+            with self.subTest(path=path):
+                resp = self.c.get(path)
+                self.assertIsNotNone(resp.json, 'error body is not UTF-8 JSON: ' + resp.describe())
+                err = self.assertError(resp, 404, 'not_found')
+                self.assertIn("'%s'" % echoed, err['message'], resp.describe())
+        resp = self.c.get('/changes?since=x' + '%C3%A9' * 40)
+        self.assertIsNotNone(resp.json, 'error body is not UTF-8 JSON: ' + resp.describe())
+        err = self.assertError(resp, 400, 'invalid_argument')
+        self.assertIn("'x" + '\u00e9' * 31 + "'", err['message'], resp.describe())
 
     def test_malformed_percent_encoding(self):
         c = self.coll()

@@ -1,14 +1,15 @@
 // Unit tests of the transport-free server pieces: JSON body validation and
 // the router's endpoints (driven directly, without sockets).
-#include <catch2/catch.hpp>
+#include "server/router.h"
 
 #include <rapidjson/document.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <future>
 
+#include "common/utf8.h"
 #include "server/json_input.h"
-#include "server/router.h"
 #include "storage/document_store.h"
 
 using namespace corvid;
@@ -43,6 +44,46 @@ TEST_CASE("JSON validation accepts objects and names every problem", "[server]")
   CHECK_FALSE(ValidateJsonObject(nest(256)));
   CHECK(ValidateJsonObject(nest(257))->code == "too_deep");
   CHECK(ValidateJsonObject("{\"a\":" + std::string(100000, '[') )->code == "too_deep");
+}
+
+TEST_CASE("JSON validation refuses \\u escapes that spell a lone surrogate", "[server]") {
+  // The bytes are ASCII, but RapidJSON would decode these escapes into
+  // strings that are not UTF-8. The offset is the escape's backslash; the
+  // message names where the string is.
+  struct Case {
+    std::string body;
+    size_t offset;
+    std::string where;
+  };
+  const Case cases[] = {
+      {R"({"a":"\udc00"})", 6, "(in 'a')"},               // lone low
+      {R"({"a":"x\ud800"})", 7, "(in 'a')"},              // lone high, at the end
+      {R"({"a":"\ud800\u0041"})", 6, "(in 'a')"},         // high, then not a low
+      {R"({"a":"\udc00\ud800"})", 6, "(in 'a')"},         // the wrong order
+      {R"({"a":"\ud83d\ude00\udfff"})", 18, "(in 'a')"},  // a pair, then a lone low
+      {R"({"a":"\\udc00 \"\\\udfff"})", 18, "(in 'a')"},  // escaped \ and ", then a lone low
+      {R"({"a":"\\udc00 \"\\\udbff"})", 18, "(in 'a')"},  // ... then a lone high
+      {R"({"ok":"\u00e9","\udc00":1})", 16, "(in a top-level key)"},
+      {R"({"a":{"k\uDC00":1}})", 8, "(in a key of 'a')"},
+      {R"({"a":{"\ud800":1}})", 7, "(in a key of 'a')"},
+      {R"({"a":[0,{"b":"\udfff"}]})", 14, "(in 'a[1].b')"},
+      {R"({"b":[["\ud800"]]})", 8, "(in 'b[0][0]')"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.body);
+    auto problem = ValidateJsonObject(c.body);
+    REQUIRE(problem);
+    CHECK(problem->code == "invalid_utf8");
+    CHECK(problem->offset == c.offset);
+    CHECK(problem->message.find("at offset " + std::to_string(c.offset)) != std::string::npos);
+    CHECK(problem->message.find(c.where) != std::string::npos);
+  }
+  // A pair is one character, decoded to its 4-byte UTF-8; escaped text
+  // that only looks like an escape, and raw 0xED-led characters (Hangul), are fine.
+  ObjectFields f;
+  CHECK_FALSE(ValidateJsonObject(R"({"id":"\ud83d\ude00","\uD83D\uDE00":["\\udc00"]})", &f));
+  CHECK(f.id == std::optional<std::string>("\xf0\x9f\x98\x80"));
+  CHECK_FALSE(ValidateJsonObject("{\"\xed\x95\x9c\":\"\xed\x9f\xbb \\ud55c \\ud7ff \\ue000\"}"));
 }
 
 TEST_CASE("JSON validation extracts the bulk fields", "[server]") {
@@ -289,6 +330,105 @@ TEST_CASE("router: bulk is atomic and names the bad line", "[server]") {
   CHECK(Parse(reserved.body)["error"]["line"].GetUint64() == 2);
   CHECK(fx.Call("POST", "/docs/r/_bulk", "{\"id\":\"_bulk\",\"_deleted\":true}\n").status == 200);
   CHECK(fx.Call("PUT", "/docs/r/_bulk2", "{}").status == 201);
+}
+
+TEST_CASE("router: a lone surrogate escape is never stored", "[server]") {
+  Fixture fx;
+  Response put = fx.Call("PUT", "/docs/c/x", R"({"a":"\udc00"})");
+  CHECK(put.status == 400);
+  auto p = Parse(put.body);
+  CHECK(std::string(p["error"]["code"].GetString()) == "invalid_utf8");
+  CHECK(p["error"]["offset"].GetUint64() == 6);
+  CHECK(ErrorCode(fx.Call("PUT", "/docs/c/x", R"({"\udc00":1})")) == "invalid_utf8");
+  CHECK(ErrorCode(fx.Call("PUT", "/docs/c/x", R"({"a":"\ud800"})")) == "invalid_utf8");
+  CHECK(fx.Call("GET", "/docs/c/x").status == 404);
+
+  Response bulk = fx.Call("POST", "/docs/c/_bulk", "{\"id\":\"a\"}\n\n{\"id\":\"b\",\"v\":[\"\\udfff\"]}\n",
+                          "application/x-ndjson");
+  CHECK(bulk.status == 400);
+  auto b = Parse(bulk.body);
+  CHECK(std::string(b["error"]["code"].GetString()) == "invalid_utf8");
+  CHECK(b["error"]["line"].GetUint64() == 3);
+  CHECK(b["error"]["offset"].GetUint64() == 16);  // within the line
+  CHECK(std::string(b["error"]["message"].GetString()).starts_with("line 3: "));
+  CHECK(fx.Call("GET", "/docs/c/a").status == 404);
+  CHECK(fx.store->LastEtag() == 0);
+
+  // A pair is a character: stored as sent.
+  const std::string emoji = R"({"a":"\ud83d\ude00"})";
+  CHECK(fx.Call("PUT", "/docs/c/y", emoji).status == 201);
+  CHECK(fx.Call("GET", "/docs/c/y").body == emoji);
+}
+
+TEST_CASE("error bodies are valid UTF-8 whatever the message holds", "[server]") {
+  // Each maximal ill-formed subpart becomes one U+FFFD (Unicode §3.9, as
+  // ICU and browsers decode); well-formed text is kept as is.
+  const std::string r = "\xef\xbf\xbd";
+  const std::pair<std::string, std::string> cases[] = {
+      {"a\xff"
+       "b",
+       "a" + r + "b"},
+      {"\x80\xbf", r + r},                            // stray continuation bytes
+      {"\xc0\xaf", r + r},                            // overlong lead
+      {"\xe0\x80\xaf", r + r + r},                    // overlong
+      {"\xed\xa0\x80", r + r + r},                    // a surrogate
+      {"\xf4\x90\x80\x80", r + r + r + r},            // above U+10FFFF
+      {"\xf8\x88\x80\x80\x80", r + r + r + r + r},    // 5-byte form
+      {"a\xe2\x82", "a" + r},                         // truncated at the end
+      {"\xe2\x82x\xf0\x9f\x98!", r + "x" + r + "!"},  // truncated before more text
+      {"caf\xc3\xa9 \xf0\x9f\x98\x80 \xed\x95\x9c", "caf\xc3\xa9 \xf0\x9f\x98\x80 \xed\x95\x9c"},
+  };
+  for (const auto& [message, expected] : cases) {
+    INFO(message);
+    Response e = ErrorResponse(404, "not_found", message, size_t{3});
+    CHECK(IsValidUtf8(e.body));
+    auto d = Parse(e.body);
+    CHECK(std::string(d["error"]["message"].GetString()) == expected);
+    CHECK(d["error"]["offset"].GetUint64() == 3);
+  }
+
+  Fixture fx;
+  // Echoed request text is cut at a character boundary, not inside one.
+  std::string e_acute;
+  for (int i = 0; i < 40; ++i) e_acute += "%C3%A9";
+  Response since = fx.Call("GET", "/changes?since=x" + e_acute);
+  CHECK(IsValidUtf8(since.body));
+  std::string want = "x";
+  for (int i = 0; i < 31; ++i) want += "\xc3\xa9";  // 63 bytes: a 32nd would make 65
+  CHECK(std::string(Parse(since.body)["error"]["message"].GetString()) ==
+        "since must be a non-negative integer, got '" + want + "'");
+  std::string long_type = "a";
+  for (int i = 0; i < 60; ++i) long_type += "\xc3\xa9";
+  for (const std::string& type : {long_type, std::string("text/\xff")}) {
+    Response put = fx.Call("PUT", "/docs/c/x", "{}", type);
+    CHECK(put.status == 415);
+    CHECK(IsValidUtf8(put.body));
+  }
+}
+
+TEST_CASE("router: the body limit follows the decoded route", "[server]") {
+  RouterOptions options;
+  options.max_doc_bytes = 1000;
+  options.max_bulk_bytes = 100000;
+  Fixture fx(options);
+  // What Dispatch routes to Bulk gets the bulk limit, however it is spelt.
+  for (const char* target :
+       {"/docs/c/_bulk", "/docs/c/%5Fbulk", "/docs/c/%5fbulk", "/docs/c/_bulk?x=1", "/docs/%63%2Fd/%5F%62ulk"}) {
+    INFO(target);
+    CHECK(fx.router->BodyLimit("POST", target) == 100000);
+  }
+  // Everything else gets the document limit, even when its raw path ends in /_bulk.
+  for (auto [method, target] :
+       std::initializer_list<std::pair<const char*, const char*>>{{"PUT", "/docs/c/_bulk"},
+                                                                  {"PUT", "/docs/c/%5Fbulk"},
+                                                                  {"POST", "/docs/c/_bulkx"},
+                                                                  {"POST", "/docs/c/x/_bulk"},
+                                                                  {"POST", "/x/_bulk"},
+                                                                  {"POST", "/docs/c/%5Fbulk%"},
+                                                                  {"POST", "/indexes/i/search"}}) {
+    INFO(method << " " << target);
+    CHECK(fx.router->BodyLimit(method, target) == 1000);
+  }
 }
 
 TEST_CASE("router: collections, changes and long polls", "[server]") {
