@@ -102,7 +102,7 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto& req = parser_->get();
     size_t limit = server_.router->BodyLimit(std::string_view(req.method_string().data(), req.method_string().size()),
                                              std::string_view(req.target().data(), req.target().size()));
-    if (parser_->content_length() && *parser_->content_length() > limit) return TooLarge(limit);
+    if (parser_->content_length() && *parser_->content_length() > limit) return TooLarge(*parser_->content_length());
     parser_->body_limit(limit);
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
