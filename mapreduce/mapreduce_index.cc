@@ -234,7 +234,7 @@ Status MapReduceIndexImpl::ApplyEntries(MDB_txn* txn, std::string_view record, i
     }
     uint32_t di = DeltaIndex(key);
     deltas_[di].count += sign;
-    SumState* sums = &sum_deltas_[size_t(di) * numeric];
+    SumState* sums = sum_deltas_.data() + size_t(di) * numeric;  // no element when no reducer has an input
     for (size_t r = 0; r < reducers.size(); ++r) {
       const Reducer& red = reducers[r];
       if (red.input < 0) continue;
@@ -301,7 +301,7 @@ Status MapReduceIndexImpl::FlushDeltas(MDB_txn* txn) {
   for (uint32_t di : order) {
     const RowDelta& delta = deltas_[di];
     std::string_view key = delta_keys_[di];
-    const SumState* sums = &sum_deltas_[size_t(di) * numeric];
+    const SumState* sums = sum_deltas_.data() + size_t(di) * numeric;
     bool sums_zero = true;
     for (size_t r = 0; r < numeric; ++r)
       if (sums[r].n != 0 || sums[r].isum != 0 || sums[r].dsum != 0 || sums[r].nd != 0) sums_zero = false;
