@@ -45,7 +45,8 @@
 // RowValue (fixed size for a definition): u64 entry count, then per reducer
 //   count()       nothing (it is the entry count)
 //   sum/avg       i128 integer sum | f64 sum of doubles | u64 numeric inputs
-//                 | u64 double inputs                             (40 bytes)
+//                 | u64 double inputs | f64 the doubles' compensation
+//                 (AddCompensated; the sum is f64 sum + compensation)  (48 bytes)
 //   min/max       u8 present | OrderedNumber cached min or max    (18 bytes)
 #pragma once
 
@@ -57,7 +58,7 @@
 
 namespace corvid::mapreduce::format {
 
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;  // 2: compensated double sums
 inline constexpr size_t kMaxGroupKeyBytes = 480;
 inline constexpr size_t kMaxDirectIdBytes = 500;
 inline constexpr size_t kOrderedNumberBytes = 17;

@@ -26,9 +26,22 @@ namespace corvid::mapreduce {
 struct SumState {
   __int128 isum = 0;
   double dsum = 0;
-  int64_t n = 0;   // numeric inputs
-  int64_t nd = 0;  // double inputs
+  double dcomp = 0;  // what dsum's roundings lost (AddCompensated)
+  int64_t n = 0;     // numeric inputs
+  int64_t nd = 0;    // double inputs
 };
+
+// Adds x to the compensated sum (sum, comp) (Neumaier's variant of Kahan
+// summation): sum + comp stays within a rounding or two of the exact sum
+// whatever the order of additions and removals, so a group's sum after
+// updates and deletes equals a fresh sum of what is left (1e17 + 1.5 -
+// 1e17 is 1.5, not 0), as CouchDB and RavenDB users, whose reduces are
+// recomputed, expect.
+inline void AddCompensated(double& sum, double& comp, double x) {
+  const double t = sum + x;
+  comp += (sum >= 0 ? sum : -sum) >= (x >= 0 ? x : -x) ? (sum - t) + x : (x - t) + sum;
+  sum = t;
+}
 
 class MapReduceIndexImpl final : public MapReduceIndex {
  public:

@@ -93,7 +93,7 @@ Result<std::unique_ptr<MapReduceIndex>> MapReduceIndexImpl::OpenImpl(const std::
     idx->red_offset_.push_back(off);
     switch (r.kind) {
       case ReducerKind::kCount: break;
-      case ReducerKind::kSum: case ReducerKind::kAvg: off += 40; break;
+      case ReducerKind::kSum: case ReducerKind::kAvg: off += 48; break;
       case ReducerKind::kMin: case ReducerKind::kMax: off += 1 + format::kOrderedNumberBytes; idx->has_minmax_ = true; break;
     }
   }
@@ -246,7 +246,7 @@ Status MapReduceIndexImpl::ApplyEntries(MDB_txn* txn, std::string_view record, i
         if (x.kind == format::kNumInt) {
           s.isum += sign > 0 ? __int128(x.i) : -__int128(x.i);
         } else {
-          s.dsum += sign > 0 ? x.d : -x.d;
+          AddCompensated(s.dsum, s.dcomp, sign > 0 ? x.d : -x.d);
           s.nd += sign;
         }
       } else {
@@ -304,7 +304,8 @@ Status MapReduceIndexImpl::FlushDeltas(MDB_txn* txn) {
     const SumState* sums = sum_deltas_.data() + size_t(di) * numeric;
     bool sums_zero = true;
     for (size_t r = 0; r < numeric; ++r)
-      if (sums[r].n != 0 || sums[r].isum != 0 || sums[r].dsum != 0 || sums[r].nd != 0) sums_zero = false;
+      if (sums[r].n != 0 || sums[r].isum != 0 || sums[r].dsum != 0 || sums[r].dcomp != 0 || sums[r].nd != 0)
+        sums_zero = false;
     if (delta.count == 0 && sums_zero && !delta.minmax_dirty) continue;
     MDB_val k = Val(key), d;
     int rc = mdb_get(txn, rows_, &k, &d);
@@ -334,20 +335,24 @@ Status MapReduceIndexImpl::FlushDeltas(MDB_txn* txn) {
       if (red.kind == ReducerKind::kSum || red.kind == ReducerKind::kAvg) {
         const SumState& dlt = sums[red.input];
         __int128 isum;
-        double dsum;
+        double dsum, dcomp;
         int64_t n, nd;
         std::memcpy(&isum, slot, 16);
         std::memcpy(&dsum, slot + 16, 8);
         std::memcpy(&n, slot + 24, 8);
         std::memcpy(&nd, slot + 32, 8);
+        std::memcpy(&dcomp, slot + 40, 8);
         isum += dlt.isum;
         n += dlt.n;
         nd += dlt.nd;
-        dsum = nd == 0 ? 0.0 : dsum + dlt.dsum;  // exact again once no double is left
+        AddCompensated(dsum, dcomp, dlt.dsum);
+        AddCompensated(dsum, dcomp, dlt.dcomp);
+        if (nd == 0) dsum = dcomp = 0;  // exact again once no double is left
         std::memcpy(slot, &isum, 16);
         std::memcpy(slot + 16, &dsum, 8);
         std::memcpy(slot + 24, &n, 8);
         std::memcpy(slot + 32, &nd, 8);
+        std::memcpy(slot + 40, &dcomp, 8);
       } else if ((red.kind == ReducerKind::kMin || red.kind == ReducerKind::kMax) && delta.minmax_dirty) {
         Status st = RecomputeMinMax(txn, r, key, slot);
         if (!st.ok()) return st;

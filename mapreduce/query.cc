@@ -201,12 +201,12 @@ Value SumValue(const SumState& s) {
     if (s.isum >= INT64_MIN && s.isum <= INT64_MAX) return Value::Int(int64_t(s.isum));
     return Value::Double(double(s.isum));
   }
-  return Value::Double(double(s.isum) + s.dsum);
+  return Value::Double(double(s.isum) + (s.dsum + s.dcomp));
 }
 
 Value AvgValue(const SumState& s) {
   if (s.n <= 0) return Value::Null();
-  return Value::Double((double(s.isum) + s.dsum) / double(s.n));
+  return Value::Double((double(s.isum) + (s.dsum + s.dcomp)) / double(s.n));
 }
 
 }  // namespace
@@ -376,14 +376,16 @@ Result<QueryResult> MapReduceIndexImpl::Query(const std::vector<std::pair<std::s
         case ReducerKind::kSum: case ReducerKind::kAvg: {
           SumState& s = sums[o.agg + r];
           __int128 isum;
-          double dsum;
+          double dsum, dcomp;
           int64_t n, nd;
           std::memcpy(&isum, slot, 16);
           std::memcpy(&dsum, slot + 16, 8);
           std::memcpy(&n, slot + 24, 8);
           std::memcpy(&nd, slot + 32, 8);
+          std::memcpy(&dcomp, slot + 40, 8);
           s.isum += isum;
-          s.dsum += dsum;
+          AddCompensated(s.dsum, s.dcomp, dsum);
+          AddCompensated(s.dsum, s.dcomp, dcomp);
           s.n += n;
           s.nd += nd;
           break;
