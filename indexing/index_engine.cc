@@ -172,12 +172,14 @@ class IndexSlot {
     if (paused) cv_.wait(lock, [&] { return !working_ || stop_; });
   }
 
+  // Returns once the state is dropped (after the batch in progress, if
+  // any): the index then reports etag 0 and rebuilds from the store.
   void RequestReset() {
-    {
-      std::lock_guard lock(mu_);
-      reset_requested_ = true;
-    }
+    std::unique_lock lock(mu_);
+    reset_requested_ = true;
+    const uint64_t done = resets_done_;
     cv_.notify_all();
+    cv_.wait(lock, [&] { return resets_done_ > done || stop_; });
   }
 
   const std::string& name() const { return name_; }
@@ -249,14 +251,18 @@ class IndexSlot {
       if (reset_requested_) {
         reset_requested_ = false;
         lock.unlock();
+        // Etag 0 first: a query that finds the state already cleared must
+        // not report it complete through the old etag.
+        Publish(0);
         Status s = kind_->Clear();
         error_log_.Clear();
         lock.lock();
+        ++resets_done_;
+        cv_.notify_all();  // RequestReset waits for this
         if (!s.ok()) {
           Fail(s.ToString());
           continue;
         }
-        indexed_etag_ = 0;
         failure_.clear();
         errors_.clear();
         error_count_ = 0;
@@ -364,6 +370,7 @@ class IndexSlot {
   bool stop_ = false;
   bool paused_ = false;
   bool reset_requested_ = false;
+  uint64_t resets_done_ = 0;  // resets carried out (RequestReset waits for the next)
   bool working_ = false;
   std::string failure_;  // non-empty: the last batch failed, retry at retry_at_
   Clock::time_point retry_at_;
@@ -506,6 +513,9 @@ Status IndexEngine::DeleteIndex(std::string_view name) {
   }
   slot->Stop();
   RemoveTree(slot->dir());
+  // Queries waiting for this index's progress (minEtag) answer 404 now,
+  // not when their wait runs out.
+  impl_->NotifyProgress(std::string(name), 0);
   return Status::Ok();
 }
 
@@ -564,6 +574,12 @@ Result<IndexReader> IndexEngine::Reader(std::string_view name) const {
   auto slot = impl_->Find(name);
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
   return slot->Reader();
+}
+
+Result<uint64_t> IndexEngine::IndexedEtag(std::string_view name) const {
+  auto slot = impl_->Find(name);
+  if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
+  return slot->indexed_etag();
 }
 
 bool IndexEngine::IsStale(const IndexReader& reader, uint64_t indexed_etag) const {

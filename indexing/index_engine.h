@@ -108,13 +108,17 @@ class IndexEngine {
 
   // Pause: returns once the worker's current batch (if any) is done; no
   // later change is indexed until Resume.
-  // Reset: drops the index's state and rebuilds it from the store.
+  // Reset: drops the index's state and rebuilds it from the store; returns
+  // once the state is dropped (the index reports etag 0 from then on).
   Status Pause(std::string_view name);
   Status Resume(std::string_view name);
   Status Reset(std::string_view name);
 
   // For queries.
   Result<IndexReader> Reader(std::string_view name) const;
+  // The etag the index has processed through, now (a reader's is the one
+  // when it was taken; a reset lowers it to 0).
+  Result<uint64_t> IndexedEtag(std::string_view name) const;
   // True if the index's collection has changes after `indexed_etag`.
   bool IsStale(const IndexReader& reader, uint64_t indexed_etag) const;
   // Called on a worker thread after each batch (and after each catch-up

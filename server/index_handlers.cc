@@ -94,6 +94,15 @@ void WriteProgress(JsonWriter& w, const indexing::IndexProgress& p, const std::s
 }
 
 // The freshness keys every query answer carries (API.md, Queries).
+// The etag an answer is complete through: the reader's (taken before the
+// query: the index may have advanced past its snapshot's etag on changes
+// of other collections) or the snapshot's, but not the reader's if a reset
+// lowered the index's etag meanwhile (the snapshot may be the cleared one).
+uint64_t IndexEtag(const indexing::IndexEngine& engine, std::string_view name, uint64_t before, uint64_t snapshot_etag) {
+  auto now = engine.IndexedEtag(name);
+  return std::max(now.ok() ? std::min(before, *now) : before, snapshot_etag);
+}
+
 void WriteFreshness(JsonWriter& w, bool stale, uint64_t index_etag, std::chrono::steady_clock::time_point start) {
   w.Key("stale");
   w.Bool(stale);
@@ -218,7 +227,7 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
     uint64_t before = reader->indexed_etag;
     auto result = reader->mapreduce->Query(params);
     if (!result.ok()) return reply(FromStatus(result.status()));
-    uint64_t index_etag = std::max(before, result->snapshot_etag);
+    uint64_t index_etag = IndexEtag(*self->engine, name, before, result->snapshot_etag);
     // Stale: the collection has unprocessed changes, or the minEtag the
     // client asked for was not reached within waitMs.
     bool stale = index_etag < min_etag || self->engine->IsStale(*reader, index_etag);
@@ -428,7 +437,7 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
                                    QueryErrorOffset(result.status().message())));
       return reply(FromStatus(result.status()));
     }
-    uint64_t index_etag = std::max(before, result->snapshot_etag);
+    uint64_t index_etag = IndexEtag(*self->engine, name, before, result->snapshot_etag);
     bool stale = index_etag < min_etag || self->engine->IsStale(*reader, index_etag);
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);

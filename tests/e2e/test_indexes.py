@@ -1514,6 +1514,50 @@ class FreshnessAdminTest(IndexTestCase):
         self.assertEqual(body['indexEtag'], last)
         self.assertIs(body['stale'], False)
 
+    def test_reset_never_answers_empty_and_fresh(self):
+        """A reset drops the state before it answers, and reports etag 0 before
+        the state is gone: a search right after it, waiting for the last etag,
+        sees every document (or waits), never an empty answer marked fresh."""
+        coll = self.coll()
+        name = 'rs_' + coll
+        lines = [{'id': 'r%05d' % k, 'title': 'word%d common' % (k % 50)} for k in range(4000)]
+        last = self.bulk(coll, lines)[-1]
+        self.assertStatus(self.put_index(name, {'type': 'search', 'collection': coll,
+                                                'fields': {'title': {}}}), 201)
+        path = '/indexes/%s/search?q=*&limit=0&minEtag=%d&waitMs=20000' % (q(name), last)
+        self.assertEqual(self.c.get(path).json['total'], len(lines))
+        for round_ in range(8):
+            resp = self.c.post('/admin/indexes/%s/reset' % q(name), '')
+            self.assertStatus(resp, 200)
+            self.assertLess(resp.json['lastIndexedEtag'], last,
+                            'reset answers once the state is dropped: %s' % resp.describe())
+            for k in range(6):
+                body = self.c.get(path).json
+                self.assertEqual((body['total'], body['stale']), (len(lines), False),
+                                 'round %d, search %d after reset: %r' % (round_, k, body))
+
+    def test_deleting_an_index_wakes_its_waiting_queries(self):
+        coll = self.coll()
+        name = 'dw_' + coll
+        self.create_index(name, month_spec(coll).definition)
+        self.assertStatus(self.c.post('/admin/indexes/%s/pause' % q(name), ''), 200)
+        etag = self.put_doc(coll, 'x', {'score': 1, 'metadata': {'createdAt': '2024-01-01'}})
+        answer = {}
+
+        def wait():
+            client = self.server.client(timeout=30.0)
+            t0 = time.monotonic()
+            resp = client.get('/indexes/%s/results?minEtag=%d&waitMs=20000' % (q(name), etag))
+            answer.update(status=resp.status, seconds=time.monotonic() - t0)
+            client.close()
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(0.3)  # the query is waiting
+        self.assertStatus(self.c.delete('/indexes/' + q(name)), 200)
+        waiter.join(30)
+        self.assertEqual(answer.get('status'), 404, answer)
+        self.assertLess(answer['seconds'], 5, 'the wait should end with the index: %r' % answer)
+
     def test_pause_resume_reset(self):
         coll, name, spec, docs, rows0 = self.setup_index(n=30, seed=5)
         self.wait_idle(name)
