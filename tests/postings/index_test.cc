@@ -81,24 +81,22 @@ TEST_CASE("ISO-8601 dates", "[postings]") {
   // Hour-only date-times (what date_trunc('hour', d) makes).
   CHECK(*ParseIsoDate("2024-03-17T10") == *ParseIsoDate("2024-03-17T10:00:00Z"));
   CHECK(*ParseIsoDate("2024-03-17T10+01:00") == *ParseIsoDate("2024-03-17T09:00:00Z"));
-  // The end of the period the text names.
-  double next = 0;
-  REQUIRE(ParseIsoDate("2024", &next));
-  CHECK(next == *ParseIsoDate("2025-01-01"));
-  REQUIRE(ParseIsoDate("2024-12", &next));
-  CHECK(next == *ParseIsoDate("2025-01-01"));
-  REQUIRE(ParseIsoDate("2024-02", &next));
-  CHECK(next == *ParseIsoDate("2024-03-01"));
-  REQUIRE(ParseIsoDate("2024-02-29", &next));
-  CHECK(next == *ParseIsoDate("2024-03-01"));
-  REQUIRE(ParseIsoDate("2024-03-17T10+01:00", &next));
-  CHECK(next == *ParseIsoDate("2024-03-17T10:00:00Z"));
-  REQUIRE(ParseIsoDate("2024-03-17T10:20", &next));
-  CHECK(next == *ParseIsoDate("2024-03-17T10:21:00Z"));
-  REQUIRE(ParseIsoDate("2024-03-17T10:20:30Z", &next));
-  CHECK(next == *ParseIsoDate("2024-03-17T10:20:31Z"));
-  REQUIRE(ParseIsoDate("2024-03-17T10:20:30.250Z", &next));
-  CHECK(next == *ParseIsoDate("2024-03-17T10:20:30.250Z"));
+  // The end of the period the text names (a fraction of a second: a point).
+  const std::pair<const char*, const char*> ends[] = {
+      {"2024", "2025-01-01"},
+      {"2024-12", "2025-01-01"},
+      {"2024-02", "2024-03-01"},
+      {"2024-02-29", "2024-03-01"},
+      {"2024-03-17T10+01:00", "2024-03-17T10:00:00Z"},
+      {"2024-03-17T10:20", "2024-03-17T10:21:00Z"},
+      {"2024-03-17T10:20:30Z", "2024-03-17T10:20:31Z"},
+      {"2024-03-17T10:20:30.250Z", "2024-03-17T10:20:30.250Z"}};
+  for (const auto& [text, end] : ends) {
+    INFO(text);
+    double next = 0;
+    REQUIRE(ParseIsoDate(text, &next));
+    CHECK(next == *ParseIsoDate(end));
+  }
 }
 
 struct Fixture {
