@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -22,5 +24,11 @@ struct IndexError {
   std::string id;
   std::string message;
 };
+
+// Called by an index's ApplyBatch with the batch's errors just before the
+// batch's durable commit (not called for a batch without errors): the
+// engine logs them there, so that a crash between the two re-runs the
+// batch rather than losing its errors.
+using BeforeCommit = std::function<void(std::span<const IndexError>)>;
 
 }  // namespace corvid

@@ -1,6 +1,8 @@
 // ErrorLog: NDJSON persistence of index errors (format in error_log.h).
 #include "indexing/error_log.h"
 
+#include <algorithm>
+
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -54,23 +56,29 @@ ErrorLog::ErrorLog(std::filesystem::path path) : path_(std::move(path)) {
     e.message = d["message"].GetString();
     e.at = std::chrono::system_clock::time_point(std::chrono::milliseconds(d["at"].GetInt64()));
     ++count_;
+    through_ = std::max(through_, e.etag);
     recent_.push_back(std::move(e));
     if (recent_.size() > kMaxRecentErrors) recent_.pop_front();
   }
 }
 
 void ErrorLog::Append(std::span<const RecordedError> errors) {
-  if (errors.empty()) return;
+  const uint64_t logged = through_;
   std::string text;
+  size_t added = 0;
   for (const auto& e : errors) {
+    if (e.etag <= logged) continue;  // logged by an earlier run of the same batch
     text += EncodeLine(e);
+    ++added;
     ++count_;
+    through_ = std::max(through_, e.etag);
     recent_.push_back(e);
     if (recent_.size() > kMaxRecentErrors) recent_.pop_front();
   }
+  if (added == 0) return;
   std::ofstream out(path_, std::ios::app | std::ios::binary);
   out << text;
-  lines_in_file_ += errors.size();
+  lines_in_file_ += added;
   out.close();
   if (lines_in_file_ > kCompactAfterLines) Compact();
 }
@@ -90,6 +98,7 @@ void ErrorLog::Compact() {
 
 void ErrorLog::Clear() {
   count_ = 0;
+  through_ = 0;
   lines_in_file_ = 0;
   recent_.clear();
   std::error_code ec;

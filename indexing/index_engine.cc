@@ -140,6 +140,15 @@ class IndexSlot {
     indexed_etag_ = kind_->LastAppliedEtag();
     errors_.assign(error_log_.recent().begin(), error_log_.recent().end());
     error_count_ = error_log_.count();
+    // A batch's errors are logged just before the batch commits (see
+    // ErrorLog::Append for a batch that runs again).
+    kind_->SetBeforeCommit([this](std::span<const IndexError> errors) {
+      std::vector<RecordedError> recorded;
+      recorded.reserve(errors.size());
+      const auto now = std::chrono::system_clock::now();
+      for (const IndexError& e : errors) recorded.push_back(RecordedError{e.etag, e.id, e.message, now});
+      error_log_.Append(recorded);  // worker thread, inside ApplyBatch
+    });
   }
 
   ~IndexSlot() { Stop(); }
@@ -319,17 +328,12 @@ class IndexSlot {
       Fail("applying a batch: " + s.ToString());
       return;
     }
-    std::vector<RecordedError> recorded;
-    recorded.reserve(errors.size());
-    auto now_sys = std::chrono::system_clock::now();
-    for (auto& e : errors) recorded.push_back(RecordedError{e.etag, std::move(e.id), std::move(e.message), now_sys});
-    error_log_.Append(recorded);  // file I/O outside the lock; only this thread touches the log
+    // The errors are in the log already (the kind's BeforeCommit hook).
     std::unique_lock lock(mu_);
     failure_.clear();
-    error_count_ = error_log_.count();
-    for (auto& e : recorded) {
-      errors_.push_back(std::move(e));
-      if (errors_.size() > kMaxRecentErrors) errors_.pop_front();
+    if (error_log_.count() != error_count_) {
+      error_count_ = error_log_.count();
+      errors_.assign(error_log_.recent().begin(), error_log_.recent().end());
     }
     auto now = Clock::now();
     window_.push_back(BatchStat{now, docs, ms});

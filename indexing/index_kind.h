@@ -24,6 +24,8 @@ class IndexKind {
   // Applies the batch and records `through_etag` in the same durable commit.
   virtual Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
                             std::vector<IndexError>& errors) = 0;
+  // The hook ApplyBatch calls with the batch's errors before it commits.
+  virtual void SetBeforeCommit(BeforeCommit hook) = 0;
   virtual Status Clear() = 0;
   virtual uint64_t Entries() const = 0;
   virtual uint64_t DiskBytes() const = 0;

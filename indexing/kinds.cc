@@ -18,6 +18,7 @@ class MapReduceKind : public IndexKind {
                     std::vector<IndexError>& errors) override {
     return index_->ApplyBatch(batch, through_etag, errors);
   }
+  void SetBeforeCommit(BeforeCommit hook) override { index_->SetBeforeCommit(std::move(hook)); }
   Status Clear() override { return index_->Clear(); }
   uint64_t Entries() const override { return index_->RowCount(); }
   uint64_t DiskBytes() const override { return index_->DiskBytes(); }
@@ -36,6 +37,7 @@ class SearchKind : public IndexKind {
                     std::vector<IndexError>& errors) override {
     return index_->ApplyBatch(batch, through_etag, errors);
   }
+  void SetBeforeCommit(BeforeCommit hook) override { index_->SetBeforeCommit(std::move(hook)); }
   Status Clear() override { return index_->Clear(); }
   uint64_t Entries() const override { return index_->LiveDocuments(); }
   uint64_t DiskBytes() const override { return index_->DiskBytes(); }

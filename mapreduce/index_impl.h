@@ -51,6 +51,7 @@ class MapReduceIndexImpl final : public MapReduceIndex {
 
   uint64_t LastAppliedEtag() const override { return last_etag_.load(std::memory_order_acquire); }
   Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag, std::vector<IndexError>& errors) override;
+  void SetBeforeCommit(BeforeCommit hook) override { before_commit_ = std::move(hook); }
   Status Clear() override;
   uint64_t RowCount() const override;
   uint64_t DiskBytes() const override;
@@ -61,6 +62,7 @@ class MapReduceIndexImpl final : public MapReduceIndex {
   size_t reducer_offset(size_t r) const { return red_offset_[r]; }
 
  private:
+  BeforeCommit before_commit_;
   MapReduceIndexImpl() = default;
 
   struct StringHash {

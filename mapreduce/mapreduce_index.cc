@@ -417,6 +417,8 @@ Status MapReduceIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t
   Status st = FlushDeltas(g.txn);
   if (st.ok()) st = PutU64(g.txn, meta_, "through_etag", through_etag);
   if (!st.ok()) return fail(st);
+  if (before_commit_ && errors.size() > errors_before)
+    before_commit_(std::span<const IndexError>(errors).subspan(errors_before));
   rc = mdb_txn_commit(g.txn);
   g.txn = nullptr;
   if (rc) return fail(Status::IOError(LmdbError("commit", rc)));

@@ -68,6 +68,9 @@ class MapReduceIndex {
   // On error nothing of the batch is visible.
   virtual Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
                             std::vector<IndexError>& errors) = 0;
+  // The hook ApplyBatch calls before it commits (common/doc_change.h). Set
+  // it before the first ApplyBatch.
+  virtual void SetBeforeCommit(BeforeCommit hook) = 0;
 
   // Drops every row and entry; LastAppliedEtag() becomes 0.
   virtual Status Clear() = 0;

@@ -115,6 +115,7 @@ class SearchIndexImpl final : public SearchIndex {
   Status Init();
   uint64_t LastAppliedEtag() const override { return Current()->etag; }
   Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag, std::vector<IndexError>& errors) override;
+  void SetBeforeCommit(BeforeCommit hook) override { before_commit_ = std::move(hook); }
   Status Clear() override;
   uint64_t LiveDocuments() const override { return Current()->live_docs; }
   uint64_t DiskBytes() const override { return disk_bytes_.load(); }
@@ -185,6 +186,7 @@ class SearchIndexImpl final : public SearchIndex {
   // image buffer, reused (fresh ones per batch cost page faults).
   std::unique_ptr<SegmentBuilder> builder_;
   std::string image_;
+  BeforeCommit before_commit_;  // worker-only
   std::atomic<uint64_t> builder_bytes_{0};  // its RetainedBytes after the last batch
   // One merge runs at a time, on merge_thread_, so a segment being merged
   // is never picked by another merge.
@@ -439,11 +441,14 @@ Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t th
     builder_ = std::make_unique<SegmentBuilder>(static_cast<uint32_t>(def_->text_fields().size()),
                                                 static_cast<uint32_t>(def_->numeric_fields().size()));
   SegmentBuilder& b = *builder_;
+  const size_t errors_before = errors.size();
   for (size_t i = 0; i < batch.size(); ++i) {
     if (last[batch[i].id] != i || batch[i].deleted) continue;
     Status st = IndexDocument(b, batch[i], errors);
     if (!st.ok()) return st;
   }
+  if (before_commit_ && errors.size() > errors_before)
+    before_commit_(std::span<const IndexError>(errors).subspan(errors_before));
   uint64_t new_id = 0;
   std::shared_ptr<const Segment> seg;
   if (b.doc_count() > 0) {

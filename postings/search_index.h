@@ -75,6 +75,8 @@ class SearchIndex {
   // `errors` and skipped.
   virtual Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
                             std::vector<IndexError>& errors) = 0;
+  // As mapreduce::MapReduceIndex::SetBeforeCommit.
+  virtual void SetBeforeCommit(BeforeCommit hook) = 0;
   virtual Status Clear() = 0;
   virtual uint64_t LiveDocuments() const = 0;
   virtual uint64_t DiskBytes() const = 0;

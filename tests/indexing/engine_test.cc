@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "indexing/error_log.h"
 #include "indexing/index_engine.h"
 #include "mapreduce/mapreduce_index.h"
 #include "storage/document_store.h"
@@ -270,6 +271,34 @@ TEST_CASE("documents that fail to map are recorded as index errors", "[indexing]
   REQUIRE(env.engine->Resume("m").ok());
   env.WaitFor("m", e);
   CHECK(env.engine->Progress("m")->error_count == count);
+}
+
+TEST_CASE("the error log keeps a batch run again once", "[indexing]") {
+  Env env;
+  const auto path = env.dir / "errors-test.log";
+  const auto now = std::chrono::system_clock::now();
+  using indexing::ErrorLog;
+  using indexing::RecordedError;
+  const std::vector<RecordedError> batch = {
+      {5, "a", "bad value", now}, {5, "a", "another bad value", now}, {7, "b", "bad json", now}};
+  {
+    ErrorLog log(path);
+    log.Append(batch);
+    CHECK(log.count() == 3);  // two errors of one document version are both kept
+    log.Append(batch);        // the batch ran again (its commit failed, or the process died)
+    CHECK(log.count() == 3);
+    log.Append(std::vector<RecordedError>{{9, "c", "bad json", now}});
+    CHECK(log.count() == 4);
+  }
+  ErrorLog reloaded(path);
+  CHECK(reloaded.count() == 4);
+  REQUIRE(reloaded.recent().size() == 4);
+  CHECK(reloaded.recent().back().id == "c");
+  reloaded.Append(std::vector<RecordedError>{{9, "c", "bad json", now}});  // re-run after a restart
+  CHECK(reloaded.count() == 4);
+  reloaded.Clear();
+  reloaded.Append(batch);  // a reset starts over
+  CHECK(reloaded.count() == 3);
 }
 
 TEST_CASE("progress listeners hear every batch", "[indexing]") {

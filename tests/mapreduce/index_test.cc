@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -242,6 +243,37 @@ TEST_CASE("index: double sums after updates and deletes equal a fresh sum", "[ma
   for (const auto& [id, json] : docs) all.Put(++e, id, json);
   REQUIRE((*fresh)->ApplyBatch(all.changes(), e, errors).ok());
   CHECK(Q(**inc, {}) == Q(**fresh, {}));
+}
+
+TEST_CASE("index: a batch's errors reach the BeforeCommit hook before it commits", "[mapreduce]") {
+  TempDir dir;
+  auto def = Definition::Compile(R"J({"type":"mapreduce","collection":"c","map":{"v":"v"},"groupBy":[],
+    "reduce":{"s":"sum(v)"}})J");
+  REQUIRE(def.ok());
+  auto idx = MapReduceIndex::Open(dir.path(), *def);
+  REQUIRE(idx.ok());
+  std::vector<IndexError> hooked;
+  int calls = 0;
+  uint64_t applied_at_hook = 99;
+  (*idx)->SetBeforeCommit([&](std::span<const IndexError> errors) {
+    ++calls;
+    hooked.assign(errors.begin(), errors.end());
+    applied_at_hook = (*idx)->LastAppliedEtag();
+  });
+  Batch b;
+  b.Put(1, "ok", R"J({"v":1})J");
+  b.Put(2, "bad", R"J({"v":"lots"})J");
+  std::vector<IndexError> errors;
+  REQUIRE((*idx)->ApplyBatch(b.changes(), 2, errors).ok());
+  CHECK(calls == 1);
+  REQUIRE(hooked.size() == 1);
+  CHECK(hooked[0].id == "bad");
+  CHECK(applied_at_hook == 0);  // not committed yet when the errors were handed over
+  CHECK((*idx)->LastAppliedEtag() == 2);
+  Batch good;
+  good.Put(3, "ok2", R"J({"v":2})J");
+  REQUIRE((*idx)->ApplyBatch(good.changes(), 3, errors).ok());
+  CHECK(calls == 1);  // a batch without errors does not call it
 }
 
 TEST_CASE("index: queries see whole batches while the writer runs", "[mapreduce]") {

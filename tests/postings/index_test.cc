@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <set>
+#include <span>
 
 #include <chrono>
 #include <condition_variable>
@@ -542,6 +543,29 @@ TEST_CASE("a sloppy phrase gives each repetition of a word its own position", "[
   CHECK(fx.Ids("title:\"dog dog cat\"~2") == V{"three"});
   CHECK(fx.Ids("title:\"dog cat dog\"~1") == V{"three"});
   CHECK(fx.Ids("title:\"dog dog dog\"~5") == V{});
+}
+
+TEST_CASE("a batch's errors reach the BeforeCommit hook before it commits", "[postings]") {
+  Fixture fx;
+  std::vector<IndexError> hooked;
+  int calls = 0;
+  uint64_t applied_at_hook = 99;
+  fx.idx->SetBeforeCommit([&](std::span<const IndexError> errors) {
+    ++calls;
+    hooked.assign(errors.begin(), errors.end());
+    applied_at_hook = fx.idx->LastAppliedEtag();
+  });
+  fx.store.Put("ok", R"({"title": "x", "score": 1})");
+  fx.store.Put("bad", R"({"title": "x", "score": "lots"})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  CHECK(calls == 1);
+  REQUIRE(hooked.size() == 1);
+  CHECK(hooked[0].id == "bad");
+  CHECK(applied_at_hook == 0);  // not committed yet when the errors were handed over
+  CHECK(fx.idx->LastAppliedEtag() == 2);
+  fx.store.Put("ok2", R"({"title": "y"})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  CHECK(calls == 1);  // a batch without errors does not call it
 }
 
 TEST_CASE("stored fields at paths through arrays of objects", "[postings]") {
