@@ -51,6 +51,13 @@ inline size_t FindInvalidUtf8(std::string_view s) {
 
 inline bool IsValidUtf8(std::string_view s) { return FindInvalidUtf8(s) == std::string_view::npos; }
 
+// Code points in valid UTF-8 (bytes that are not continuation bytes).
+inline size_t CountCodePoints(std::string_view s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 // The longest prefix of `s` of at most `max_bytes` that does not end inside
 // a multi-byte character, for echoing a cut-down value in a message. When
 // `s` is valid UTF-8 so is the result.

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/utf8.h"
+
 namespace corvid::mapreduce {
 namespace {
 
@@ -570,12 +572,6 @@ const char* TypeName(ValueType t) {
     case ValueType::kObject: return "object";
   }
   return "?";
-}
-
-size_t CountCodePoints(std::string_view s) {
-  size_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
 }
 
 // Byte offset of code point `cp` (clamped to the end).

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "common/utf8.h"
+
 namespace corvid::postings {
 namespace {
 
@@ -343,10 +345,8 @@ class Parser {
         } else if (*v == 0) {
           n->edits = 0;
         } else {
-          size_t code_points = 0;
-          for (unsigned char ch : n->text) code_points += (ch & 0xC0) != 0x80;
           const double similarity = static_cast<float>(*v);  // Lucene's is a float
-          n->edits = static_cast<uint32_t>(std::min((1 - similarity) * static_cast<double>(code_points), 2.0));
+          n->edits = static_cast<uint32_t>(std::min((1 - similarity) * static_cast<double>(CountCodePoints(n->text)), 2.0));
         }
       }
     }
