@@ -11,6 +11,8 @@
 #include <lmdb.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -39,8 +41,36 @@ struct SumState {
 // recomputed, expect.
 inline void AddCompensated(double& sum, double& comp, double x) {
   const double t = sum + x;
-  comp += (sum >= 0 ? sum : -sum) >= (x >= 0 ? x : -x) ? (sum - t) + x : (x - t) + sum;
+  comp += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
   sum = t;
+}
+
+// Adds `b` into `a`: a batch's deltas into a row, or rows rolled up.
+inline void AddSums(SumState& a, const SumState& b) {
+  a.isum += b.isum;
+  a.n += b.n;
+  a.nd += b.nd;
+  AddCompensated(a.dsum, a.dcomp, b.dsum);
+  AddCompensated(a.dsum, a.dcomp, b.dcomp);
+}
+
+// A sum/avg reducer's part of a row (format.h, RowValue), unaligned.
+inline constexpr size_t kSumSlotBytes = 48;
+inline SumState LoadSum(const char* slot) {
+  SumState s;
+  std::memcpy(&s.isum, slot, 16);
+  std::memcpy(&s.dsum, slot + 16, 8);
+  std::memcpy(&s.n, slot + 24, 8);
+  std::memcpy(&s.nd, slot + 32, 8);
+  std::memcpy(&s.dcomp, slot + 40, 8);
+  return s;
+}
+inline void StoreSum(char* slot, const SumState& s) {
+  std::memcpy(slot, &s.isum, 16);
+  std::memcpy(slot + 16, &s.dsum, 8);
+  std::memcpy(slot + 24, &s.n, 8);
+  std::memcpy(slot + 32, &s.nd, 8);
+  std::memcpy(slot + 40, &s.dcomp, 8);
 }
 
 class MapReduceIndexImpl final : public MapReduceIndex {

@@ -93,7 +93,7 @@ Result<std::unique_ptr<MapReduceIndex>> MapReduceIndexImpl::OpenImpl(const std::
     idx->red_offset_.push_back(off);
     switch (r.kind) {
       case ReducerKind::kCount: break;
-      case ReducerKind::kSum: case ReducerKind::kAvg: off += 48; break;
+      case ReducerKind::kSum: case ReducerKind::kAvg: off += kSumSlotBytes; break;
       case ReducerKind::kMin: case ReducerKind::kMax: off += 1 + format::kOrderedNumberBytes; idx->has_minmax_ = true; break;
     }
   }
@@ -333,26 +333,10 @@ Status MapReduceIndexImpl::FlushDeltas(MDB_txn* txn) {
       const Reducer& red = reducers[r];
       char* slot = row + red_offset_[r];
       if (red.kind == ReducerKind::kSum || red.kind == ReducerKind::kAvg) {
-        const SumState& dlt = sums[red.input];
-        __int128 isum;
-        double dsum, dcomp;
-        int64_t n, nd;
-        std::memcpy(&isum, slot, 16);
-        std::memcpy(&dsum, slot + 16, 8);
-        std::memcpy(&n, slot + 24, 8);
-        std::memcpy(&nd, slot + 32, 8);
-        std::memcpy(&dcomp, slot + 40, 8);
-        isum += dlt.isum;
-        n += dlt.n;
-        nd += dlt.nd;
-        AddCompensated(dsum, dcomp, dlt.dsum);
-        AddCompensated(dsum, dcomp, dlt.dcomp);
-        if (nd == 0) dsum = dcomp = 0;  // exact again once no double is left
-        std::memcpy(slot, &isum, 16);
-        std::memcpy(slot + 16, &dsum, 8);
-        std::memcpy(slot + 24, &n, 8);
-        std::memcpy(slot + 32, &nd, 8);
-        std::memcpy(slot + 40, &dcomp, 8);
+        SumState s = LoadSum(slot);
+        AddSums(s, sums[red.input]);
+        if (s.nd == 0) s.dsum = s.dcomp = 0;  // exact again once no double is left
+        StoreSum(slot, s);
       } else if ((red.kind == ReducerKind::kMin || red.kind == ReducerKind::kMax) && delta.minmax_dirty) {
         Status st = RecomputeMinMax(txn, r, key, slot);
         if (!st.ok()) return st;

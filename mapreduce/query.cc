@@ -374,20 +374,7 @@ Result<QueryResult> MapReduceIndexImpl::Query(const std::vector<std::pair<std::s
       switch (reducers[r].kind) {
         case ReducerKind::kCount: break;
         case ReducerKind::kSum: case ReducerKind::kAvg: {
-          SumState& s = sums[o.agg + r];
-          __int128 isum;
-          double dsum, dcomp;
-          int64_t n, nd;
-          std::memcpy(&isum, slot, 16);
-          std::memcpy(&dsum, slot + 16, 8);
-          std::memcpy(&n, slot + 24, 8);
-          std::memcpy(&nd, slot + 32, 8);
-          std::memcpy(&dcomp, slot + 40, 8);
-          s.isum += isum;
-          AddCompensated(s.dsum, s.dcomp, dsum);
-          AddCompensated(s.dsum, s.dcomp, dcomp);
-          s.n += n;
-          s.nd += nd;
+          AddSums(sums[o.agg + r], LoadSum(slot));
           break;
         }
         case ReducerKind::kMin: case ReducerKind::kMax: {
