@@ -52,7 +52,6 @@ std::vector<std::string> SplitPath(std::string_view s) {
   return out;
 }
 
-
 uint64_t Fnv1a(std::string_view s, uint64_t h) {
   for (unsigned char c : s) {
     h ^= c;

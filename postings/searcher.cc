@@ -961,24 +961,18 @@ void Fragments(std::string_view text, const std::vector<std::pair<uint32_t, uint
   }
 }
 
-// The value at a dotted path through objects only; nullptr if it is
-// missing or goes through an array.
-const rapidjson::Value* ValueAt(const rapidjson::Value& doc, std::string_view path) {
+// The value at `path` (SplitPath) through objects only; nullptr if it is
+// missing or goes through an array (ForEachValue reads those).
+const rapidjson::Value* ValueAt(const rapidjson::Value& doc, const std::vector<std::string>& path) {
   const rapidjson::Value* v = &doc;
-  size_t start = 0;
-  while (true) {
-    size_t dot = path.find('.', start);
-    std::string_view comp = path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+  for (const std::string& comp : path) {
     if (!v->IsObject()) return nullptr;
-    // A Value key: FindMember(StringRef) would pick the const Ch* overload
-    // and read the whole remaining path up to its NUL.
     const rapidjson::Value key(rapidjson::StringRef(comp.data(), static_cast<rapidjson::SizeType>(comp.size())));
     auto m = v->FindMember(key);
     if (m == v->MemberEnd()) return nullptr;
     v = &m->value;
-    if (dot == std::string_view::npos) return v;
-    start = dot + 1;
   }
+  return v;
 }
 
 
@@ -1713,6 +1707,8 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     store_all = def.store_all();
     store_paths = def.store();
   }
+  std::vector<std::vector<std::string>> store_split;  // per stored path, its components
+  for (const auto& p : store_paths) store_split.push_back(SplitPath(p));
   const bool fetch = (store_all || !store_paths.empty() || !req.highlight.empty()) && req.fetch_document;
   rapidjson::StringBuffer buf;
   rapidjson::Writer<rapidjson::StringBuffer> w(buf);
@@ -1735,8 +1731,9 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
             d.Accept(w);
           } else {
             w.StartObject();
-            for (const auto& p : store_paths) {
-              if (const rapidjson::Value* v = ValueAt(d, p)) {
+            for (size_t pi = 0; pi < store_paths.size(); ++pi) {
+              const std::string& p = store_paths[pi];
+              if (const rapidjson::Value* v = ValueAt(d, store_split[pi])) {
                 w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
                 v->Accept(w);
                 continue;
@@ -1746,7 +1743,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
               // arrays flattened, in document order (as Elasticsearch's
               // `fields` gives them).
               std::vector<const rapidjson::Value*> found;
-              ForEachValue(d, SplitPath(p), 0, [&](const rapidjson::Value& v) { found.push_back(&v); });
+              ForEachValue(d, store_split[pi], 0, [&](const rapidjson::Value& v) { found.push_back(&v); });
               if (found.empty()) continue;
               w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
               w.StartArray();
