@@ -93,7 +93,6 @@ void WriteProgress(JsonWriter& w, const indexing::IndexProgress& p, const std::s
   w.EndObject();
 }
 
-// The freshness keys every query answer carries (API.md, Queries).
 // The etag an answer is complete through: the reader's (taken before the
 // query: the index may have advanced past its snapshot's etag on changes
 // of other collections) or the snapshot's, but not the reader's if a reset
@@ -103,6 +102,7 @@ uint64_t IndexEtag(const indexing::IndexEngine& engine, std::string_view name, u
   return std::max(now.ok() ? std::min(before, *now) : before, snapshot_etag);
 }
 
+// The freshness keys every query answer carries (API.md, Queries).
 void WriteFreshness(JsonWriter& w, bool stale, uint64_t index_etag, std::chrono::steady_clock::time_point start) {
   w.Key("stale");
   w.Bool(stale);

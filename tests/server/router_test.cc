@@ -399,10 +399,15 @@ TEST_CASE("error bodies are valid UTF-8 whatever the message holds", "[server]")
         "since must be a non-negative integer, got '" + want + "'");
   std::string long_type = "a";
   for (int i = 0; i < 60; ++i) long_type += "\xc3\xa9";
-  for (const std::string& type : {long_type, std::string("text/\xff")}) {
+  std::string cut = "a";
+  for (int i = 0; i < 49; ++i) cut += "\xc3\xa9";  // 99 bytes: a 50th would make 101
+  for (const auto& [type, echoed] : {std::pair{long_type, cut}, std::pair{std::string("text/\xff"), std::string("text/\xef\xbf\xbd")}}) {
     Response put = fx.Call("PUT", "/docs/c/x", "{}", type);
     CHECK(put.status == 415);
-    CHECK(IsValidUtf8(put.body));
+    REQUIRE(IsValidUtf8(put.body));
+    // Cut whole at a character boundary; an invalid byte shown as U+FFFD.
+    CHECK(std::string(Parse(put.body)["error"]["message"].GetString()) ==
+          "Content-Type must be application/json, got '" + echoed + "'");
   }
 }
 
