@@ -100,10 +100,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnHeader(beast::error_code ec, size_t) {
     if (ec) return OnReadError(ec);
     const auto& req = parser_->get();
-    size_t limit = server_.router->BodyLimit(std::string_view(req.method_string().data(), req.method_string().size()),
-                                             std::string_view(req.target().data(), req.target().size()));
-    if (parser_->content_length() && *parser_->content_length() > limit) return TooLarge(*parser_->content_length());
-    parser_->body_limit(limit);
+    body_limit_ = server_.router->BodyLimit(std::string_view(req.method_string().data(), req.method_string().size()),
+                                            std::string_view(req.target().data(), req.target().size()));
+    if (parser_->content_length() && *parser_->content_length() > body_limit_)
+      return TooLarge(*parser_->content_length());
+    parser_->body_limit(body_limit_);
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
       return http::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code ec, size_t) {
@@ -157,12 +158,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void TooLarge(uint64_t size) {
-    size_t limit = parser_ ? server_.router->BodyLimit(std::string_view(parser_->get().method_string().data(),
-                                                                         parser_->get().method_string().size()),
-                                                        std::string_view(parser_->get().target().data(),
-                                                                         parser_->get().target().size()))
-                           : 0;
-    std::string msg = "request body exceeds the limit of " + std::to_string(limit) + " bytes";
+    std::string msg = "request body exceeds the limit of " + std::to_string(body_limit_) + " bytes";
     if (size) msg += " (Content-Length " + std::to_string(size) + ")";
     WriteAndDrain(ErrorResponse(413, "body_too_large", msg));
   }
@@ -227,6 +223,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = true;
+  size_t body_limit_ = 0;  // the current request's (OnHeader), for its 413
   bool draining_input_ = false;
   std::vector<char> discard_;
 };

@@ -181,10 +181,7 @@ int Hex4(std::string_view s) {
   if (s.size() < 4) return -1;
   int v = 0;
   for (char c : s.substr(0, 4)) {
-    int d = -1;
-    if (c >= '0' && c <= '9') d = c - '0';
-    if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    const int d = HexValue(c);
     if (d < 0) return -1;
     v = v * 16 + d;
   }

@@ -13,6 +13,14 @@ namespace corvid::server {
 
 inline constexpr int kMaxJsonDepth = 256;
 
+// The value of a hex digit, or -1 (percent-escapes, \u escapes).
+inline int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 struct JsonProblem {
   std::string code;     // invalid_json | invalid_utf8 | not_an_object | empty_body | too_deep
   std::string message;  // human text, says where

@@ -46,13 +46,6 @@ inline Response JsonResponse(int status, const rapidjson::StringBuffer& buffer) 
   return r;
 }
 
-inline int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // Percent-decodes `in`; `plus_is_space` for query strings. False if a
 // %-escape is malformed.
 inline bool PercentDecode(std::string_view in, bool plus_is_space, std::string& out) {

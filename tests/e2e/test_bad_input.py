@@ -190,7 +190,8 @@ class BadInputTest(CorvidTestCase):
                                       concurrent_send=True, method='PUT')
                 self.assertEqual(raw.status, 413, raw.describe())
                 self.assertEqual(raw.json['error']['code'], 'body_too_large', raw.describe())
-                self.assertIn('(Content-Length %d)' % size, raw.json['error']['message'], raw.describe())
+                self.assertIn('limit of %d bytes (Content-Length %d)' % (MAX_DOC, size),
+                              raw.json['error']['message'], raw.describe())
                 self.assertTrue(raw.closed, 'connection not closed after 413: ' + raw.describe())
                 self.assertError(self.c.get(doc_path(c, 'over')), 404, 'not_found')
 
