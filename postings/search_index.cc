@@ -373,6 +373,7 @@ Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std
     if (f.kind == FieldKind::kText) {
       BuildSink sink(b, f.slot, doc);
       Status st = Status::Ok();
+      bool object_seen = false;
       ForEachValue(d, f.path, 0, [&](const rapidjson::Value& v) {
         std::string_view text;
         if (v.IsString()) {
@@ -386,13 +387,16 @@ Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std
         } else if (v.IsDouble()) {
           text = std::string_view(numbuf, snprintf(numbuf, sizeof numbuf, "%.17g", v.GetDouble()));
         } else {
-          return;  // null, objects: nothing to index
+          object_seen |= v.IsObject();  // an error, as Elasticsearch's; null is just absent
+          return;
         }
         Status s = f.analyzer->Analyze(text, sink);
         if (!s.ok() && st.ok()) st = s;
         sink.NextValue();
       });
       if (!st.ok()) errors.push_back(IndexError{c.etag, std::string(c.id), "fields." + f.name + ": " + st.message()});
+      if (object_seen)
+        errors.push_back(IndexError{c.etag, std::string(c.id), "fields." + f.name + ": an object, not text; value skipped"});
       b.SetLength(f.slot, doc, sink.count());
     } else {
       bool reported = false;

@@ -133,15 +133,20 @@ TEST_CASE("index updates, deletes, reopen", "[postings]") {
   CHECK(fx.idx->LastAppliedEtag() == 0);
   fx.store.Put("1", R"({"title": "The quick brown fox", "body": "jumps over the lazy dogs", "tags": ["animal", "fast"], "score": 5, "createdAt": "2024-01-02"})");
   fx.store.Put("2", R"({"title": "Lazy afternoon", "body": "a dog sleeping", "tags": "animal", "score": 7.5, "createdAt": "2023-06-01T12:00:00Z"})");
-  fx.store.Put("3", R"({"title": "Nothing here", "author": {"name": "Zoë Quick"}, "score": "oops"})");
+  fx.store.Put("3", R"({"title": "Nothing here", "author": {"name": "Zoë Quick"}, "score": "oops", "body": [{"x": "fox"}, "sleeping"]})");
   std::vector<IndexError> errors;
   REQUIRE(fx.store.Flush(*fx.idx, &errors).ok());
-  REQUIRE(errors.size() == 1);
-  CHECK_THAT(errors[0].message, Catch::Contains("fields.score: not a number"));
+  REQUIRE(errors.size() == 2);
+  // An object where text is expected is skipped with an error; the array's
+  // other values are indexed.
+  CHECK(errors[0].message == "fields.body: an object, not text; value skipped");
+  CHECK_THAT(errors[1].message, Catch::Contains("fields.score: not a number"));
   CHECK(fx.idx->LastAppliedEtag() == 3);
   CHECK(fx.idx->LiveDocuments() == 3);
   CHECK(fx.Ids("quick") == std::vector<std::string>{"1", "3"});
   CHECK(fx.Ids("dog") == std::vector<std::string>{"1", "2"});  // english stems dogs -> dog
+  CHECK(fx.Ids("body:sleep") == std::vector<std::string>{"2", "3"});
+  CHECK(fx.Ids("body:fox").empty());
   CHECK(fx.Ids("body:dogs") == std::vector<std::string>{"1", "2"});
   CHECK(fx.Ids("title:dogs").empty());
   CHECK(fx.Ids("tags:animal") == std::vector<std::string>{"1", "2"});
