@@ -322,7 +322,9 @@ class IndexSlot {
     Status s = kind_->ApplyBatch(changes, through, errors);
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     const size_t docs = changes.size();
+    const bool caught_up = (*batch)->complete();
     batch->reset();  // release the snapshot before anything else
+    if (caught_up) kind_->Idle();
     if (!s.ok()) {
       std::lock_guard lock(mu_);
       Fail("applying a batch: " + s.ToString());

@@ -24,6 +24,9 @@ class IndexKind {
   // Applies the batch and records `through_etag` in the same durable commit.
   virtual Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
                             std::vector<IndexError>& errors) = 0;
+  // The worker has applied every change up to the collection's last etag
+  // it saw: memory kept for the next batch can go.
+  virtual void Idle() {}
   // The hook ApplyBatch calls with the batch's errors before it commits.
   virtual void SetBeforeCommit(BeforeCommit hook) = 0;
   virtual Status Clear() = 0;

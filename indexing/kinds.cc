@@ -37,6 +37,7 @@ class SearchKind : public IndexKind {
                     std::vector<IndexError>& errors) override {
     return index_->ApplyBatch(batch, through_etag, errors);
   }
+  void Idle() override { index_->Idle(); }
   void SetBeforeCommit(BeforeCommit hook) override { index_->SetBeforeCommit(std::move(hook)); }
   Status Clear() override { return index_->Clear(); }
   uint64_t Entries() const override { return index_->LiveDocuments(); }

@@ -24,6 +24,12 @@ namespace corvid::postings {
 // into the field's common-term list).
 inline constexpr uint32_t kMaxCommonTerms = 64;
 
+// Segments of fewer documents get no pair tables: a phrase there verifies
+// at most this many documents' positions, while the tables cost a batch of
+// a few large many-field documents (W3) a sixth of its segment's bytes.
+// Merges build the tables once segments reach this size.
+inline constexpr uint32_t kMinPairTableDocs = 1024;
+
 // The field's common terms: the kMaxCommonTerms terms (indexes into
 // `doc_freqs`, the field's dictionary order) with the largest document
 // frequencies, among those in at least 1/64 of the segment's documents;

@@ -55,8 +55,12 @@ constexpr uint64_t kMergeFactor = 10;
 constexpr uint64_t kFloorDocs = 1000;
 constexpr double kMaxDeletedFraction = 0.3;
 // The batch builder keeps its dictionary and arrays between batches
-// (SegmentBuilder::Reset) unless they grew beyond this.
-constexpr size_t kMaxRetainedBuilderBytes = size_t{64} << 20;
+// (SegmentBuilder::Reset) unless they grew beyond kBacklogBuilderBytes;
+// once the index has caught up (Idle) it keeps at most kIdleBuilderBytes.
+// W3's many-field batches leave a dictionary of ~90 MB: rebuilt every
+// other batch under a 64 MB cap, it cost that workload ~5% of its time.
+constexpr size_t kBacklogBuilderBytes = size_t{256} << 20;
+constexpr size_t kIdleBuilderBytes = size_t{64} << 20;
 
 std::string SegmentName(uint64_t id) {
   char b[40];
@@ -115,11 +119,12 @@ class SearchIndexImpl final : public SearchIndex {
   Status Init();
   uint64_t LastAppliedEtag() const override { return Current()->etag; }
   Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag, std::vector<IndexError>& errors) override;
+  void Idle() override;
   void SetBeforeCommit(BeforeCommit hook) override { before_commit_ = std::move(hook); }
   Status Clear() override;
   uint64_t LiveDocuments() const override { return Current()->live_docs; }
   uint64_t DiskBytes() const override { return disk_bytes_.load(); }
-  uint64_t MemoryBytes() const override { return memory_bytes_.load(); }
+  uint64_t MemoryBytes() const override { return memory_bytes_.load() + builder_bytes_.load(); }
   Result<SearchResult> Search(const SearchRequest& request) const override { return RunSearch(*Current(), request); }
   // Blocks until the merge thread finds nothing to merge (or is stopped).
   void WaitForMerges();
@@ -136,7 +141,7 @@ class SearchIndexImpl final : public SearchIndex {
       disk += seg.segment->file_bytes();
       mem += roaring_bitmap_size_in_bytes(seg.deleted.get());
     }
-    mem += ids_.size() * 64 + builder_bytes_;
+    mem += ids_.size() * 64;
     disk_bytes_ = disk;
     memory_bytes_ = mem;
     std::lock_guard<std::mutex> l(snap_mu_);
@@ -157,6 +162,7 @@ class SearchIndexImpl final : public SearchIndex {
   void RemoveUnreferenced(const Snapshot& s);
   void Unlink(uint64_t segment_id) const { ::unlink((dir_ + "/" + SegmentName(segment_id)).c_str()); }
   Status IndexDocument(SegmentBuilder& b, const DocChange& c, std::vector<IndexError>& errors) const;
+  void TrimBuilder(size_t cap);
   // Encodes `b` into `image` (a reusable buffer) and writes it crash-safely.
   Result<std::shared_ptr<const Segment>> WriteSegment(SegmentBuilder& b, uint64_t id, std::string& image);
 
@@ -182,7 +188,7 @@ class SearchIndexImpl final : public SearchIndex {
   IdMap ids_;  // guarded by commit_mu_: live id -> its segment and doc number
   std::atomic<uint64_t> next_segment_id_{1};
   std::atomic<uint64_t> disk_bytes_{0}, memory_bytes_{0};
-  // Worker-only (ApplyBatch, Clear): the batch builder and its segment
+  // Worker-only (ApplyBatch, Idle, Clear): the batch builder and its segment
   // image buffer, reused (fresh ones per batch cost page faults).
   std::unique_ptr<SegmentBuilder> builder_;
   std::string image_;
@@ -461,21 +467,7 @@ Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t th
     if (!written.ok()) return written.status();
     seg = std::move(written).value();
   }
-  // Keep the builder and image buffer for the next batch unless they grew
-  // too big: the image goes first, then the builder's per-batch buffers
-  // (token logs, scratch), and only then its dictionary, whose loss costs
-  // the next batch a sort of every term.
-  size_t retained = b.RetainedBytes() + image_.capacity();
-  if (retained > kMaxRetainedBuilderBytes) {
-    image_ = std::string();
-    retained = b.RetainedBytes();
-  }
-  if (retained > kMaxRetainedBuilderBytes) {
-    b.ReleaseBuffers();
-    retained = b.RetainedBytes();
-  }
-  if (retained > kMaxRetainedBuilderBytes) builder_.reset();
-  builder_bytes_ = builder_ ? retained : 0;
+  TrimBuilder(kBacklogBuilderBytes);
   std::vector<uint64_t> dropped;
   {
     std::lock_guard<std::mutex> l(commit_mu_);
@@ -791,6 +783,27 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
   for (uint64_t id : removed) Unlink(id);  // mapped readers keep their pages
   return Status::Ok();
 }
+
+// Keeps the builder and image buffer for the next batch unless they grew
+// beyond `cap`: the image goes first, then the builder's per-batch buffers
+// (token logs, scratch), and only then its dictionary, whose loss costs
+// the next batch a sort of every term.
+void SearchIndexImpl::TrimBuilder(size_t cap) {
+  if (!builder_) return;
+  size_t retained = builder_->RetainedBytes() + image_.capacity();
+  if (retained > cap) {
+    image_ = std::string();
+    retained = builder_->RetainedBytes();
+  }
+  if (retained > cap) {
+    builder_->ReleaseBuffers();
+    retained = builder_->RetainedBytes();
+  }
+  if (retained > cap) builder_.reset();
+  builder_bytes_ = builder_ ? retained : 0;
+}
+
+void SearchIndexImpl::Idle() { TrimBuilder(kIdleBuilderBytes); }
 
 Status SearchIndexImpl::Clear() {
   StopMerges();  // a merge in flight is cancelled; it must not commit into the empty index

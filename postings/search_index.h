@@ -75,6 +75,9 @@ class SearchIndex {
   // `errors` and skipped.
   virtual Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
                             std::vector<IndexError>& errors) = 0;
+  // Called by the worker when it has caught up with the collection: the
+  // index gives back memory it kept only to speed up the next batch.
+  virtual void Idle() = 0;
   // As mapreduce::MapReduceIndex::SetBeforeCommit.
   virtual void SetBeforeCommit(BeforeCommit hook) = 0;
   virtual Status Clear() = 0;

@@ -846,9 +846,12 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   PutFixed<uint64_t>(dir, term_offs_off);
   PutFixed<uint64_t>(dir, term_blob_off);
   PutFixed<uint64_t>(dir, list_offs_off);
-  const std::vector<uint32_t> common = ChooseCommonTerms(dfs, doc_count());
+  const std::vector<uint32_t> common =
+      doc_count() >= kMinPairTableDocs ? ChooseCommonTerms(dfs, doc_count()) : std::vector<uint32_t>();
   std::vector<PairList> pairs;
-  if (from_log) {
+  if (common.empty()) {
+    // No common terms: no pairs to look for.
+  } else if (from_log) {
     common_of_.assign(fb.term_count(), 0);
     for (size_t c = 0; c < common.size(); ++c) common_of_[sorted[common[c]]] = static_cast<uint8_t>(c + 1);
     pairs = BuildPairsFromLog(fb.log, fb.log_docs, common_of_, common.size());

@@ -33,8 +33,9 @@ inline constexpr uint32_t kPostingBlock = 64;  // postings per skip/block-max en
 inline constexpr uint32_t kShortList = kPostingBlock;
 // A builder's field logs at most this many tokens (8 bytes each, plus as
 // much to sort them: 128 MB at most); beyond, the field moves its log to
-// per-term lists, the slower path merges use (SegmentBuilder). Batches the
-// index engine forms (< 32 MiB of JSON) stay below it.
+// per-term lists, the slower path merges use (SegmentBuilder). The index
+// engine's batches (< 64 MiB of JSON) reach it only in a field of mostly
+// one- and two-letter words.
 inline constexpr size_t kMaxLogTokens = size_t{1} << 23;
 
 // Owns a roaring bitmap (heap or frozen view); frees it on destruction.

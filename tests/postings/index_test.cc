@@ -550,6 +550,28 @@ TEST_CASE("a sloppy phrase gives each repetition of a word its own position", "[
   CHECK(fx.Ids("title:\"dog dog dog\"~5") == V{});
 }
 
+TEST_CASE("a builder kept for a backlog is given back when the index is idle", "[postings]") {
+  // 1.6M distinct terms: a dictionary of more than the 64 MB an idle index
+  // keeps, less than the 256 MB it keeps while batches follow each other.
+  Fixture fx;
+  std::string json;
+  for (int d = 0; d < 100; ++d) {
+    json = R"({"body": ")";
+    for (int w = 0; w < 16000; ++w) json.append("t").append(std::to_string(d * 16000 + w)).append(" ");
+    json.append(R"("})");
+    fx.store.Put(std::string("d").append(std::to_string(d)), json);
+  }
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  CHECK(fx.idx->MemoryBytes() > (uint64_t{64} << 20));
+  fx.idx->Idle();
+  CHECK(fx.idx->MemoryBytes() < (uint64_t{64} << 20));
+  // The next batch starts a builder afresh; both batches answer.
+  fx.store.Put("e", R"({"body": "t7 fresh"})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  CHECK(fx.Ids("body:t7") == std::vector<std::string>{"d0", "e"});
+  CHECK(fx.Ids("body:t1599999") == std::vector<std::string>{"d99"});
+}
+
 TEST_CASE("a batch's errors reach the BeforeCommit hook before it commits", "[postings]") {
   Fixture fx;
   std::vector<IndexError> hooked;

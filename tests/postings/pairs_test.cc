@@ -131,6 +131,22 @@ TEST_CASE("pairs of logged tokens that share a position or come out of order", "
   b.AddToken(0, d2, "a", 1);
   for (uint32_t d : {d0, d1, d2}) b.SetLength(0, d, 3);
   TempDir dir;
+  {
+    // Below kMinPairTableDocs documents a segment has no pair tables.
+    REQUIRE(WriteFileAtomic(dir.path(), "small.cvs", b.Encode(7)).ok());
+    auto small = Segment::Open(dir.path() + "/small.cvs", 7, 1, 0);
+    REQUIRE(small.ok());
+    ConstBitmap bm;
+    CHECK_FALSE((*small)->PairPostings(0, 0, 1, &bm));
+  }
+  // Fillers with a, b and c never next to each other.
+  while (b.doc_count() < kMinPairTableDocs) {
+    const uint32_t d = b.AddDoc(std::string("f").append(std::to_string(b.doc_count())));
+    b.AddToken(0, d, "a", 0);
+    b.AddToken(0, d, "b", 10);
+    b.AddToken(0, d, "c", 20);
+    b.SetLength(0, d, 3);
+  }
   REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(7)).ok());
   auto opened = Segment::Open(dir.path() + "/s.cvs", 7, 1, 0);
   REQUIRE(opened.ok());
@@ -151,9 +167,9 @@ TEST_CASE("pairs of logged tokens that share a position or come out of order", "
 }
 
 TEST_CASE("a field without common terms has an empty pair table", "[postings]") {
-  // 200 docs, each word in one document only: below 1/64 of the documents.
+  // Each word in one document only: below 1/64 of the documents.
   SegmentBuilder b(1, 0);
-  for (uint32_t d = 0; d < 200; ++d) {
+  for (uint32_t d = 0; d < kMinPairTableDocs; ++d) {
     const uint32_t doc = b.AddDoc(std::string("d").append(std::to_string(d)));
     b.AddToken(0, doc, std::string("a").append(std::to_string(d)), 0);
     b.AddToken(0, doc, std::string("b").append(std::to_string(d)), 1);
