@@ -287,36 +287,6 @@ struct SearchParams {
 
 constexpr uint64_t kMaxSearchLimit = 10000;
 
-// Applies one parameter given as text; returns an error message or "".
-std::string ApplySearchParam(SearchParams& p, std::string_view key, std::string_view value) {
-  auto as_uint = [&](uint64_t& out, uint64_t max) -> std::string {
-    if (!ParseUint(value, out)) return std::string(key) + " must be a non-negative integer";
-    out = std::min(out, max);
-    return "";
-  };
-  uint64_t n = 0;
-  if (key == "q") p.request.q = value;
-  else if (key == "filter") p.request.filter = value;
-  else if (key == "sort") p.request.sort = value;
-  else if (key == "limit") { if (auto e = as_uint(n, kMaxSearchLimit); !e.empty()) return e; p.request.limit = n; }
-  else if (key == "offset") { if (auto e = as_uint(n, UINT32_MAX); !e.empty()) return e; p.request.offset = n; }
-  else if (key == "fields") p.request.fields = SplitList(value);
-  else if (key == "highlight") p.request.highlight = SplitList(value);
-  else if (key == "facets") p.request.facets = SplitList(value);
-  else if (key == "minEtag") return as_uint(p.min_etag, UINT64_MAX);
-  else if (key == "waitMs") return as_uint(p.wait_ms, kMaxWaitMs);
-  else if (key == "op") {
-    std::string lower(value);
-    for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
-    if (lower == "or") p.request.op = postings::DefaultOperator::kOr;
-    else if (lower == "and") p.request.op = postings::DefaultOperator::kAnd;
-    else return "op must be \"or\" or \"and\"";
-  } else {
-    return "unknown parameter '" + std::string(key) + "'";
-  }
-  return "";
-}
-
 // The JSON types a search parameter accepts in a POST body.
 enum class BodyParamType {
   kText,   // a string
@@ -324,11 +294,73 @@ enum class BodyParamType {
   kList,   // a comma-separated string or an array of strings
 };
 
-std::optional<BodyParamType> SearchBodyParamType(std::string_view key) {
-  if (key == "q" || key == "filter" || key == "sort" || key == "op") return BodyParamType::kText;
-  if (key == "limit" || key == "offset" || key == "minEtag" || key == "waitMs") return BodyParamType::kCount;
-  if (key == "fields" || key == "highlight" || key == "facets") return BodyParamType::kList;
-  return std::nullopt;
+// Reads `value` as a count capped at `max`; returns an error message or "".
+std::string ParseCount(std::string_view key, std::string_view value, uint64_t max, uint64_t& out) {
+  if (!ParseUint(value, out)) return std::string(key) + " must be a non-negative integer";
+  out = std::min(out, max);
+  return "";
+}
+
+// Every search parameter, once: its name, its POST JSON type, and how its
+// text (the query string's, or the body value's) applies; `apply` returns
+// an error message or "".
+struct SearchParamSpec {
+  std::string_view key;
+  BodyParamType type;
+  std::string (*apply)(SearchParams& p, std::string_view key, std::string_view value);
+};
+const SearchParamSpec kSearchParams[] = {
+    {"q", BodyParamType::kText, [](SearchParams& p, std::string_view, std::string_view v) { p.request.q = v; return std::string(); }},
+    {"filter", BodyParamType::kText,
+     [](SearchParams& p, std::string_view, std::string_view v) { p.request.filter = v; return std::string(); }},
+    {"sort", BodyParamType::kText, [](SearchParams& p, std::string_view, std::string_view v) { p.request.sort = v; return std::string(); }},
+    {"op", BodyParamType::kText,
+     [](SearchParams& p, std::string_view, std::string_view v) {
+       std::string lower(v);
+       for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+       if (lower == "or") p.request.op = postings::DefaultOperator::kOr;
+       else if (lower == "and") p.request.op = postings::DefaultOperator::kAnd;
+       else return std::string("op must be \"or\" or \"and\"");
+       return std::string();
+     }},
+    {"limit", BodyParamType::kCount,
+     [](SearchParams& p, std::string_view k, std::string_view v) {
+       uint64_t n = 0;
+       std::string e = ParseCount(k, v, kMaxSearchLimit, n);
+       if (e.empty()) p.request.limit = n;
+       return e;
+     }},
+    {"offset", BodyParamType::kCount,
+     [](SearchParams& p, std::string_view k, std::string_view v) {
+       uint64_t n = 0;
+       std::string e = ParseCount(k, v, UINT32_MAX, n);
+       if (e.empty()) p.request.offset = n;
+       return e;
+     }},
+    {"minEtag", BodyParamType::kCount,
+     [](SearchParams& p, std::string_view k, std::string_view v) { return ParseCount(k, v, UINT64_MAX, p.min_etag); }},
+    {"waitMs", BodyParamType::kCount,
+     [](SearchParams& p, std::string_view k, std::string_view v) { return ParseCount(k, v, kMaxWaitMs, p.wait_ms); }},
+    {"fields", BodyParamType::kList,
+     [](SearchParams& p, std::string_view, std::string_view v) { p.request.fields = SplitList(v); return std::string(); }},
+    {"highlight", BodyParamType::kList,
+     [](SearchParams& p, std::string_view, std::string_view v) { p.request.highlight = SplitList(v); return std::string(); }},
+    {"facets", BodyParamType::kList,
+     [](SearchParams& p, std::string_view, std::string_view v) { p.request.facets = SplitList(v); return std::string(); }},
+};
+
+const SearchParamSpec* FindSearchParam(std::string_view key) {
+  for (const SearchParamSpec& spec : kSearchParams)
+    if (spec.key == key) return &spec;
+  return nullptr;
+}
+
+std::string UnknownSearchParam(std::string_view key) { return "unknown parameter '" + std::string(key) + "'"; }
+
+// Applies one query-string parameter; returns an error message or "".
+std::string ApplySearchParam(SearchParams& p, std::string_view key, std::string_view value) {
+  const SearchParamSpec* spec = FindSearchParam(key);
+  return spec == nullptr ? UnknownSearchParam(key) : spec->apply(p, key, value);
 }
 
 // What a JSON value is, for messages: the number itself, else its type.
@@ -359,11 +391,11 @@ std::optional<Response> ParseSearchBody(const std::string& body, SearchParams& p
     const auto& v = it->value;
     // ValidateJsonObject passed: every key and string decodes to UTF-8
     // (no \u escape spells a lone surrogate).
-    std::optional<BodyParamType> type = SearchBodyParamType(key);
-    if (!type) return bad("unknown parameter '" + std::string(key) + "'");
+    const SearchParamSpec* spec = FindSearchParam(key);
+    if (spec == nullptr) return bad(UnknownSearchParam(key));
     if (v.IsNull()) continue;
     std::string text;
-    switch (*type) {
+    switch (spec->type) {
       case BodyParamType::kText:
         if (!v.IsString()) return bad(std::string(key) + " must be a string, got " + DescribeJson(v));
         text.assign(v.GetString(), v.GetStringLength());
@@ -372,7 +404,7 @@ std::optional<Response> ParseSearchBody(const std::string& body, SearchParams& p
         if (v.IsUint64()) {
           text = std::to_string(v.GetUint64());
         } else if (v.IsString()) {
-          text.assign(v.GetString(), v.GetStringLength());  // ApplySearchParam checks the digits
+          text.assign(v.GetString(), v.GetStringLength());  // apply checks the digits
         } else {
           return bad(std::string(key) + " must be a non-negative integer, got " + DescribeJson(v));
         }
@@ -393,7 +425,7 @@ std::optional<Response> ParseSearchBody(const std::string& body, SearchParams& p
         }
         break;
     }
-    if (auto e = ApplySearchParam(p, key, text); !e.empty()) return bad(e);
+    if (auto e = spec->apply(p, key, text); !e.empty()) return bad(e);
   }
   return std::nullopt;
 }
