@@ -6,12 +6,11 @@
 #include <unicode/bytestream.h>
 #include <unicode/uchar.h>
 #include <unicode/ustring.h>
-#include <unicode/utf8.h>
+
+#include "common/utf8.h"
 
 namespace corvid::analyzers::internal {
 namespace {
-
-constexpr char kReplacementUtf8[] = "\xEF\xBF\xBD";  // U+FFFD
 
 // Appends to a std::string, so a buffer cleared and reused keeps capacity.
 class StringAppendSink : public icu::ByteSink {
@@ -22,22 +21,6 @@ class StringAppendSink : public icu::ByteSink {
  private:
   std::string* out_;
 };
-
-bool IsWellFormedUtf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  const auto n = static_cast<int32_t>(s.size());
-  int32_t i = 0;
-  while (i < n) {
-    if (p[i] < 0x80) {
-      ++i;
-      continue;
-    }
-    UChar32 c;
-    U8_NEXT(p, i, n, c);
-    if (c < 0) return false;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -56,7 +39,7 @@ Status TermNormalizer::Normalize(std::string_view segment, bool fold,
                                  std::string_view* term) {
   UErrorCode status = U_ZERO_ERROR;
   buffer_.clear();
-  if (IsWellFormedUtf8(segment)) {
+  if (IsValidUtf8(segment)) {
     StringAppendSink sink(&buffer_);
     nfkc_cf_->normalizeUTF8(0, icu::StringPiece(segment.data(), static_cast<int32_t>(segment.size())),
                             sink, nullptr, status);
@@ -144,21 +127,9 @@ Status TermNormalizer::NormalizeWithIcuOnly(std::string_view segment, bool fold,
 }
 
 std::string_view TermNormalizer::RepairUtf8(std::string_view text) {
-  if (IsWellFormedUtf8(text)) return text;
-  const auto* p = reinterpret_cast<const uint8_t*>(text.data());
-  const auto n = static_cast<int32_t>(text.size());
+  if (IsValidUtf8(text)) return text;
   buffer_.clear();
-  int32_t i = 0;
-  while (i < n) {
-    const int32_t begin = i;
-    UChar32 c;
-    U8_NEXT(p, i, n, c);
-    if (c < 0) {
-      buffer_.append(kReplacementUtf8, 3);
-    } else {
-      buffer_.append(text.data() + begin, static_cast<size_t>(i - begin));
-    }
-  }
+  AppendReplacingInvalidUtf8(text, buffer_);
   return buffer_;
 }
 

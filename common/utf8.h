@@ -69,14 +69,14 @@ inline std::string_view Utf8Prefix(std::string_view s, size_t max_bytes) {
   return s.substr(0, cut);
 }
 
-// Returns `s` with each ill-formed sequence replaced by U+FFFD, one per
-// maximal subpart (Unicode §3.9, as ICU and the WHATWG decoder do): a valid
-// lead byte followed by some but not all of its continuation bytes is one
-// U+FFFD; any other bad byte is one each. Valid UTF-8 comes back unchanged.
-inline std::string ReplaceInvalidUtf8(std::string_view s) {
+// Appends `s` to `out` with each ill-formed sequence replaced by U+FFFD,
+// one per maximal subpart (Unicode §3.9, as ICU and the WHATWG decoder do):
+// a valid lead byte followed by some but not all of its continuation bytes
+// is one U+FFFD; any other bad byte is one each. Valid UTF-8 is appended
+// unchanged.
+inline void AppendReplacingInvalidUtf8(std::string_view s, std::string& out) {
   const auto* u = reinterpret_cast<const unsigned char*>(s.data());
-  std::string out;
-  out.reserve(s.size() + 8);
+  out.reserve(out.size() + s.size() + 8);
   size_t i = 0;
   while (i < s.size()) {
     size_t bad = FindInvalidUtf8(s.substr(i));
@@ -106,6 +106,12 @@ inline std::string ReplaceInvalidUtf8(std::string_view s) {
     out += "\xEF\xBF\xBD";
     i += len;
   }
+}
+
+// `s` with each ill-formed sequence replaced by U+FFFD (as above).
+inline std::string ReplaceInvalidUtf8(std::string_view s) {
+  std::string out;
+  AppendReplacingInvalidUtf8(s, out);
   return out;
 }
 
