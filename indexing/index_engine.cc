@@ -122,6 +122,13 @@ uint64_t TreeBytes(const fs::path& dir) {
 }  // namespace
 
 // One index: its definition, its kind, its worker thread and its progress.
+// Process-wide unique: a replaced index's slot never shares a generation
+// with the slot it replaced.
+uint64_t NextGeneration() {
+  static std::atomic<uint64_t> next{0};
+  return ++next;
+}
+
 class IndexSlot {
  public:
   IndexSlot(std::string name, std::string definition_json, CompiledDefinition def, fs::path dir,
@@ -202,9 +209,20 @@ class IndexSlot {
     r.name = name_;
     r.type = type_;
     r.collection = collection_;
-    r.indexed_etag = indexed_etag();
+    {
+      // The pair a reset changes together (Run): the etag is never a
+      // generation's older than the one read with it.
+      std::lock_guard lock(mu_);
+      r.generation = generation_;
+      r.indexed_etag = indexed_etag();
+    }
     kind_->FillReader(r);
     return r;
+  }
+
+  uint64_t generation() const {
+    std::lock_guard lock(mu_);
+    return generation_;
   }
 
   IndexProgress Progress() const {
@@ -259,10 +277,13 @@ class IndexSlot {
       if (stop_) return;
       if (reset_requested_) {
         reset_requested_ = false;
+        // Etag 0 and a new generation first, together: a query that finds
+        // the state already cleared (or partly rebuilt) sees the generation
+        // change and reports only what its own snapshot covers.
+        generation_ = NextGeneration();
+        indexed_etag_.store(0, std::memory_order_release);
         lock.unlock();
-        // Etag 0 first: a query that finds the state already cleared must
-        // not report it complete through the old etag.
-        Publish(0);
+        on_progress_(name_, 0);
         Status s = kind_->Clear();
         error_log_.Clear();
         lock.lock();
@@ -377,6 +398,7 @@ class IndexSlot {
   bool paused_ = false;
   bool reset_requested_ = false;
   uint64_t resets_done_ = 0;  // resets carried out (RequestReset waits for the next)
+  uint64_t generation_ = NextGeneration();  // new with every reset, unique in the process
   bool working_ = false;
   std::string failure_;  // non-empty: the last batch failed, retry at retry_at_
   Clock::time_point retry_at_;
@@ -586,6 +608,11 @@ Result<uint64_t> IndexEngine::IndexedEtag(std::string_view name) const {
   auto slot = impl_->Find(name);
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
   return slot->indexed_etag();
+}
+
+bool IndexEngine::ResetSince(const IndexReader& reader) const {
+  auto slot = impl_->Find(reader.name);
+  return !slot || slot->generation() != reader.generation;
 }
 
 bool IndexEngine::IsStale(const IndexReader& reader, uint64_t indexed_etag) const {

@@ -79,6 +79,7 @@ struct IndexReader {
   std::string type;
   std::string collection;
   uint64_t indexed_etag = 0;  // processed through this etag when the reader was taken
+  uint64_t generation = 0;    // of the index's state then (IndexEngine::ResetSince)
   std::shared_ptr<const mapreduce::MapReduceIndex> mapreduce;  // set for "mapreduce"
   std::shared_ptr<const postings::SearchIndex> search;         // set for "search"
 };
@@ -122,6 +123,10 @@ class IndexEngine {
   // The etag the index has processed through, now (a reader's is the one
   // when it was taken; a reset lowers it to 0).
   Result<uint64_t> IndexedEtag(std::string_view name) const;
+  // True if the index was reset, replaced or deleted since the reader was
+  // taken: a query's snapshot may then be of the new state, which covers
+  // less than the reader's indexed_etag.
+  bool ResetSince(const IndexReader& reader) const;
   // True if the index's collection has changes after `indexed_etag`.
   bool IsStale(const IndexReader& reader, uint64_t indexed_etag) const;
   // Called on a worker thread after each batch (and after each catch-up

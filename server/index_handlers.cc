@@ -93,13 +93,14 @@ void WriteProgress(JsonWriter& w, const indexing::IndexProgress& p, const std::s
   w.EndObject();
 }
 
-// The etag an answer is complete through: the reader's (taken before the
-// query: the index may have advanced past its snapshot's etag on changes
-// of other collections) or the snapshot's, but not the reader's if a reset
-// lowered the index's etag meanwhile (the snapshot may be the cleared one).
-uint64_t IndexEtag(const indexing::IndexEngine& engine, std::string_view name, uint64_t before, uint64_t snapshot_etag) {
-  auto now = engine.IndexedEtag(name);
-  return std::max(now.ok() ? std::min(before, *now) : before, snapshot_etag);
+// The etag an answer is complete through: the larger of the reader's
+// (taken before the query; the worker publishes it after the state it
+// covers, and it runs ahead of the snapshot's when the collection had no
+// changes) and the snapshot's; only the snapshot's if the index was reset
+// meanwhile (the snapshot may be the cleared or a partly rebuilt state).
+uint64_t IndexEtag(const indexing::IndexEngine& engine, const indexing::IndexReader& reader, uint64_t snapshot_etag) {
+  if (engine.ResetSince(reader)) return snapshot_etag;
+  return std::max(reader.indexed_etag, snapshot_etag);
 }
 
 // The freshness keys every query answer carries (API.md, Queries).
@@ -224,10 +225,9 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
               reply = std::move(reply)] {
     auto reader = self->engine->Reader(name);
     if (!reader.ok() || !reader->mapreduce) return reply(IndexNotFound(name));
-    uint64_t before = reader->indexed_etag;
     auto result = reader->mapreduce->Query(params);
     if (!result.ok()) return reply(FromStatus(result.status()));
-    uint64_t index_etag = IndexEtag(*self->engine, name, before, result->snapshot_etag);
+    uint64_t index_etag = IndexEtag(*self->engine, *reader, result->snapshot_etag);
     // Stale: the collection has unprocessed changes, or the minEtag the
     // client asked for was not reached within waitMs.
     bool stale = index_etag < min_etag || self->engine->IsStale(*reader, index_etag);
@@ -461,7 +461,6 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
               reply = std::move(reply)] {
     auto reader = self->engine->Reader(name);
     if (!reader.ok() || !reader->search) return reply(IndexNotFound(name));
-    uint64_t before = reader->indexed_etag;
     auto result = reader->search->Search(request);
     if (!result.ok()) {
       if (result.status().code() == StatusCode::kInvalidArgument)
@@ -469,7 +468,7 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
                                    QueryErrorOffset(result.status().message())));
       return reply(FromStatus(result.status()));
     }
-    uint64_t index_etag = IndexEtag(*self->engine, name, before, result->snapshot_etag);
+    uint64_t index_etag = IndexEtag(*self->engine, *reader, result->snapshot_etag);
     bool stale = index_etag < min_etag || self->engine->IsStale(*reader, index_etag);
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);

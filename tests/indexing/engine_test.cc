@@ -227,7 +227,17 @@ TEST_CASE("pause holds the index back; resume catches up; reset rebuilds", "[ind
   CHECK(env.Rows("m")[0]["users"].GetInt64() == 6);
 
   // Reset while paused: the state is dropped (nothing to read, etag 0)...
+  auto before_reset = env.engine->Reader("m");
+  REQUIRE(before_reset.ok());
+  CHECK_FALSE(env.engine->ResetSince(*before_reset));
   auto cleared = env.ResetWhilePaused("m");
+  // ...which a reader taken before can tell (its etag no longer holds),
+  // and one taken after cannot.
+  CHECK(env.engine->ResetSince(*before_reset));
+  auto after_reset = env.engine->Reader("m");
+  REQUIRE(after_reset.ok());
+  CHECK(after_reset->indexed_etag == 0);
+  CHECK_FALSE(env.engine->ResetSince(*after_reset));
   CHECK(cleared.last_indexed_etag == 0);
   CHECK(cleared.entries == 0);
   CHECK(env.Rows("m").Size() == 0);
@@ -236,6 +246,20 @@ TEST_CASE("pause holds the index back; resume catches up; reset rebuilds", "[ind
   env.WaitFor("m", e);
   CHECK(env.Rows("m")[0]["users"].GetInt64() == 6);
   CHECK(env.engine->Pause("zzz").code() == StatusCode::kNotFound);
+  // A replaced or deleted index counts as reset for its old readers.
+  auto old_reader = env.engine->Reader("m");
+  REQUIRE(old_reader.ok());
+  const std::string spaced = std::string("{ ").append(kByMonth + 1);
+  REQUIRE(env.engine->PutIndex("m", spaced).ok());
+  CHECK_FALSE(env.engine->ResetSince(*old_reader));  // the same JSON: unchanged
+  std::string by_month_max(kByMonth);
+  by_month_max.replace(by_month_max.find("count()"), 7, "max(score)");
+  REQUIRE(env.engine->PutIndex("m", by_month_max).ok());
+  CHECK(env.engine->ResetSince(*old_reader));
+  auto new_reader = env.engine->Reader("m");
+  REQUIRE(new_reader.ok());
+  REQUIRE(env.engine->DeleteIndex("m").ok());
+  CHECK(env.engine->ResetSince(*new_reader));
 }
 
 TEST_CASE("documents that fail to map are recorded as index errors", "[indexing]") {
