@@ -323,20 +323,11 @@ const SearchParamSpec kSearchParams[] = {
        else return std::string("op must be \"or\" or \"and\"");
        return std::string();
      }},
+    // A bad value fails the whole request, so what it leaves behind is never read.
     {"limit", BodyParamType::kCount,
-     [](SearchParams& p, std::string_view k, std::string_view v) {
-       uint64_t n = 0;
-       std::string e = ParseCount(k, v, kMaxSearchLimit, n);
-       if (e.empty()) p.request.limit = n;
-       return e;
-     }},
+     [](SearchParams& p, std::string_view k, std::string_view v) { return ParseCount(k, v, kMaxSearchLimit, p.request.limit); }},
     {"offset", BodyParamType::kCount,
-     [](SearchParams& p, std::string_view k, std::string_view v) {
-       uint64_t n = 0;
-       std::string e = ParseCount(k, v, UINT32_MAX, n);
-       if (e.empty()) p.request.offset = n;
-       return e;
-     }},
+     [](SearchParams& p, std::string_view k, std::string_view v) { return ParseCount(k, v, UINT32_MAX, p.request.offset); }},
     {"minEtag", BodyParamType::kCount,
      [](SearchParams& p, std::string_view k, std::string_view v) { return ParseCount(k, v, UINT64_MAX, p.min_etag); }},
     {"waitMs", BodyParamType::kCount,
