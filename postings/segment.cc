@@ -73,6 +73,14 @@ void Align(std::string& out) {
   out.append((32 - out.size() % 32) % 32, '\0');
 }
 
+// A name's first 8 bytes as a big-endian integer, zero-padded: a strictly
+// smaller key means a bytewise smaller name (equal keys decide nothing).
+inline uint64_t TermKey(std::string_view name) {
+  uint64_t key = 0;
+  for (size_t b = 0; b < 8; ++b) key = key << 8 | (b < name.size() ? static_cast<uint8_t>(name[b]) : 0);
+  return key;
+}
+
 // The dictionary's in-memory hash (never stored; any good mix will do):
 // HashShortBytes' multiply-xorshift rounds, but the bytes after the last
 // whole word are read with fixed-size loads (one overlapping 8-byte load,
@@ -422,10 +430,7 @@ const std::vector<uint32_t>& SegmentBuilder::SortedTerms(const FieldBuild& fb) c
   std::vector<Keyed> fresh;
   fresh.reserve(order.size() - old);
   for (size_t i = old; i < order.size(); ++i) {
-    const std::string_view name = fb.Name(order[i]);
-    uint64_t key = 0;
-    for (size_t b = 0; b < 8; ++b) key = key << 8 | (b < name.size() ? static_cast<uint8_t>(name[b]) : 0);
-    fresh.push_back(Keyed{key, order[i]});
+    fresh.push_back(Keyed{TermKey(fb.Name(order[i])), order[i]});
   }
   // By key: a stable LSD radix sort, a byte per pass (skipping bytes every
   // key shares); then each run of equal keys by name. A comparison sort
@@ -992,7 +997,10 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     if (!t.pairs.Parse(b, size - 16, GetFixed<uint64_t>(d + 48), t.term_count)) return bad("pair section out of bounds");
     for (uint32_t i = 0; i < t.term_count; ++i)
       if (!CheckList(b, size - 16, t.list_offs[i])) return bad("posting list out of bounds");
-    s->text_.push_back(t);
+    t.keys.reserve(t.term_count / kKeyStride + 1);
+    for (uint32_t i = 0; i < t.term_count; i += kKeyStride)
+      t.keys.push_back(TermKey(std::string_view(t.blob + t.offs[i], t.offs[i + 1] - t.offs[i])));
+    s->text_.push_back(std::move(t));
   }
   for (uint32_t f = 0; f < numeric_fields; ++f, d += kNumericDirBytes) {
     NumericField nf;
@@ -1017,7 +1025,16 @@ int64_t Segment::FindTerm(uint32_t f, std::string_view term) const {
 }
 
 uint32_t Segment::LowerBound(uint32_t f, std::string_view term) const {
-  uint32_t lo = 0, hi = term_count(f);
+  // The sampled keys narrow the search to the terms between the last
+  // sample with a smaller key and the first with a larger one (a smaller
+  // key means a smaller name, a larger one a larger name); equal keys
+  // (names sharing their first 8 bytes) stay inside the range.
+  const std::vector<uint64_t>& keys = text_[f].keys;
+  const uint64_t key = TermKey(term);
+  const auto below = std::lower_bound(keys.begin(), keys.end(), key);
+  const auto above = std::upper_bound(below, keys.end(), key);
+  uint32_t lo = below == keys.begin() ? 0 : static_cast<uint32_t>(below - keys.begin() - 1) * kKeyStride + 1;
+  uint32_t hi = above == keys.end() ? term_count(f) : static_cast<uint32_t>(above - keys.begin()) * kKeyStride;
   while (lo < hi) {
     uint32_t mid = lo + (hi - lo) / 2;
     if (this->term(f, mid) < term) lo = mid + 1; else hi = mid;

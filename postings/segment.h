@@ -420,7 +420,11 @@ class Segment {
     const char* blob;
     const uint64_t* list_offs;  // per term, where its list's header is
     PairTable pairs;
+    // TermKey of every kKeyStride-th term (in memory, made by Open):
+    // LowerBound searches these integers before it compares any name.
+    std::vector<uint64_t> keys;
   };
+  static constexpr uint32_t kKeyStride = 16;
   struct NumericField {
     const double* column;
     const NumEntry* sorted;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <random>
+#include <set>
 
 #include "postings/segment.h"
 #include "tests/postings/test_util.h"
@@ -238,6 +240,44 @@ TEST_CASE("the dictionary is sorted bytewise, with shared prefixes and NUL bytes
   for (uint32_t i = 0; i < (*s)->term_count(0); ++i) got.emplace_back((*s)->term(0, i));
   CHECK(got == want);
   for (const auto& n : names) CHECK((*s)->FindTerm(0, n) >= 0);
+}
+
+TEST_CASE("dictionary lookups equal a lower bound over the sorted names", "[postings]") {
+  // Enough names for many sampled keys (Segment::kKeyStride), runs of names
+  // that share their first 8 bytes, NULs and bytes above 0x7f; probes that
+  // are absent, prefixes, and extensions of the names.
+  using namespace std::string_literals;
+  std::mt19937 rng(5);
+  std::set<std::string> unique;
+  const std::string alphabet = {'\0', '\x01', 'a', 'z', '\x7f', '\x80', '\xff'};
+  while (unique.size() < 3000) {
+    std::string name = rng() % 3 == 0 ? "sharedpf"s : ""s;
+    for (uint32_t k = 1 + rng() % 10; k > 0; --k) name += alphabet[rng() % alphabet.size()];
+    unique.insert(name);
+  }
+  const std::vector<std::string> sorted(unique.begin(), unique.end());
+  SegmentBuilder b(1, 0);
+  const uint32_t doc = b.AddDoc("d");
+  for (uint32_t i = 0; i < sorted.size(); ++i) b.AddToken(0, doc, sorted[i], i);
+  b.SetLength(0, doc, static_cast<uint32_t>(sorted.size()));
+  TempDir dir;
+  REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(1)).ok());
+  auto s = Segment::Open(dir.path() + "/s.cvs", 1, 1, 0);
+  REQUIRE(s.ok());
+  REQUIRE((*s)->term_count(0) == sorted.size());
+  std::vector<std::string> probes = {""s, "\0"s, "\xff\xff\xff\xff\xff\xff\xff\xff\xff"s, "sharedpf"s, "sharedp"s};
+  for (const auto& n : sorted) {
+    probes.push_back(n);
+    probes.push_back(n + "\0"s);
+    probes.push_back(n + "\xff"s);
+    probes.push_back(n.substr(0, n.size() / 2));
+  }
+  for (const auto& p : probes) {
+    const auto at = std::lower_bound(sorted.begin(), sorted.end(), p) - sorted.begin();
+    CHECK((*s)->LowerBound(0, p) == at);
+    const bool present = at < static_cast<std::ptrdiff_t>(sorted.size()) && sorted[at] == p;
+    CHECK((*s)->FindTerm(0, p) == (present ? at : -1));
+  }
 }
 
 TEST_CASE("posting lists read back alike on both sides of the short-list bound", "[postings]") {
