@@ -220,20 +220,26 @@ TEST_CASE("tokens encode exactly as the same postings added whole", "[postings]"
   }
 }
 
+// A segment of one document in which names[i] is at position i.
+Result<std::shared_ptr<const Segment>> OneDocumentSegment(const TempDir& dir, const std::vector<std::string>& names) {
+  SegmentBuilder b(1, 0);
+  const uint32_t doc = b.AddDoc("d");
+  for (uint32_t i = 0; i < names.size(); ++i) b.AddToken(0, doc, names[i], i);
+  b.SetLength(0, doc, static_cast<uint32_t>(names.size()));
+  REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(1)).ok());
+  auto s = Segment::Open(dir.path() + "/s.cvs", 1, 1, 0);
+  REQUIRE(s.ok());
+  return s;
+}
+
 TEST_CASE("the dictionary is sorted bytewise, with shared prefixes and NUL bytes", "[postings]") {
   using namespace std::string_literals;
   // Names equal in their first 8 bytes, NULs where the sort pads short
   // names, and bytes above 0x7f (unsigned order).
   const std::vector<std::string> names = {"abcdefgh"s, "abcdefgh\0"s, "abcdefghz"s, "abcdefgha"s, "ab"s, "ab\0"s,
                                           "ab\0\0x"s, "a\xff"s, "a\x01"s, "b"s, "abcdefg"s, "abcdefgg\xff"s};
-  SegmentBuilder b(1, 0);
-  const uint32_t doc = b.AddDoc("d");
-  for (uint32_t i = 0; i < names.size(); ++i) b.AddToken(0, doc, names[i], i);
-  b.SetLength(0, doc, static_cast<uint32_t>(names.size()));
   TempDir dir;
-  REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(1)).ok());
-  auto s = Segment::Open(dir.path() + "/s.cvs", 1, 1, 0);
-  REQUIRE(s.ok());
+  auto s = OneDocumentSegment(dir, names);
   std::vector<std::string> want = names;
   std::sort(want.begin(), want.end());
   std::vector<std::string> got;
@@ -256,14 +262,8 @@ TEST_CASE("dictionary lookups equal a lower bound over the sorted names", "[post
     unique.insert(name);
   }
   const std::vector<std::string> sorted(unique.begin(), unique.end());
-  SegmentBuilder b(1, 0);
-  const uint32_t doc = b.AddDoc("d");
-  for (uint32_t i = 0; i < sorted.size(); ++i) b.AddToken(0, doc, sorted[i], i);
-  b.SetLength(0, doc, static_cast<uint32_t>(sorted.size()));
   TempDir dir;
-  REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(1)).ok());
-  auto s = Segment::Open(dir.path() + "/s.cvs", 1, 1, 0);
-  REQUIRE(s.ok());
+  auto s = OneDocumentSegment(dir, sorted);
   REQUIRE((*s)->term_count(0) == sorted.size());
   std::vector<std::string> probes = {""s, "\0"s, "\xff\xff\xff\xff\xff\xff\xff\xff\xff"s, "sharedpf"s, "sharedp"s};
   for (const auto& n : sorted) {
