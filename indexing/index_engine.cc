@@ -119,9 +119,6 @@ uint64_t TreeBytes(const fs::path& dir) {
   return total;
 }
 
-}  // namespace
-
-// One index: its definition, its kind, its worker thread and its progress.
 // Process-wide unique: a replaced index's slot never shares a generation
 // with the slot it replaced.
 uint64_t NextGeneration() {
@@ -129,6 +126,9 @@ uint64_t NextGeneration() {
   return ++next;
 }
 
+}  // namespace
+
+// One index: its definition, its kind, its worker thread and its progress.
 class IndexSlot {
  public:
   IndexSlot(std::string name, std::string definition_json, CompiledDefinition def, fs::path dir,
