@@ -316,10 +316,8 @@ const SearchParamSpec kSearchParams[] = {
     {"sort", BodyParamType::kText, [](SearchParams& p, std::string_view, std::string_view v) { p.request.sort = v; return std::string(); }},
     {"op", BodyParamType::kText,
      [](SearchParams& p, std::string_view, std::string_view v) {
-       std::string lower(v);
-       for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
-       if (lower == "or") p.request.op = postings::DefaultOperator::kOr;
-       else if (lower == "and") p.request.op = postings::DefaultOperator::kAnd;
+       if (EqualsIgnoringCase(v, "or")) p.request.op = postings::DefaultOperator::kOr;
+       else if (EqualsIgnoringCase(v, "and")) p.request.op = postings::DefaultOperator::kAnd;
        else return std::string("op must be \"or\" or \"and\"");
        return std::string();
      }},

@@ -96,11 +96,8 @@ Route Classify(const Target& t, std::string_view method) {
 // when the scheme is another or the token is missing. The scheme is
 // case-insensitive and followed by one or more spaces (RFC 9110 §11.4).
 std::optional<std::string_view> BearerToken(std::string_view auth) {
-  constexpr std::string_view kBearer = "bearer";
-  size_t space = auth.find(' ');
-  if (space != kBearer.size()) return std::nullopt;
-  for (size_t i = 0; i < kBearer.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(auth[i])) != kBearer[i]) return std::nullopt;
+  const size_t space = auth.find(' ');
+  if (space == std::string_view::npos || !EqualsIgnoringCase(auth.substr(0, space), "bearer")) return std::nullopt;
   std::string_view token = auth.substr(space);
   while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
   if (token.empty()) return std::nullopt;

@@ -133,14 +133,20 @@ inline std::optional<uint64_t> ParseEtagHeader(std::string_view v) {
   return etag;
 }
 
+// True if `s` equals `lower` (lowercase ASCII) ignoring ASCII case.
+inline bool EqualsIgnoringCase(std::string_view s, std::string_view lower) {
+  if (s.size() != lower.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[i])) != lower[i]) return false;
+  return true;
+}
+
 inline bool IsJsonContentType(std::string_view ct, bool allow_ndjson) {
   if (ct.empty()) return true;  // a missing Content-Type is accepted
   std::string_view base = ct.substr(0, ct.find(';'));
   while (!base.empty() && base.back() == ' ') base.remove_suffix(1);
-  std::string lower(base);
-  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (lower == "application/json") return true;
-  return allow_ndjson && (lower == "application/x-ndjson" || lower == "application/ndjson");
+  if (EqualsIgnoringCase(base, "application/json")) return true;
+  return allow_ndjson && (EqualsIgnoringCase(base, "application/x-ndjson") || EqualsIgnoringCase(base, "application/ndjson"));
 }
 
 // Constant-time comparison: the time taken does not depend on where the

@@ -217,6 +217,9 @@ TEST_CASE("router: documents, percent-decoding, methods and errors", "[server]")
   CHECK(fx.Call("GET", "/nothing/here").status == 404);
   CHECK(fx.Call("PUT", "/docs/users/x", "{}", "text/plain").status == 415);
   CHECK(fx.Call("PUT", "/docs/users/x", "{}", "application/json; charset=utf-8").status == 201);
+  // Media types are case-insensitive (RFC 9110 §8.3.1).
+  CHECK(fx.Call("PUT", "/docs/users/x", "{}", "Application/JSON").status == 200);
+  CHECK(fx.Call("PUT", "/docs/users/x", "{}", "application/jsonx").status == 415);
   CHECK(ErrorCode(fx.Call("PUT", "/docs/users/y", "[]")) == "not_an_object");
 
   Request im;
