@@ -1709,6 +1709,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   }
   std::vector<std::vector<std::string>> store_split;  // per stored path, its components
   for (const auto& p : store_paths) store_split.push_back(SplitPath(p));
+  std::vector<const rapidjson::Value*> found;  // a path's values through arrays, per hit (reused)
   const bool fetch = (store_all || !store_paths.empty() || !req.highlight.empty()) && req.fetch_document;
   rapidjson::StringBuffer buf;
   rapidjson::Writer<rapidjson::StringBuffer> w(buf);
@@ -1742,7 +1743,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
               // "author": [{"name": ...}, ...]): every value it reaches,
               // arrays flattened, in document order (as Elasticsearch's
               // `fields` gives them).
-              std::vector<const rapidjson::Value*> found;
+              found.clear();
               ForEachValue(d, store_split[pi], 0, [&](const rapidjson::Value& v) { found.push_back(&v); });
               if (found.empty()) continue;
               w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
