@@ -196,17 +196,17 @@ Value DecodeOrdered(const char* enc) {
   return Value::Double(d);
 }
 
+// The sum as a double: the integer part, then the compensated double part.
+double Total(const SumState& s) { return double(s.isum) + (s.dsum + s.dcomp); }
+
 Value SumValue(const SumState& s) {
-  if (s.nd == 0) {
-    if (s.isum >= INT64_MIN && s.isum <= INT64_MAX) return Value::Int(int64_t(s.isum));
-    return Value::Double(double(s.isum));
-  }
-  return Value::Double(double(s.isum) + (s.dsum + s.dcomp));
+  if (s.nd == 0 && s.isum >= INT64_MIN && s.isum <= INT64_MAX) return Value::Int(int64_t(s.isum));
+  return Value::Double(Total(s));
 }
 
 Value AvgValue(const SumState& s) {
   if (s.n <= 0) return Value::Null();
-  return Value::Double((double(s.isum) + (s.dsum + s.dcomp)) / double(s.n));
+  return Value::Double(Total(s) / double(s.n));
 }
 
 }  // namespace
