@@ -484,8 +484,8 @@ void Router::State::WaitForIndex(const std::string& name, uint64_t min_etag, uin
   WaitThen(
       std::chrono::milliseconds(wait_ms),
       [eng, name, min_etag] {
-        auto r = eng->Reader(name);
-        return !r.ok() || r->indexed_etag >= min_etag;
+        auto e = eng->IndexedEtag(name);
+        return !e.ok() || *e >= min_etag;
       },
       [eng](std::function<void()> wake) {
         return eng->AddProgressListener([wake](const std::string&, uint64_t) { wake(); });
