@@ -615,6 +615,11 @@ bool IndexEngine::ResetSince(const IndexReader& reader) const {
   return !slot || slot->generation() != reader.generation;
 }
 
+uint64_t IndexEngine::AnswerEtag(const IndexReader& reader, uint64_t snapshot_etag) const {
+  if (ResetSince(reader)) return snapshot_etag;
+  return std::max(reader.indexed_etag, snapshot_etag);
+}
+
 bool IndexEngine::IsStale(const IndexReader& reader, uint64_t indexed_etag) const {
   auto n = impl_->store_.CountChangesSince(reader.collection, indexed_etag, 1);
   return !n.ok() || *n > 0;

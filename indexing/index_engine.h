@@ -127,6 +127,13 @@ class IndexEngine {
   // taken: a query's snapshot may then be of the new state, which covers
   // less than the reader's indexed_etag.
   bool ResetSince(const IndexReader& reader) const;
+  // The etag a query's answer is complete through, given the etag of the
+  // snapshot it read: the larger of the reader's (taken before the query;
+  // the worker publishes it after the state it covers, and it runs ahead
+  // of the snapshot's when the collection had no changes) and the
+  // snapshot's; only the snapshot's if the index was reset meanwhile (the
+  // snapshot may be the cleared or a partly rebuilt state).
+  uint64_t AnswerEtag(const IndexReader& reader, uint64_t snapshot_etag) const;
   // True if the index's collection has changes after `indexed_etag`.
   bool IsStale(const IndexReader& reader, uint64_t indexed_etag) const;
   // Called on a worker thread after each batch (and after each catch-up

@@ -93,16 +93,6 @@ void WriteProgress(JsonWriter& w, const indexing::IndexProgress& p, const std::s
   w.EndObject();
 }
 
-// The etag an answer is complete through: the larger of the reader's
-// (taken before the query; the worker publishes it after the state it
-// covers, and it runs ahead of the snapshot's when the collection had no
-// changes) and the snapshot's; only the snapshot's if the index was reset
-// meanwhile (the snapshot may be the cleared or a partly rebuilt state).
-uint64_t IndexEtag(const indexing::IndexEngine& engine, const indexing::IndexReader& reader, uint64_t snapshot_etag) {
-  if (engine.ResetSince(reader)) return snapshot_etag;
-  return std::max(reader.indexed_etag, snapshot_etag);
-}
-
 // The freshness keys every query answer carries (API.md, Queries).
 void WriteFreshness(JsonWriter& w, bool stale, uint64_t index_etag, std::chrono::steady_clock::time_point start) {
   w.Key("stale");
@@ -227,7 +217,7 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
     if (!reader.ok() || !reader->mapreduce) return reply(IndexNotFound(name));
     auto result = reader->mapreduce->Query(params);
     if (!result.ok()) return reply(FromStatus(result.status()));
-    uint64_t index_etag = IndexEtag(*self->engine, *reader, result->snapshot_etag);
+    uint64_t index_etag = self->engine->AnswerEtag(*reader, result->snapshot_etag);
     // Stale: the collection has unprocessed changes, or the minEtag the
     // client asked for was not reached within waitMs.
     bool stale = index_etag < min_etag || self->engine->IsStale(*reader, index_etag);
@@ -457,7 +447,7 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
                                    QueryErrorOffset(result.status().message())));
       return reply(FromStatus(result.status()));
     }
-    uint64_t index_etag = IndexEtag(*self->engine, *reader, result->snapshot_etag);
+    uint64_t index_etag = self->engine->AnswerEtag(*reader, result->snapshot_etag);
     bool stale = index_etag < min_etag || self->engine->IsStale(*reader, index_etag);
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);

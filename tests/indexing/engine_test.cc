@@ -227,10 +227,16 @@ TEST_CASE("pause holds the index back; resume catches up; reset rebuilds", "[ind
   auto before_reset = env.engine->Reader("m");
   REQUIRE(before_reset.ok());
   CHECK_FALSE(env.engine->ResetSince(*before_reset));
+  CHECK(env.engine->AnswerEtag(*before_reset, 0) == before_reset->indexed_etag);
+  CHECK(env.engine->AnswerEtag(*before_reset, before_reset->indexed_etag + 5) == before_reset->indexed_etag + 5);
   auto cleared = env.ResetWhilePaused("m");
   // ...which a reader taken before can tell (its etag no longer holds),
   // and one taken after cannot.
   CHECK(env.engine->ResetSince(*before_reset));
+  // An answer read through that reader covers only its snapshot's etag
+  // (here the cleared state's, 0), not the reader's.
+  CHECK(before_reset->indexed_etag > 0);
+  CHECK(env.engine->AnswerEtag(*before_reset, 0) == 0);
   auto after_reset = env.engine->Reader("m");
   REQUIRE(after_reset.ok());
   CHECK(after_reset->indexed_etag == 0);
