@@ -23,10 +23,17 @@ using rapidjson::SizeType;
 // (kParseErrorStringUnicodeSurrogateInvalid) but encodes a lone low
 // surrogate ("\udc00") as the bytes ED B0 80. kParseValidateEncodingFlag
 // does not help: it checks the raw bytes of strings, never what an escape
-// decodes to. Every surrogate encodes with the lead byte 0xED, so only
-// strings holding one (rare outside Hangul) pay for a full check.
+// decodes to. A surrogate encodes as 0xED followed by 0xA0-0xBF, which
+// well-formed UTF-8 never holds (0xED takes 0x80-0x9F there), so finding
+// that pair is the whole check; Hangul text (0xED 0x80-0x9F) passes
+// without a second validation.
 bool DecodesToUtf8(std::string_view decoded) {
-  return std::memchr(decoded.data(), 0xED, decoded.size()) == nullptr || IsValidUtf8(decoded);
+  const char* p = decoded.data();
+  const char* end = p + decoded.size();
+  while ((p = static_cast<const char*>(std::memchr(p, 0xED, static_cast<size_t>(end - p)))) != nullptr) {
+    if (++p < end && static_cast<unsigned char>(*p) >= 0xA0) return false;
+  }
+  return true;
 }
 
 // Tracks depth, the root's type, and the top-level "id" / "_deleted".
