@@ -355,8 +355,12 @@ class IndexSlot {
     std::unique_lock lock(mu_);
     failure_.clear();
     if (error_log_.count() != error_count_) {
+      // Only the batch's new errors: the last (count - seen) of recent().
+      const auto& recent = error_log_.recent();
+      const size_t fresh = std::min<uint64_t>(error_log_.count() - error_count_, recent.size());
+      errors_.insert(errors_.end(), recent.end() - static_cast<std::ptrdiff_t>(fresh), recent.end());
+      while (errors_.size() > recent.size()) errors_.pop_front();
       error_count_ = error_log_.count();
-      errors_.assign(error_log_.recent().begin(), error_log_.recent().end());
     }
     auto now = Clock::now();
     window_.push_back(BatchStat{now, docs, ms});

@@ -298,6 +298,15 @@ TEST_CASE("documents that fail to map are recorded as index errors", "[indexing]
   REQUIRE(env.engine->Resume("m").ok());
   env.WaitFor("m", e);
   CHECK(env.engine->Progress("m")->error_count == count);
+  // A later batch's errors are added to the recent ones, each once.
+  const uint64_t e2 = env.Put("users", "bad2", R"({"createdAt":"2024-01-03","score":"more"})");
+  env.WaitFor("m", e2);
+  auto later = env.engine->Progress("m");
+  REQUIRE(later.ok());
+  CHECK(later->error_count == count + 1);
+  REQUIRE(later->recent_errors.size() == count + 1);
+  CHECK(later->recent_errors.back().id == "bad2");
+  CHECK(later->recent_errors[later->recent_errors.size() - 2].id == "bad");
 }
 
 TEST_CASE("the error log keeps a batch run again once", "[indexing]") {
