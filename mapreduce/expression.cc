@@ -809,10 +809,13 @@ bool CallFunction(const Node& n, EvalContext& ctx, Value* out) {
     case Func::kYear: case Func::kMonth: case Func::kDay: {
       *out = Value::Null();
       if (a.type != ValueType::kString) return true;
+      // A date without the month or day is at the start of its period
+      // (as Elasticsearch reads "2024" as 2024-01-01).
       IsoDate d = ParseIsoDate(a.s);
-      if (n.fn == Func::kYear && d.precision >= 1) *out = Value::Int(d.year);
-      if (n.fn == Func::kMonth && d.precision >= 2) *out = Value::Int(d.month);
-      if (n.fn == Func::kDay && d.precision >= 3) *out = Value::Int(d.day);
+      if (d.precision == 0) return true;
+      if (n.fn == Func::kYear) *out = Value::Int(d.year);
+      if (n.fn == Func::kMonth) *out = Value::Int(d.precision >= 2 ? d.month : 1);
+      if (n.fn == Func::kDay) *out = Value::Int(d.precision >= 3 ? d.day : 1);
       return true;
     }
     case Func::kDateTrunc: {
@@ -829,9 +832,17 @@ bool CallFunction(const Node& n, EvalContext& ctx, Value* out) {
       *out = Value::Null();
       if (d.type != ValueType::kString) return true;
       IsoDate iso = ParseIsoDate(d.s);
-      if (iso.precision < want) return true;
+      if (iso.precision == 0) return true;
       static constexpr size_t kLen[] = {0, 4, 7, 10, 13};
-      if (want == 4 && iso.hour_sep != 'T') {
+      if (iso.precision < want) {
+        // Less precise than the unit: the date is the start of its period
+        // ("2024-03-17" truncated to the hour is "2024-03-17T00").
+        static constexpr const char* kStart[] = {"", "", "-01", "-01", "T00"};
+        std::string& s = ctx.NewString();
+        s.assign(d.s.substr(0, kLen[iso.precision]));
+        for (int p = iso.precision + 1; p <= want; ++p) s += kStart[p];
+        *out = Value::String(s);
+      } else if (want == 4 && iso.hour_sep != 'T') {
         std::string& s = ctx.NewString();
         s.assign(d.s.substr(0, 13));
         s[10] = 'T';

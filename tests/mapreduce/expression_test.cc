@@ -155,7 +155,9 @@ TEST_CASE("date functions", "[mapreduce]") {
   CHECK(Eval("day(bad)", kDoc) == "null");  // 2023 is not a leap year
   CHECK(Eval("year(bad)", kDoc) == "null");
   CHECK(Eval("month(ym)", kDoc) == "7");
-  CHECK(Eval("day(ym)", kDoc) == "null");
+  CHECK(Eval("day(ym)", kDoc) == "1");  // a month is at its first day
+  CHECK(Eval("month(y)", kDoc) == "1");
+  CHECK(Eval("day(y)", kDoc) == "1");
   CHECK(Eval("year(y)", kDoc) == "1999");
   CHECK(Eval("year(s)", kDoc) == "null");
   CHECK(Eval("year(a)", kDoc) == "null");
@@ -166,9 +168,12 @@ TEST_CASE("date functions", "[mapreduce]") {
   CHECK(Eval("date_trunc('day', metadata.createdAt)", kDoc) == "\"2024-03-17\"");
   CHECK(Eval("date_trunc('hour', metadata.createdAt)", kDoc) == "\"2024-03-17T10\"");
   CHECK(Eval("date_trunc('hour', sp)", kDoc) == "\"2024-03-17T08\"");
-  CHECK(Eval("date_trunc('hour', date)", kDoc) == "null");
+  CHECK(Eval("date_trunc('hour', date)", kDoc) == "\"2024-02-29T00\"");  // a day starts at midnight
   CHECK(Eval("date_trunc('month', ym)", kDoc) == "\"2024-07\"");
-  CHECK(Eval("date_trunc('day', ym)", kDoc) == "null");
+  CHECK(Eval("date_trunc('day', ym)", kDoc) == "\"2024-07-01\"");
+  CHECK(Eval("date_trunc('hour', y)", kDoc) == "\"1999-01-01T00\"");
+  CHECK(Eval("date_trunc('year', y)", kDoc) == "\"1999\"");
+  CHECK(Eval("date_trunc('hour', bad)", kDoc) == "null");  // not a date
   CHECK(Eval("date_trunc('day', n)", kDoc) == "null");
   CHECK(Eval("date_trunc(s, date)", kDoc) ==
         "error: date_trunc unit must be 'year', 'month', 'day' or 'hour' at offset 11");
