@@ -327,6 +327,35 @@ void Router::State::Finish(const std::shared_ptr<Waiter>& w) {
   w->finish();
 }
 
+namespace {
+
+// A PUT's or DELETE's If-Match / If-None-Match headers as the store's
+// preconditions, or the response that refuses them. If-Match compares
+// strongly (RFC 9110 13.1.1): a weak etag (W/"4") never matches, so the
+// write fails its precondition whether or not the document exists.
+std::optional<Response> ReadWriteConditions(const Request& req, WriteOp& op) {
+  if (!req.if_match.empty()) {
+    std::string_view v = req.if_match;
+    while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+    if (v == "*") {
+      op.if_match_any = true;
+    } else {
+      op.if_match = ParseEtagHeader(v);
+      if (!op.if_match) return ErrorResponse(400, "invalid_argument", "If-Match must be one etag such as \"42\", or *");
+      if (v.starts_with("W/"))
+        return ErrorResponse(412, "precondition_failed", "If-Match compares strongly: a weak etag never matches");
+    }
+  }
+  if (!req.if_none_match.empty()) {
+    if (req.if_none_match != "*")
+      return ErrorResponse(400, "invalid_argument", "If-None-Match on a write supports only *");
+    op.if_none_match_any = true;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Response Router::State::GetDoc(const Request& req, const std::string& coll, const std::string& id) const {
   auto doc = store.Get(coll, id);
   if (!doc.ok()) return FromStatus(doc.status());
@@ -363,19 +392,7 @@ void Router::State::PutDoc(Request& req, const std::string& coll, const std::str
   if (auto problem = ValidateJsonObject(req.body)) return reply(ProblemResponse(*problem));
   WriteOp op;
   op.kind = WriteKind::kPut;
-  if (!req.if_match.empty()) {
-    if (req.if_match == "*") {
-      op.if_match_any = true;
-    } else {
-      op.if_match = ParseEtagHeader(req.if_match);
-      if (!op.if_match) return reply(ErrorResponse(400, "invalid_argument", "If-Match must be an etag such as \"42\""));
-    }
-  }
-  if (!req.if_none_match.empty()) {
-    if (req.if_none_match != "*")
-      return reply(ErrorResponse(400, "invalid_argument", "If-None-Match on PUT supports only *"));
-    op.if_none_match_any = true;
-  }
+  if (auto bad = ReadWriteConditions(req, op)) return reply(std::move(*bad));
   op.collection = coll;
   op.id = id;
   op.body = std::move(req.body);
@@ -402,14 +419,7 @@ void Router::State::PutDoc(Request& req, const std::string& coll, const std::str
 void Router::State::DeleteDoc(const Request& req, const std::string& coll, const std::string& id, Reply& reply) {
   WriteOp op;
   op.kind = WriteKind::kDelete;
-  if (!req.if_match.empty()) {
-    if (req.if_match == "*") {
-      op.if_match_any = true;
-    } else {
-      op.if_match = ParseEtagHeader(req.if_match);
-      if (!op.if_match) return reply(ErrorResponse(400, "invalid_argument", "If-Match must be an etag such as \"42\""));
-    }
-  }
+  if (auto bad = ReadWriteConditions(req, op)) return reply(std::move(*bad));
   op.collection = coll;
   op.id = id;
   WriteRequest wr;

@@ -306,6 +306,10 @@ class DocumentsTest(CorvidTestCase):
         self.assertError(resp, 412, 'precondition_failed')
         self.getOk(c, 'a', b'{"v":2}', e2)
         self.assertEqual(self.c.last_etag(), e2, 'a failed If-Match consumed an etag write')
+        # If-Match compares strongly: the current etag, weak, does not match.
+        resp = self.c.put(doc_path(c, 'a'), b'{"v":3}', headers={'If-Match': 'W/"%d"' % e2})
+        self.assertError(resp, 412, 'precondition_failed')
+        self.getOk(c, 'a', b'{"v":2}', e2)
         # If-Match on an absent document: 412, not created.
         resp = self.c.put(doc_path(c, 'b'), b'{"v":1}', headers={'If-Match': '"%d"' % e2})
         self.assertError(resp, 412, 'precondition_failed')
@@ -356,6 +360,10 @@ class DocumentsTest(CorvidTestCase):
         e1 = self.putOk(c, 'a', b'{"v":1}')
         e2 = self.putOk(c, 'a', b'{"v":2}')
         resp = self.c.delete(doc_path(c, 'a'), headers={'If-Match': '"%d"' % e1})
+        self.assertError(resp, 412, 'precondition_failed')
+        self.getOk(c, 'a', b'{"v":2}', e2)
+        # If-None-Match: * holds only for an absent document.
+        resp = self.c.delete(doc_path(c, 'a'), headers={'If-None-Match': '*'})
         self.assertError(resp, 412, 'precondition_failed')
         self.getOk(c, 'a', b'{"v":2}', e2)
         resp = self.c.delete(doc_path(c, 'a'), headers={'If-Match': '"%d"' % e2})
