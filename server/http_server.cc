@@ -147,7 +147,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void OnReadError(beast::error_code ec) {
-    if (ec == http::error::body_limit) return TooLarge(parser_->get().payload_size().value_or(0));
+    // A chunked body has no Content-Length to quote: 0 leaves it out.
+    if (ec == http::error::body_limit) return TooLarge(parser_->content_length().value_or(0));
     if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
         ec == asio::error::connection_reset || ec == asio::error::operation_aborted || ec == asio::error::broken_pipe)
       return Close();

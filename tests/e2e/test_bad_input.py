@@ -225,6 +225,7 @@ class BadInputTest(CorvidTestCase):
         raw = self.server.raw(head + chunks, method='PUT', concurrent_send=True)
         self.assertEqual(raw.status, 413, raw.describe())
         self.assertEqual(raw.json['error']['code'], 'body_too_large', raw.describe())
+        self.assertNotIn('Content-Length', raw.json['error']['message'], 'no Content-Length was sent')
         self.assertError(self.c.get(doc_path(c, 'chbig')), 404, 'not_found')
 
     def test_bulk_body_limit(self):
