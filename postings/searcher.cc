@@ -924,8 +924,10 @@ class HighlightSink final : public analyzers::TokenSink {
   const std::set<std::string>& terms_;
 };
 
-// Fragments of ~kContext bytes each side of matched tokens, merged when
-// they overlap, snapped to UTF-8 boundaries; at most kMaxFragments.
+// Fragments of up to kContext bytes each side of matched tokens, merged
+// when they overlap, cut at whitespace so that no word is cut in two (or,
+// in text without spaces within reach, at a UTF-8 boundary); at most
+// kMaxFragments.
 void Fragments(std::string_view text, const std::vector<std::pair<uint32_t, uint32_t>>& spans, std::vector<std::string>& out) {
   constexpr uint32_t kContext = 60;
   constexpr size_t kMaxFragments = 5;
@@ -944,6 +946,17 @@ void Fragments(std::string_view text, const std::vector<std::pair<uint32_t, uint
     }
     end = snap_back(end);
     if (end < spans[j].second) end = spans[j].second;
+    auto space = [&](uint32_t p) { return text[p] == ' ' || text[p] == '\t' || text[p] == '\n' || text[p] == '\r'; };
+    if (start > 0 && !space(start - 1)) {  // mid-word: start after the next space before the match
+      uint32_t q = start;
+      while (q < spans[i].first && !space(q)) ++q;
+      if (q < spans[i].first) start = q + 1;
+    }
+    if (end < text.size() && !space(end)) {  // mid-word: end at the last space after the match
+      uint32_t q = end;
+      while (q > spans[j].second && !space(q - 1)) --q;
+      if (q > spans[j].second) end = q - 1;
+    }
     std::string frag;
     if (start > 0) frag += "…";
     uint32_t p = start;

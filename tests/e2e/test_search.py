@@ -1292,6 +1292,11 @@ class SearchFeaturesTest(CorpusTestCase):
             plain = f.strip('…').replace('<em>', '').replace('</em>', '')
             self.assertIn(plain, body)
             self.assertLess(len(plain.encode()), 2 * 60 + 40, frags)
+            # cut between words, not inside one
+            at = body.index(plain)
+            self.assertTrue(at == 0 or body[at - 1] in ' \n', (body[at - 10:at + 10], f))
+            end = at + len(plain)
+            self.assertTrue(end == len(body) or body[end] in ' \n', (body[end - 10:end + 10], f))
         self.assertEqual(ems, ['dog', 'dog'], frags)
         # every other hit: each <em> holds a token analyzed to 'dog'
         for h in ans['hits']:
