@@ -89,6 +89,8 @@ class AnalyzerImpl final : public Analyzer {
       : name_(std::move(name)), kind_(kind), algorithm_(algorithm) {}
 
   std::string_view name() const override { return name_; }
+  // folding 2: letters with a stroke and ligatures fold to ASCII (ø → o).
+  uint32_t revision() const override { return kind_ == Kind::kFolding ? 2 : 1; }
 
   Status Analyze(std::string_view utf8, TokenSink& sink) const override {
     return Run(utf8, sink, /*icu_only=*/false);

@@ -44,6 +44,11 @@ class Analyzer {
   // The name this analyzer is found by ("standard", "english", "german"...).
   virtual std::string_view name() const = 0;
 
+  // Changes whenever the terms this analyzer makes of some text change
+  // (1 at first): an index records it with its definition and rebuilds
+  // when it differs, so stored terms and query terms always agree.
+  virtual uint32_t revision() const = 0;
+
   // Feeds the tokens of `utf8` to `sink`. Invalid UTF-8 never fails: each
   // maximal ill-formed subsequence is read as U+FFFD (a non-word character,
   // so it separates words and never appears in a segmented term; `keyword`

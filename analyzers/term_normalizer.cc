@@ -22,6 +22,38 @@ class StringAppendSink : public icu::ByteSink {
   std::string* out_;
 };
 
+// The ASCII a folded letter becomes when it has no combining mark to
+// remove: letters with a stroke or bar, ligatures, thorn, eth and dotless
+// i (lowercase: nfkc_cf ran first), as Lucene's ASCIIFoldingFilter maps
+// them. nullptr for any other code point.
+const char* FoldedLetter(UChar32 c) {
+  switch (c) {
+    case 0x00E6: return "ae";  // æ
+    case 0x00F0: return "d";   // ð
+    case 0x00F8: return "o";   // ø
+    case 0x00FE: return "th";  // þ
+    case 0x0111: return "d";   // đ
+    case 0x0127: return "h";   // ħ
+    case 0x0131: return "i";   // ı
+    case 0x0142: return "l";   // ł
+    case 0x0153: return "oe";  // œ
+    case 0x0167: return "t";   // ŧ
+    case 0x0180: return "b";   // ƀ
+    case 0x01E5: return "g";   // ǥ
+    case 0x0268: return "i";   // ɨ
+    default: return nullptr;
+  }
+}
+
+// Appends c to out, or the letters it folds to.
+void AppendFolded(icu::UnicodeString& out, UChar32 c) {
+  if (const char* ascii = FoldedLetter(c)) {
+    for (; *ascii != 0; ++ascii) out.append(static_cast<UChar>(*ascii));
+  } else {
+    out.append(c);
+  }
+}
+
 }  // namespace
 
 TermNormalizer::TermNormalizer() {
@@ -88,7 +120,7 @@ Status TermNormalizer::Fold() {
   utf16_a_.remove();
   for (int32_t i = 0; i < utf16_b_.length();) {
     const UChar32 c = utf16_b_.char32At(i);
-    if (u_charType(c) != U_NON_SPACING_MARK) utf16_a_.append(c);
+    if (u_charType(c) != U_NON_SPACING_MARK) AppendFolded(utf16_a_, c);
     i += U16_LENGTH(c);
   }
   nfc_->normalize(utf16_a_, utf16_b_, status);
@@ -120,6 +152,13 @@ Status TermNormalizer::NormalizeWithIcuOnly(std::string_view segment, bool fold,
       }
     }
     fold_transliterator_->transliterate(normalized);
+    icu::UnicodeString letters;
+    for (int32_t i = 0; i < normalized.length();) {
+      const UChar32 c = normalized.char32At(i);
+      AppendFolded(letters, c);
+      i += U16_LENGTH(c);
+    }
+    normalized = letters;
   }
   term->clear();
   normalized.toUTF8String(*term);

@@ -253,6 +253,9 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
     f.slot = f.kind == FieldKind::kText ? text_slots++ : numeric_slots++;
     canon += f.name + ":" + std::to_string(static_cast<int>(f.kind)) + ":" + f.analyzer_name + ":" +
              std::to_string(f.boost) + ":" + (f.facet ? "1" : "0") + ";";
+    // A changed analyzer is a changed definition: the index rebuilds. (Its
+    // first revision adds nothing, so older indexes keep their fingerprint.)
+    if (f.analyzer != nullptr && f.analyzer->revision() > 1) canon += "rev" + std::to_string(f.analyzer->revision()) + ";";
   }
   for (auto& f : def->fields_) (f.kind == FieldKind::kText ? def->text_ : def->numeric_).push_back(&f);
   canon += def->store_all_ ? "*" : "";
