@@ -18,6 +18,23 @@ using namespace detail;
 
 namespace {
 
+// A query's or a definition expression's error message ends with "at
+// offset N" (the parsers' and the searcher's do): N, for error.offset
+// (API.md: "A syntax error → 400 with the offset"), a byte offset into the
+// query or expression the message names.
+std::optional<size_t> MessageOffset(std::string_view message) {
+  constexpr std::string_view kAt = " at offset ";
+  const size_t at = message.rfind(kAt);
+  if (at == std::string_view::npos) return std::nullopt;
+  size_t offset = 0;
+  const char* begin = message.data() + at + kAt.size();
+  const char* end = message.data() + message.size();
+  auto r = std::from_chars(begin, end, offset);
+  if (r.ec != std::errc() || r.ptr != end || begin == end) return std::nullopt;
+  return offset;
+}
+
+
 std::string IsoTime(std::chrono::system_clock::time_point t) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
   std::time_t secs = std::time_t(ms / 1000);
@@ -148,7 +165,8 @@ void Router::State::DispatchIndexes(Request& req, const Target& t, Reply& reply)
       auto outcome = engine->PutIndex(name, req.body);
       if (!outcome.ok()) {
         if (outcome.status().code() == StatusCode::kInvalidArgument)
-          return reply(ErrorResponse(400, "invalid_definition", outcome.status().message()));
+          return reply(ErrorResponse(400, "invalid_definition", outcome.status().message(),
+                                     MessageOffset(outcome.status().message())));
         return reply(FromStatus(outcome.status()));
       }
       const char* result = *outcome == indexing::PutOutcome::kCreated    ? "created"
@@ -238,21 +256,6 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
 }
 
 namespace {
-
-// A query error's message ends with "at offset N" (the parser's and the
-// searcher's do): N, for error.offset (API.md: "A syntax error → 400 with
-// the offset").
-std::optional<size_t> QueryErrorOffset(std::string_view message) {
-  constexpr std::string_view kAt = " at offset ";
-  const size_t at = message.rfind(kAt);
-  if (at == std::string_view::npos) return std::nullopt;
-  size_t offset = 0;
-  const char* begin = message.data() + at + kAt.size();
-  const char* end = message.data() + message.size();
-  auto r = std::from_chars(begin, end, offset);
-  if (r.ec != std::errc() || r.ptr != end || begin == end) return std::nullopt;
-  return offset;
-}
 
 std::vector<std::string> SplitList(std::string_view s) {
   std::vector<std::string> out;
@@ -444,7 +447,7 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
     if (!result.ok()) {
       if (result.status().code() == StatusCode::kInvalidArgument)
         return reply(ErrorResponse(400, "invalid_query", result.status().message(),
-                                   QueryErrorOffset(result.status().message())));
+                                   MessageOffset(result.status().message())));
       return reply(FromStatus(result.status()));
     }
     uint64_t index_etag = self->engine->AnswerEtag(*reader, result->snapshot_etag);

@@ -677,9 +677,13 @@ class IndexLifecycleTest(IndexTestCase):
         # Unknown function: the documented message names the offset exactly.
         resp = self.put_index('inv_off_' + coll,
                               with_map(month='substrr(metadata.createdAt, 0, 7)'))
-        self.assertIn('offset 0', self.assertError(resp, 400, 'invalid_definition')['message'])
+        err = self.assertError(resp, 400, 'invalid_definition')
+        self.assertIn('offset 0', err['message'])
+        self.assertEqual(err.get('offset'), 0, resp.describe())
         resp = self.put_index('inv_off_' + coll, with_map(month='lower(substrr(metadata.x, 1))'))
-        self.assertIn('offset 6', self.assertError(resp, 400, 'invalid_definition')['message'])
+        err = self.assertError(resp, 400, 'invalid_definition')
+        self.assertIn('offset 6', err['message'])
+        self.assertEqual(err.get('offset'), 6, resp.describe())
         # Not a JSON object at all.
         self.assertError(self.put_index('inv_json_' + coll, '{"type": "mapreduce",'), 400,
                          ('invalid_json', 'invalid_definition'))
