@@ -334,17 +334,13 @@ namespace {
 // strongly (RFC 9110 13.1.1): a weak etag (W/"4") never matches, so the
 // write fails its precondition whether or not the document exists.
 std::optional<Response> ReadWriteConditions(const Request& req, WriteOp& op) {
-  if (!req.if_match.empty()) {
-    std::string_view v = req.if_match;
-    while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
-    if (v == "*") {
-      op.if_match_any = true;
-    } else {
-      op.if_match = ParseEtagHeader(v);
-      if (!op.if_match) return ErrorResponse(400, "invalid_argument", "If-Match must be one etag such as \"42\", or *");
-      if (v.starts_with("W/"))
-        return ErrorResponse(412, "precondition_failed", "If-Match compares strongly: a weak etag never matches");
-    }
+  if (req.if_match == "*") {
+    op.if_match_any = true;
+  } else if (!req.if_match.empty()) {
+    auto e = ParseEtagHeader(req.if_match);
+    if (!e) return ErrorResponse(400, "invalid_argument", "If-Match must be one etag such as \"42\", or *");
+    if (e->weak) return ErrorResponse(412, "precondition_failed", "If-Match compares strongly: a weak etag never matches");
+    op.if_match = e->etag;
   }
   if (!req.if_none_match.empty()) {
     if (req.if_none_match != "*")
@@ -366,7 +362,7 @@ Response Router::State::GetDoc(const Request& req, const std::string& coll, cons
     while (!match && !inm.empty()) {
       size_t comma = inm.find(',');
       auto e = ParseEtagHeader(inm.substr(0, comma));
-      if (e && *e == doc->etag) match = true;
+      if (e && e->etag == doc->etag) match = true;  // weak comparison: W/"N" matches too
       if (comma == std::string_view::npos) break;
       inm.remove_prefix(comma + 1);
     }

@@ -122,15 +122,23 @@ inline bool ParseUint(std::string_view s, uint64_t& out) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
-// An etag from a header value: "N", W/"N" or N. nullopt if malformed.
-inline std::optional<uint64_t> ParseEtagHeader(std::string_view v) {
+// An etag from a header value: "N", W/"N" or N. Which comparison a weak
+// one passes is the header's to decide (If-None-Match: weak, If-Match:
+// strong, RFC 9110 §13.1).
+struct EtagHeader {
+  uint64_t etag;
+  bool weak;  // W/"N"
+};
+// nullopt if malformed.
+inline std::optional<EtagHeader> ParseEtagHeader(std::string_view v) {
   while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
   while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
-  if (v.substr(0, 2) == "W/") v.remove_prefix(2);
+  const bool weak = v.substr(0, 2) == "W/";
+  if (weak) v.remove_prefix(2);
   if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
   uint64_t etag;
   if (!ParseUint(v, etag)) return std::nullopt;
-  return etag;
+  return EtagHeader{etag, weak};
 }
 
 // True if `s` equals `lower` (lowercase ASCII) ignoring ASCII case.
