@@ -103,7 +103,7 @@ class Session : public std::enable_shared_from_this<Session> {
     body_limit_ = server_.router->BodyLimit(std::string_view(req.method_string().data(), req.method_string().size()),
                                             std::string_view(req.target().data(), req.target().size()));
     if (parser_->content_length() && *parser_->content_length() > body_limit_)
-      return TooLarge(*parser_->content_length());
+      return TooLarge(parser_->content_length());
     parser_->body_limit(body_limit_);
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
@@ -147,8 +147,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void OnReadError(beast::error_code ec) {
-    // A chunked body has no Content-Length to quote: 0 leaves it out.
-    if (ec == http::error::body_limit) return TooLarge(parser_->content_length().value_or(0));
+    if (ec == http::error::body_limit) return TooLarge(parser_->content_length());
     if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
         ec == asio::error::connection_reset || ec == asio::error::operation_aborted || ec == asio::error::broken_pipe)
       return Close();
@@ -158,9 +157,9 @@ class Session : public std::enable_shared_from_this<Session> {
     WriteAndDrain(ErrorResponse(400, "bad_request", "malformed HTTP request: " + ec.message()));
   }
 
-  void TooLarge(uint64_t size) {
+  void TooLarge(boost::optional<uint64_t> content_length) {  // the parser's: none for a chunked body
     std::string msg = "request body exceeds the limit of " + std::to_string(body_limit_) + " bytes";
-    if (size) msg += " (Content-Length " + std::to_string(size) + ")";
+    if (content_length) msg += " (Content-Length " + std::to_string(*content_length) + ")";
     WriteAndDrain(ErrorResponse(413, "body_too_large", msg));
   }
 

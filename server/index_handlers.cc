@@ -34,7 +34,6 @@ std::optional<size_t> MessageOffset(std::string_view message) {
   return offset;
 }
 
-
 std::string IsoTime(std::chrono::system_clock::time_point t) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
   std::time_t secs = std::time_t(ms / 1000);
