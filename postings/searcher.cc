@@ -926,10 +926,11 @@ class HighlightSink final : public analyzers::TokenSink {
 
 // Fragments of up to kContext bytes each side of matched tokens, merged
 // when they overlap, cut at whitespace so that no word is cut in two (or,
-// in text without spaces within reach, at a UTF-8 boundary); at most
-// kMaxFragments.
+// in text without a space within kBoundaryScan bytes of the cut, at a
+// UTF-8 boundary); at most kMaxFragments.
 void Fragments(std::string_view text, const std::vector<std::pair<uint32_t, uint32_t>>& spans, std::vector<std::string>& out) {
   constexpr uint32_t kContext = 60;
+  constexpr uint32_t kBoundaryScan = 20;
   constexpr size_t kMaxFragments = 5;
   auto snap_back = [&](uint32_t p) {
     while (p > 0 && p < text.size() && (static_cast<unsigned char>(text[p]) & 0xC0) == 0x80) --p;
@@ -946,16 +947,21 @@ void Fragments(std::string_view text, const std::vector<std::pair<uint32_t, uint
     }
     end = snap_back(end);
     if (end < spans[j].second) end = spans[j].second;
+    // Mid-word: move the cut to a space at most kBoundaryScan bytes inward
+    // (Elasticsearch's boundary_max_scan), so that a space next to the
+    // match in text that otherwise has none (CJK) does not drop the context.
     auto space = [&](uint32_t p) { return text[p] == ' ' || text[p] == '\t' || text[p] == '\n' || text[p] == '\r'; };
-    if (start > 0 && !space(start - 1)) {  // mid-word: start after the next space before the match
+    if (start > 0 && !space(start - 1)) {
+      const uint32_t limit = std::min(spans[i].first, start + kBoundaryScan);
       uint32_t q = start;
-      while (q < spans[i].first && !space(q)) ++q;
-      if (q < spans[i].first) start = q + 1;
+      while (q < limit && !space(q)) ++q;
+      if (q < limit) start = q + 1;
     }
-    if (end < text.size() && !space(end)) {  // mid-word: end at the last space after the match
+    if (end < text.size() && !space(end)) {
+      const uint32_t limit = std::max(spans[j].second, end > kBoundaryScan ? end - kBoundaryScan : 0);
       uint32_t q = end;
-      while (q > spans[j].second && !space(q - 1)) --q;
-      if (q > spans[j].second) end = q - 1;
+      while (q > limit && !space(q - 1)) --q;
+      if (q > limit) end = q - 1;
     }
     std::string frag;
     if (start > 0) frag += "…";

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <random>
 
+#include "common/utf8.h"
 #include "postings/definition.h"
 #include "postings/search_index.h"
 #include "postings/snapshot.h"
@@ -383,6 +384,48 @@ TEST_CASE("many small batches with updates and deletes while merges run", "[post
     WaitForMerges(*fx.idx);
     CHECK(fx.Q("*").total == 0);
     CHECK(SegmentFiles(fx.dir.path()) == 0);
+  }
+}
+
+TEST_CASE("highlight fragments end between words, or at a character in text without spaces", "[postings]") {
+  Fixture fx;
+  std::string spaced, cjk;
+  for (int i = 0; i < 20; ++i) spaced += "filler words ";
+  spaced += "needle";
+  for (int i = 0; i < 20; ++i) spaced += " more text";
+  for (int i = 0; i < 40; ++i) cjk += "\xE6\x97\xA5\xE6\x9C\xAC";  // 日本, no spaces
+  cjk += " needle ";
+  for (int i = 0; i < 40; ++i) cjk += "\xE6\x97\xA5\xE6\x9C\xAC";
+  fx.store.Put("spaced", R"({"body": ")" + spaced + R"("})");
+  fx.store.Put("cjk", R"({"body": ")" + cjk + R"("})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  SearchRequest r;
+  r.q = "needle";
+  r.highlight = {"body"};
+  r.fetch_document = fx.store.Fetcher();
+  auto res = fx.idx->Search(r);
+  REQUIRE(res.ok());
+  auto hits = ParseHits(res->hits_json);
+  REQUIRE(hits.size() == 2);
+  for (const auto& h : hits) {
+    INFO(h.id);
+    REQUIRE(h.highlights.size() == 1);
+    const std::string& f = h.highlights[0];
+    CHECK(IsValidUtf8(f));
+    const std::string ellipsis = "\xE2\x80\xA6";
+    REQUIRE(f.starts_with(ellipsis));
+    REQUIRE(f.ends_with(ellipsis));
+    const std::string inner = f.substr(ellipsis.size(), f.size() - 2 * ellipsis.size());
+    if (h.id == "spaced") {
+      // Whole words on both sides: the text around the match is cut at spaces.
+      CHECK((inner.starts_with("filler ") || inner.starts_with("words ")));
+      CHECK((inner.ends_with(" more") || inner.ends_with(" text")));
+      CHECK_THAT(inner, Catch::Contains(" <em>needle</em> "));
+    } else {
+      // No space within reach: cut between characters, with context kept.
+      CHECK_THAT(inner, Catch::Contains("\xE6\x9C\xAC <em>needle</em> \xE6\x97\xA5"));
+      CHECK(inner.size() > 100);
+    }
   }
 }
 
