@@ -72,9 +72,11 @@ struct Target {
   std::vector<std::string> segments;  // decoded path segments
   std::vector<std::pair<std::string, std::string>> query;
 
+  // The parameter's last value when it is given more than once, as the
+  // query endpoints, which apply parameters in order, read it too.
   const std::string* Param(std::string_view name) const {
-    for (const auto& [k, v] : query)
-      if (k == name) return &v;
+    for (auto it = query.rbegin(); it != query.rend(); ++it)
+      if (it->first == name) return &it->second;
     return nullptr;
   }
 };

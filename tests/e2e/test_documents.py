@@ -660,6 +660,9 @@ class DocumentsTest(CorvidTestCase):
         self.assertEqual(feed, {'results': full[2:], 'lastEtag': e['a4']})
         feed = self.changes('?limit=1&since=%d' % e['a1b'])
         self.assertEqual(feed, {'results': full[2:3], 'lastEtag': e['a4']})
+        # A parameter given twice takes its last value, as on the query endpoints.
+        feed = self.changes('?since=%d&limit=1&limit=2' % since)
+        self.assertEqual(feed, {'results': full[:2], 'lastEtag': e['a4']})
         feed = self.changes('?since=%d' % e['a4'])
         self.assertEqual(feed, {'results': [], 'lastEtag': e['a4']})
         feed = self.changes('?since=%d' % (e['a4'] + 1000))
