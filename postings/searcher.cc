@@ -1200,6 +1200,39 @@ bool ConjunctionTerms(const CNode& root, std::vector<const Alt*>& out) {
   return true;
 }
 
+// Offers every document of `docs` to `top`, scored as the sum over `alts`
+// (single terms, in Score's order) of their contributions, each found by
+// rank: for a match set far sparser than the postings.
+void ScoreByRank(const std::vector<const Alt*>& alts, size_t k, const Segment& seg, Norms& norms,
+                 const roaring_bitmap_t* docs, TopK& top) {
+  struct T {
+    ConstBitmap postings;
+    RankCursor ranks;
+    TfArray tfs;
+    double weight, idf;
+    FieldNorms* norm;
+    const uint32_t* lens;
+  };
+  std::vector<T> ts;
+  ts.reserve(alts.size());
+  for (const Alt* a : alts) {
+    const int64_t ti = a->SegScoreTerm(k, 0);
+    if (ti < 0) continue;
+    ConstBitmap postings = seg.Postings(a->field, static_cast<uint32_t>(ti));
+    const roaring_bitmap_t* bm = postings.get();
+    ts.push_back(T{std::move(postings), RankCursor(bm), seg.Tfs(a->field, static_cast<uint32_t>(ti)), a->weight,
+                   a->idf[0], &norms.field(a->field), seg.lengths(a->field)});
+  }
+  ForEachDoc(docs, [&](uint32_t d) {
+    double score = 0;
+    for (T& t : ts) {
+      uint32_t r;
+      if (t.ranks.Find(d, &r)) score += t.weight * Bm25WithNorm(t.idf, t.tfs[r], (*t.norm)(t.lens[d]));
+    }
+    if (score >= top.threshold()) top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
+  });
+}
+
 // Top-k over the final matches of a ConjunctionTerms query, document at a
 // time with block-max skipping: for the window up to the nearest end of the
 // terms' current blocks, the sum of those blocks' bounds bounds every
@@ -1232,6 +1265,19 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     }
     double Contribution(uint32_t tf, uint32_t doc) const { return weight * Bm25WithNorm(idf, tf, (*norm)(lens[doc])); }
   };
+  // Few matches (no more than the longest list has blocks): block-max
+  // skipping would decode about a block per match and term, so each match
+  // is scored directly, its tf found by rank.
+  uint64_t max_blocks = 0;
+  for (const Alt* a : alts) {
+    const int64_t ti = a->SegScoreTerm(k, 0);
+    if (ti >= 0)
+      max_blocks = std::max<uint64_t>(max_blocks, (seg.entry(a->field, static_cast<uint32_t>(ti)).doc_freq + kPostingBlock - 1) / kPostingBlock);
+  }
+  if (roaring_bitmap_get_cardinality(final_bm) <= max_blocks) {
+    ScoreByRank(alts, k, seg, norms, final_bm, top);
+    return;
+  }
   std::vector<T> ts;
   for (const Alt* a : alts) {
     const int64_t ti = a->SegScoreTerm(k, 0);
