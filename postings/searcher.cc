@@ -460,21 +460,27 @@ class PostingCursor {
 };
 
 // The encoded positions of one term's postings by rank (from a RankCursor
-// over its bitmap): Segment::BlockPositions gives the start of the rank's
-// block, then the preceding postings of the block are skipped (tf varints
-// each).
-// Increasing ranks within a block continue from the previous posting.
+// over its bitmap): the skip table (Segment::SkipTable) gives the start of
+// the nearest kPositionsStride-th posting at or before the rank, then the
+// postings in between are skipped (tf varints each). Increasing ranks
+// continue from the previous posting when that is nearer.
 class PositionReader {
  public:
-  PositionReader(const Segment& seg, uint32_t field, uint32_t ti)
-      : seg_(seg), field_(field), ti_(ti), tfs_(seg.Tfs(field, ti)) {}
+  PositionReader(const Segment& seg, uint32_t field, uint32_t ti) {
+    const TermEntry e = seg.entry(field, ti);  // decoded once, not per posting
+    tfs_ = seg.Tfs(e);
+    start_ = ptr_ = seg.PositionsStart(e);
+    skips_ = seg.SkipTable(e);
+  }
   uint32_t tf(uint32_t rank) const { return tfs_[rank]; }
   // Posting `rank`'s positions: tf(rank) varint deltas from 0.
   const uint8_t* Begin(uint32_t rank) {
-    const uint32_t block = rank / kPostingBlock;
-    if (ptr_ == nullptr || at_ > rank || at_ / kPostingBlock != block) {
-      ptr_ = seg_.BlockPositions(field_, ti_, block);
-      at_ = block * kPostingBlock;
+    const uint32_t stride = skips_ == nullptr ? 0 : rank / kPositionsStride;
+    if (at_ > rank || at_ < stride * kPositionsStride) {
+      uint32_t off = 0;
+      if (stride > 0) std::memcpy(&off, skips_ + 4 * uint64_t{stride}, 4);
+      ptr_ = start_ + off;
+      at_ = stride * kPositionsStride;
     }
     if (at_ < rank) {
       size_t skip = 0;
@@ -498,10 +504,10 @@ class PositionReader {
   }
 
  private:
-  const Segment& seg_;
-  uint32_t field_, ti_;
   TfArray tfs_;
-  const uint8_t* ptr_ = nullptr;  // start of posting at_'s positions
+  const uint8_t* start_;          // the list's positions
+  const uint8_t* skips_;          // its skip table, nullptr for a short list
+  const uint8_t* ptr_;            // start of posting at_'s positions
   uint32_t at_ = 0;
 };
 
@@ -701,7 +707,7 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
   std::vector<uint32_t> cdocs(nc);
   roaring_bitmap_to_uint32_array(cand.get(), cdocs.data());
   // Each candidate is in every term's postings: its rank there (RankCursor)
-  // reaches its positions through Segment::BlockPositions, without
+  // reaches its positions through the list's skip table, without
   // decoding the doc numbers of the postings in between.
   std::vector<RankCursor> ranks;
   std::vector<PositionReader> readers;

@@ -1,12 +1,13 @@
 // Segment file encoder and reader.
 //
-// Segment file format, version 4 (all integers little-endian; every section
+// Segment file format, version 5 (all integers little-endian; every section
 // and every frozen roaring bitmap starts at a 32-byte aligned offset, which
 // frozen views require; posting lists are otherwise unaligned):
 //
 //   Header, 64 bytes:
 //     0  char[8] magic "CVDSEG01"
-//     8  u32 format version (4; 3 had a 40-byte entry per term and a
+//     8  u32 format version (5; 4 had a skip table entry per 64 postings,
+//            3 a 40-byte entry per term and a
 //            frozen bitmap for every list, 2 56-byte entries and a skip
 //            table and block maxima for every term, 1 no pair sections)
 //    12  u32 roaring tag (major*10000 + minor*100 + revision of CRoaring that
@@ -33,9 +34,10 @@
 //         chunk varints (high 16 bits, postings in it); a zero byte if
 //         needed to reach an even file offset; u16 low 16 bits per doc
 //         (Segment::Postings points roaring array containers at them);
-//       long list: skip table, u32 per block of 64 postings, the byte
-//         offset of the block's first posting in the positions;
-//         BlockMax[blocks] {u32 last_doc, u32 max_tf, u32 min_len, u32 0};
+//       long list: skip table, u32 per 16 postings (kPositionsStride),
+//         the byte offset of the first one's positions in the positions;
+//         BlockMax per block of 64 postings {u32 last_doc, u32 max_tf,
+//         u32 min_len, u32 0};
 //         zeros to the next 32-byte boundary; the frozen roaring bitmap of
 //         the doc numbers (bitmap_len bytes).
 //     A short list costs no alignment, no bitmap header and no fixed-size
@@ -217,16 +219,16 @@ bool FrozenReaderAgrees() {
 namespace {
 
 // The skip table of a posting list: the byte offset into `positions` of
-// every kPostingBlock-th posting, found by skipping each block's tf
-// varints, up to the last block start only.
+// every kPositionsStride-th posting, found by skipping each stride's tf
+// varints, up to the last stride start only.
 void AppendSkipTable(std::string& out, std::span<const uint32_t> tfs, const uint8_t* positions) {
   const size_t n = tfs.size();
   const uint8_t* p = positions;
-  for (size_t block = 0; block * kPostingBlock < n; ++block) {
+  for (size_t s = 0; s * kPositionsStride < n; ++s) {
     PutFixed<uint32_t>(out, static_cast<uint32_t>(p - positions));
-    if ((block + 1) * kPostingBlock >= n) break;
+    if ((s + 1) * kPositionsStride >= n) break;
     size_t varints = 0;
-    for (size_t i = block * kPostingBlock; i < (block + 1) * kPostingBlock; ++i) varints += tfs[i];
+    for (size_t i = s * kPositionsStride; i < (s + 1) * kPositionsStride; ++i) varints += tfs[i];
     p = SkipVarints(p, varints);
   }
 }
@@ -278,7 +280,7 @@ inline void DecodeHeader(const uint8_t* p, uint64_t list_off, TermEntry* e) {
 uint64_t BitmapOffset(const TermEntry& e) {
   const uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
   const uint64_t tables_end =
-      e.tfs_off + uint64_t{e.doc_freq} * e.tf_width + e.pos_len + (4 + sizeof(BlockMax)) * blocks;
+      e.tfs_off + uint64_t{e.doc_freq} * e.tf_width + e.pos_len + 4 * SkipEntries(e.doc_freq) + sizeof(BlockMax) * blocks;
   return (tables_end + 31) / 32 * 32;
 }
 
@@ -1090,11 +1092,18 @@ uint32_t DocReader::Read(uint32_t* out, uint32_t n) {
 }
 
 void Segment::Positions(uint32_t f, uint32_t i, uint32_t rank, std::vector<uint32_t>& out) const {
-  const TfArray tfs = Tfs(f, i);
-  const uint32_t block = rank / kPostingBlock;
-  const uint8_t* p = BlockPositions(f, i, block);
+  const TermEntry e = entry(f, i);
+  const TfArray tfs = Tfs(e);
+  const uint8_t* p = PositionsStart(e);
+  uint32_t r = 0;
+  if (const uint8_t* skips = SkipTable(e)) {
+    uint32_t off;
+    r = rank / kPositionsStride * kPositionsStride;
+    std::memcpy(&off, skips + 4 * uint64_t{rank / kPositionsStride}, 4);
+    p += off;
+  }
   uint32_t v;
-  for (uint32_t r = block * kPostingBlock; r < rank; ++r)
+  for (; r < rank; ++r)
     for (uint32_t k = tfs[r]; k > 0; --k) p = GetVarint(p, &v);
   out.clear();
   uint32_t acc = 0;

@@ -22,11 +22,17 @@
 
 namespace corvid::postings {
 
-inline constexpr uint32_t kSegmentFormatVersion = 4;
+inline constexpr uint32_t kSegmentFormatVersion = 5;
 // The frozen roaring layout is tied to the library version (DESIGN.md):
 // a segment written by another CRoaring is "unknown" and rebuilt.
 inline constexpr uint32_t kRoaringTag = ROARING_VERSION_MAJOR * 10000 + ROARING_VERSION_MINOR * 100 + ROARING_VERSION_REVISION;
-inline constexpr uint32_t kPostingBlock = 64;  // postings per skip/block-max entry
+inline constexpr uint32_t kPostingBlock = 64;  // postings per block-max entry
+// A long list's skip table has the positions offset of every
+// kPositionsStride-th posting: a phrase verifying a candidate skips the
+// positions of at most this many postings before it.
+inline constexpr uint32_t kPositionsStride = 16;
+// Entries in a long list's skip table.
+inline uint64_t SkipEntries(uint32_t doc_freq) { return (uint64_t{doc_freq} + kPositionsStride - 1) / kPositionsStride; }
 // A list of at most kPostingBlock postings (most terms of a segment) is
 // "short": its doc numbers are 16-bit low halves by chunk, not a frozen
 // roaring bitmap (no alignment, no bitmap header; segment.cc).
@@ -59,9 +65,9 @@ struct BlockMax {
 // frequencies, tf_width bytes each, in doc order, at tfs_off; then the
 // positions (pos_len bytes: per posting, tf varints of position deltas,
 // the first from 0). Short lists (doc_freq <= kShortList) then have their
-// doc numbers as chunk varints and u16 low halves; longer ones a skip table (u32 per block of
-// kPostingBlock postings: byte offset of its first posting in the
-// positions), BlockMax per block and a 32-byte aligned frozen roaring
+// doc numbers as chunk varints and u16 low halves; longer ones a skip table (u32 per
+// kPositionsStride postings: byte offset of the first one's positions),
+// BlockMax per block of kPostingBlock postings and a 32-byte aligned frozen roaring
 // bitmap of bitmap_len bytes. `whole` bounds the whole list (a short list
 // is one block: `whole` is its BlockMax).
 struct TermEntry {
@@ -373,14 +379,11 @@ class Segment {
   const uint8_t* PositionsStart(const TermEntry& e) const {
     return reinterpret_cast<const uint8_t*>(base() + e.tfs_off + uint64_t{e.doc_freq} * e.tf_width);
   }
-  // The positions of the first posting of block `block` (of kPostingBlock).
-  const uint8_t* BlockPositions(uint32_t f, uint32_t i, uint32_t block) const {
-    const TermEntry e = entry(f, i);
-    const uint8_t* p = PositionsStart(e);
-    if (block == 0) return p;
-    uint32_t skip;
-    std::memcpy(&skip, p + e.pos_len + 4 * uint64_t{block}, 4);
-    return p + skip;
+  // A long list's skip table (u32 per kPositionsStride postings: the
+  // offset of the first one's positions from PositionsStart); nullptr for
+  // a short list, whose positions are read from the start.
+  const uint8_t* SkipTable(const TermEntry& e) const {
+    return e.bitmap_len == 0 ? nullptr : PositionsStart(e) + e.pos_len;
   }
   // The list's BlockMax per block of kPostingBlock postings. A short list
   // has one, stored in its header: it is copied to `whole` and &whole is
@@ -391,8 +394,7 @@ class Segment {
       whole = e.whole;
       return &whole;
     }
-    const uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
-    return reinterpret_cast<const BlockMax*>(PositionsStart(e) + e.pos_len + 4 * blocks);
+    return reinterpret_cast<const BlockMax*>(PositionsStart(e) + e.pos_len + 4 * SkipEntries(e.doc_freq));
   }
   // If terms i and j of field f are both among its common terms (pairs.h),
   // sets *out to the documents where i is immediately followed by j and
