@@ -68,6 +68,20 @@ TEST_CASE("definition validation names the field", "[postings]") {
   CHECK(Def()->Fingerprint() != Def(R"({"type":"search","collection":"a","fields":{"t":{}}})")->Fingerprint());
 }
 
+// A definition's fingerprint names its segments on disk: when it changes,
+// every existing index of that definition rebuilds. It must change when
+// the terms an analyzer stores change (its revision: "folding" is at 2,
+// ø → o and friends), and must not change otherwise. Pinned values: a
+// change here is a deliberate rebuild of users' indexes.
+TEST_CASE("definition fingerprints: pinned, and an analyzer revision changes them", "[postings]") {
+  const auto standard = Def(R"({"type":"search","collection":"a","fields":{"t":{}}})");
+  const auto folding = Def(R"({"type":"search","collection":"a","fields":{"t":{"analyzer":"folding"}}})");
+  CHECK(standard->Fingerprint() == 16432280050948639561ull);
+  CHECK(standard->Fingerprint() == Fnv1a("search|a|t:0:standard:1.000000:0;"));  // revision 1 adds nothing
+  CHECK(folding->Fingerprint() == 15574743535756568409ull);
+  CHECK(folding->Fingerprint() != Fnv1a("search|a|t:0:folding:1.000000:0;"));  // what revision 1 had
+}
+
 TEST_CASE("ISO-8601 dates", "[postings]") {
   CHECK(*ParseIsoDate("1970-01-01") == 0);
   CHECK(*ParseIsoDate("1970-01-02T00:00:00Z") == 86400000.0);
