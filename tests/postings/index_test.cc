@@ -707,5 +707,56 @@ TEST_CASE("request errors", "[postings]") {
   CHECK_THAT(err(r), Catch::Contains("filter: "));
 }
 
+// Random query soup (syntax characters, operators, field names, numbers,
+// dates, multi-byte and invalid UTF-8) through the whole query path: every
+// query either answers, or fails with InvalidArgument (a 400) whose
+// message names an offset inside the query. Under ASan
+// this is also the parser's and compiler's memory-safety check.
+TEST_CASE("random queries answer or fail with a clear error", "[postings]") {
+  Fixture fx;
+  fx.store.Put("1", R"({"title": "The quick brown fox", "body": "jumps over the lazy dogs", "tags": ["animal", "fast"], "score": 5, "createdAt": "2024-01-02"})");
+  fx.store.Put("2", R"({"title": "Lazy afternoon", "body": "a dog sleeping in the sun", "tags": "animal", "score": 7.5})");
+  fx.store.Put("3", R"({"title": "Zoë's café", "body": "東京の天気 und Straße", "author": {"name": "Zoë Quick"}})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  const std::vector<std::string> pieces = {
+      "quick", "fox", "dog", "la", "zo", "東京", "Straße", "\xff", "\xc3", "é", " ", " ", " ", "(", ")", "\"",
+      ":", "*", "~", "~1", "~3", "^", "^2", "^0", "[", "]", "{", "}", "+", "-", "!", "?", "\\", "/", "&&", "||",
+      "AND", "OR", "NOT", "TO", "title:", "body:", "tags:", "score:", "createdAt:", "author.name:", "nofield:",
+      "1", "2.5", "-3", "1e309", "nan", "2024", "2024-01-02", "2024-13", "T10:00", "0x10"};
+  const std::vector<std::string> words = {"quick ", "fox ", " dog", " lazy ", "title:fox ", "sleep* ", "dgo~ "};
+  std::mt19937 rng(12345);
+  std::uniform_int_distribution<size_t> len(1, 12), pick(0, pieces.size() - 1);
+  size_t answered = 0, failed = 0;
+  for (int i = 0; i < 4000; ++i) {
+    std::string q;
+    for (size_t n = len(rng); n > 0; --n) q += rng() % 2 == 0 ? words[rng() % words.size()] : pieces[pick(rng)];
+    for (DefaultOperator op : {DefaultOperator::kOr, DefaultOperator::kAnd}) {
+      SearchRequest r;
+      r.q = q;
+      r.op = op;
+      r.limit = 5;
+      r.highlight = {"body"};
+      r.facets = {"tags"};
+      auto res = fx.idx->Search(r);
+      if (res.ok()) {
+        ++answered;
+        continue;
+      }
+      ++failed;
+      INFO("query: " << q);
+      CHECK(res.status().code() == StatusCode::kInvalidArgument);
+      const std::string& m = res.status().message();
+      CHECK(!m.empty());
+      const size_t at = m.rfind(" at offset ");  // API.md: a syntax error is a 400 with the offset
+      REQUIRE(at != std::string::npos);
+      CHECK(std::stoul(m.substr(at + 11)) <= q.size());
+    }
+  }
+  // The soup reaches the searcher, not only the parser's errors.
+  INFO("answered " << answered << ", failed " << failed);
+  CHECK(answered > 1000);
+  CHECK(failed > 1000);
+}
+
 }  // namespace
 }  // namespace corvid::postings
