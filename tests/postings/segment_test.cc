@@ -105,8 +105,8 @@ TEST_CASE("segment round trip", "[postings]") {
   }
 
   SECTION("a segment of another format version is unknown") {
-    // Format 3 (40-byte entries, a frozen bitmap for every list) must not
-    // be read as format 4: the version is checked before anything else.
+    // Format 4 (a skip entry per 64 postings) must not be read as format
+    // 5: the version is checked before anything else.
     for (uint32_t version : {kSegmentFormatVersion - 1, kSegmentFormatVersion + 1}) {
       std::string other = image;
       std::memcpy(other.data() + 8, &version, 4);
