@@ -1,7 +1,7 @@
 // RankCursor: the rank (number of smaller members) of increasing documents
 // in a roaring bitmap, by walking its containers incrementally. A posting
 // list's term frequencies are indexed by rank, and its positions by
-// stride of ranks (Segment::SkipTable), so a query
+// stride of ranks (Segment::SkipTo), so a query
 // that already knows its candidate documents (phrase verification, scoring
 // a final match set) can reach a posting without decoding the list's doc
 // numbers block by block. Reads CRoaring's container structs directly: the

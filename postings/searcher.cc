@@ -396,7 +396,7 @@ class PostingCursor {
     bm_ = seg.Postings(field, ti);
     blocks_ = seg.Blocks(field, ti, whole_);
     df_ = seg.entry(field, ti).doc_freq;
-    nblocks_ = (df_ + kPostingBlock - 1) / kPostingBlock;
+    nblocks_ = static_cast<uint32_t>(BlockCount(df_));
     tfs_ = seg.Tfs(field, ti);
     roaring_init_iterator(bm_.get(), &it_);
     LoadBlock(0);
@@ -460,28 +460,18 @@ class PostingCursor {
 };
 
 // The encoded positions of one term's postings by rank (from a RankCursor
-// over its bitmap): the skip table (Segment::SkipTable) gives the start of
-// the nearest kPositionsStride-th posting at or before the rank, then the
-// postings in between are skipped (tf varints each). Increasing ranks
-// continue from the previous posting when that is nearer.
+// over its bitmap): Segment::SkipTo gives the start of the nearest posting
+// the skip table reaches, then the postings in between are skipped (tf
+// varints each). Increasing ranks continue from the previous posting when
+// that is nearer.
 class PositionReader {
  public:
-  PositionReader(const Segment& seg, uint32_t field, uint32_t ti) {
-    const TermEntry e = seg.entry(field, ti);  // decoded once, not per posting
-    tfs_ = seg.Tfs(e);
-    start_ = ptr_ = seg.PositionsStart(e);
-    skips_ = seg.SkipTable(e);
-  }
+  PositionReader(const Segment& seg, uint32_t field, uint32_t ti)
+      : seg_(seg), e_(seg.entry(field, ti)), tfs_(seg.Tfs(e_)) {}  // the header decoded once
   uint32_t tf(uint32_t rank) const { return tfs_[rank]; }
   // Posting `rank`'s positions: tf(rank) varint deltas from 0.
   const uint8_t* Begin(uint32_t rank) {
-    const uint32_t stride = skips_ == nullptr ? 0 : rank / kPositionsStride;
-    if (at_ > rank || at_ < stride * kPositionsStride) {
-      uint32_t off = 0;
-      if (stride > 0) std::memcpy(&off, skips_ + 4 * uint64_t{stride}, 4);
-      ptr_ = start_ + off;
-      at_ = stride * kPositionsStride;
-    }
+    if (ptr_ == nullptr || at_ > rank || at_ < Segment::SkipFrom(e_, rank)) ptr_ = seg_.SkipTo(e_, rank, &at_);
     if (at_ < rank) {
       size_t skip = 0;
       for (; at_ < rank; ++at_) skip += tfs_[at_];
@@ -504,10 +494,10 @@ class PositionReader {
   }
 
  private:
+  const Segment& seg_;
+  TermEntry e_;
   TfArray tfs_;
-  const uint8_t* start_;          // the list's positions
-  const uint8_t* skips_;          // its skip table, nullptr for a short list
-  const uint8_t* ptr_;            // start of posting at_'s positions
+  const uint8_t* ptr_ = nullptr;  // start of posting at_'s positions
   uint32_t at_ = 0;
 };
 
@@ -1108,7 +1098,7 @@ void MaxScoreSegment(const std::vector<FlatTerm>& flat, size_t k, const Snapshot
     t.lens = seg.lengths(a.field);
     t.order = o;
     t.ub = 0;
-    uint32_t nb = (seg.entry(a.field, static_cast<uint32_t>(ti)).doc_freq + kPostingBlock - 1) / kPostingBlock;
+    const uint64_t nb = BlockCount(seg.entry(a.field, static_cast<uint32_t>(ti)).doc_freq);
     for (uint32_t b = 0; b < nb; ++b) t.ub = std::max(t.ub, BlockBound(t.weight, t.idf, t.blocks[b], t.avg));
     ts.push_back(std::move(t));
   }
@@ -1278,7 +1268,7 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
   for (const Alt* a : alts) {
     const int64_t ti = a->SegScoreTerm(k, 0);
     if (ti >= 0)
-      max_blocks = std::max<uint64_t>(max_blocks, (seg.entry(a->field, static_cast<uint32_t>(ti)).doc_freq + kPostingBlock - 1) / kPostingBlock);
+      max_blocks = std::max(max_blocks, BlockCount(seg.entry(a->field, static_cast<uint32_t>(ti)).doc_freq));
   }
   if (roaring_bitmap_get_cardinality(final_bm) <= max_blocks) {
     ScoreByRank(alts, k, seg, norms, final_bm, top);

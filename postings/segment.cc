@@ -278,9 +278,8 @@ inline void DecodeHeader(const uint8_t* p, uint64_t list_off, TermEntry* e) {
 // Where a long list's frozen bitmap starts: after its skip table and block
 // maxima, at the next 32-byte boundary.
 uint64_t BitmapOffset(const TermEntry& e) {
-  const uint64_t blocks = (uint64_t{e.doc_freq} + kPostingBlock - 1) / kPostingBlock;
-  const uint64_t tables_end =
-      e.tfs_off + uint64_t{e.doc_freq} * e.tf_width + e.pos_len + 4 * SkipEntries(e.doc_freq) + sizeof(BlockMax) * blocks;
+  const uint64_t tables_end = e.tfs_off + uint64_t{e.doc_freq} * e.tf_width + e.pos_len + 4 * SkipEntries(e.doc_freq) +
+                              sizeof(BlockMax) * BlockCount(e.doc_freq);
   return (tables_end + 31) / 32 * 32;
 }
 
@@ -1094,14 +1093,8 @@ uint32_t DocReader::Read(uint32_t* out, uint32_t n) {
 void Segment::Positions(uint32_t f, uint32_t i, uint32_t rank, std::vector<uint32_t>& out) const {
   const TermEntry e = entry(f, i);
   const TfArray tfs = Tfs(e);
-  const uint8_t* p = PositionsStart(e);
-  uint32_t r = 0;
-  if (const uint8_t* skips = SkipTable(e)) {
-    uint32_t off;
-    r = rank / kPositionsStride * kPositionsStride;
-    std::memcpy(&off, skips + 4 * uint64_t{rank / kPositionsStride}, 4);
-    p += off;
-  }
+  uint32_t r;
+  const uint8_t* p = SkipTo(e, rank, &r);
   uint32_t v;
   for (; r < rank; ++r)
     for (uint32_t k = tfs[r]; k > 0; --k) p = GetVarint(p, &v);

@@ -31,8 +31,9 @@ inline constexpr uint32_t kPostingBlock = 64;  // postings per block-max entry
 // kPositionsStride-th posting: a phrase verifying a candidate skips the
 // positions of at most this many postings before it.
 inline constexpr uint32_t kPositionsStride = 16;
-// Entries in a long list's skip table.
+// Entries in a long list's skip table, and its blocks (of kPostingBlock).
 inline uint64_t SkipEntries(uint32_t doc_freq) { return (uint64_t{doc_freq} + kPositionsStride - 1) / kPositionsStride; }
+inline uint64_t BlockCount(uint32_t doc_freq) { return (uint64_t{doc_freq} + kPostingBlock - 1) / kPostingBlock; }
 // A list of at most kPostingBlock postings (most terms of a segment) is
 // "short": its doc numbers are 16-bit low halves by chunk, not a frozen
 // roaring bitmap (no alignment, no bitmap header; segment.cc).
@@ -379,11 +380,23 @@ class Segment {
   const uint8_t* PositionsStart(const TermEntry& e) const {
     return reinterpret_cast<const uint8_t*>(base() + e.tfs_off + uint64_t{e.doc_freq} * e.tf_width);
   }
-  // A long list's skip table (u32 per kPositionsStride postings: the
-  // offset of the first one's positions from PositionsStart); nullptr for
-  // a short list, whose positions are read from the start.
-  const uint8_t* SkipTable(const TermEntry& e) const {
-    return e.bitmap_len == 0 ? nullptr : PositionsStart(e) + e.pos_len;
+  // Where reading the positions of posting `rank` of list `e` starts: the
+  // nearest posting at or before it that the skip table reaches (a long
+  // list has an entry per kPositionsStride postings: the offset of that
+  // posting's positions from PositionsStart; a short list none, so it is
+  // posting 0). Sets *from to that posting's rank; the postings from
+  // there to `rank` are then skipped, tf varints each.
+  const uint8_t* SkipTo(const TermEntry& e, uint32_t rank, uint32_t* from) const {
+    const uint8_t* p = PositionsStart(e);
+    *from = SkipFrom(e, rank);
+    if (*from == 0) return p;
+    uint32_t off;
+    std::memcpy(&off, p + e.pos_len + 4 * uint64_t{*from / kPositionsStride}, 4);
+    return p + off;
+  }
+  // The rank SkipTo(e, rank) starts from, without reading the table.
+  static uint32_t SkipFrom(const TermEntry& e, uint32_t rank) {
+    return e.bitmap_len == 0 ? 0 : rank / kPositionsStride * kPositionsStride;
   }
   // The list's BlockMax per block of kPostingBlock postings. A short list
   // has one, stored in its header: it is copied to `whole` and &whole is
