@@ -127,13 +127,17 @@ struct Fixture {
     REQUIRE(r.ok());
     idx = std::move(r).value();
   }
+  // Runs r; an error fails the test.
+  SearchResult Run(const SearchRequest& r) {
+    auto res = idx->Search(r);
+    REQUIRE(res.ok());
+    return *std::move(res);
+  }
   SearchResult Q(const std::string& q, size_t limit = 100) {
     SearchRequest r;
     r.q = q;
     r.limit = limit;
-    auto res = idx->Search(r);
-    REQUIRE(res.ok());
-    return *res;
+    return Run(r);
   }
   std::vector<std::string> Ids(const std::string& q) {
     std::vector<std::string> out;
@@ -417,9 +421,8 @@ TEST_CASE("highlight fragments end between words, or at a character in text with
   r.q = "needle";
   r.highlight = {"body"};
   r.fetch_document = fx.store.Fetcher();
-  auto res = fx.idx->Search(r);
-  REQUIRE(res.ok());
-  auto hits = ParseHits(res->hits_json);
+  auto res = fx.Run(r);
+  auto hits = ParseHits(res.hits_json);
   REQUIRE(hits.size() == 2);
   for (const auto& h : hits) {
     INFO(h.id);
@@ -455,34 +458,32 @@ TEST_CASE("sort, facets, fields, highlights, filter", "[postings]") {
   r.sort = "-score";
   r.facets = {"tags"};
   r.fetch_document = fx.store.Fetcher();
-  auto res = fx.idx->Search(r);
-  REQUIRE(res.ok());
-  auto hits = ParseHits(res->hits_json);
+  auto res = fx.Run(r);
+  auto hits = ParseHits(res.hits_json);
   REQUIRE(hits.size() == 3);
   CHECK(hits[0].id == "b");
   CHECK(hits[1].id == "a");
   CHECK(hits[2].id == "c");
-  CHECK(res->facets_json == R"({"tags":{"fruit":2,"red":2,"car":1,"green":1}})");
-  CHECK_THAT(res->hits_json, Catch::Contains(R"("fields":{"title":"green apple","score":9})"));
+  CHECK(res.facets_json == R"({"tags":{"fruit":2,"red":2,"car":1,"green":1}})");
+  CHECK_THAT(res.hits_json, Catch::Contains(R"("fields":{"title":"green apple","score":9})"));
   r.sort = "tags";
-  res = fx.idx->Search(r);
-  hits = ParseHits(res->hits_json);
+  res = fx.Run(r);
+  hits = ParseHits(res.hits_json);
   CHECK(hits[0].id == "c");  // "car" < "fruit"
   r.sort = "";
   r.fields = std::vector<std::string>{"tags"};
   r.highlight = {"body"};
   r.q = "apple";
-  res = fx.idx->Search(r);
-  REQUIRE(res.ok());
-  hits = ParseHits(res->hits_json);
+  res = fx.Run(r);
+  hits = ParseHits(res.hits_json);
   REQUIRE(hits.size() == 2);
   for (auto& h : hits) {
     REQUIRE(!h.highlights.empty());
     CHECK_THAT(h.highlights[0], Catch::Contains("<em>"));
   }
-  CHECK_THAT(res->hits_json, Catch::Contains("<em>apple</em>"));
-  CHECK_THAT(res->hits_json, Catch::Contains("<em>Apples</em>"));
-  CHECK_THAT(res->hits_json, Catch::Contains(R"("fields":{"tags":["fruit")"));
+  CHECK_THAT(res.hits_json, Catch::Contains("<em>apple</em>"));
+  CHECK_THAT(res.hits_json, Catch::Contains("<em>Apples</em>"));
+  CHECK_THAT(res.hits_json, Catch::Contains(R"("fields":{"tags":["fruit")"));
   // Filter restricts without scoring.
   SearchRequest f;
   f.q = "apple";
@@ -547,10 +548,9 @@ TEST_CASE("multi-valued sort keys: smallest ascending, largest descending", "[po
     SearchRequest r;
     r.q = "title:x";
     r.sort = sort;
-    auto res = fx.idx->Search(r);
-    REQUIRE(res.ok());
+    auto res = fx.Run(r);
     std::string out;
-    for (auto& h : ParseHits(res->hits_json)) out += h.id;
+    for (auto& h : ParseHits(res.hits_json)) out += h.id;
     return out;
   };
   CHECK(order("score") == "acbd");   // 21, 25, 30; missing last
@@ -662,10 +662,9 @@ TEST_CASE("stored fields at paths through arrays of objects", "[postings]") {
   r.sort = "-score";
   r.fields = std::vector<std::string>{"author.name", "meta.y", "meta.none"};
   r.fetch_document = fx.store.Fetcher();
-  auto res = fx.idx->Search(r);
-  REQUIRE(res.ok());
-  CHECK_THAT(res->hits_json, Catch::Contains(R"("fields":{"author.name":["Blue door","fox to"]})"));
-  CHECK_THAT(res->hits_json, Catch::Contains(R"("fields":{"author.name":"Ann","meta.y":[1,2,3]})"));
+  auto res = fx.Run(r);
+  CHECK_THAT(res.hits_json, Catch::Contains(R"("fields":{"author.name":["Blue door","fox to"]})"));
+  CHECK_THAT(res.hits_json, Catch::Contains(R"("fields":{"author.name":"Ann","meta.y":[1,2,3]})"));
   // The field is searchable at the same path.
   CHECK(fx.Ids("author.name:fox") == std::vector<std::string>{"a"});
 }
