@@ -37,6 +37,7 @@
 #include <unordered_set>
 
 #include "postings/fuzzy.h"
+#include "postings/parallel.h"
 #include "postings/query_parser.h"
 #include "postings/rank_cursor.h"
 #include "postings/snapshot.h"
@@ -268,116 +269,147 @@ class Compiler {
       return n;
     }
     n->kind = CNode::Kind::kLeaf;
+    if (q.kind == K::kPrefix || q.kind == K::kFuzzy) {
+      Expand(q, fields, boost, *n);  // a word no dictionary has: a leaf that matches nothing
+      if (fields.empty()) n->kind = CNode::Kind::kDropped;
+      return n;
+    }
     bool any_tokens = false;
     std::vector<std::pair<const analyzers::Analyzer*, VectorSink>> analyzed;  // the text, once per analyzer
     for (const FieldDef* f : fields) {
       double w = boost * f->boost;
-      if (q.kind == K::kTerm || q.kind == K::kPhrase) {
-        auto same = std::find_if(analyzed.begin(), analyzed.end(), [&](const auto& e) { return e.first == f->analyzer; });
-        if (same == analyzed.end()) {
-          analyzed.emplace_back(f->analyzer, VectorSink());
-          Status st = f->analyzer->Analyze(q.text, analyzed.back().second);
-          if (!st.ok()) return st;
-          same = analyzed.end() - 1;
-        }
-        const VectorSink& sink = same->second;
-        if (sink.terms.empty()) continue;
-        any_tokens = true;
-        Alt a;
-        a.field = f->slot;
-        a.weight = w;
-        a.slop = q.kind == K::kPhrase ? q.slop : 0;
-        for (size_t i = 0; i < sink.terms.size(); ++i) {
-          a.terms.push_back(sink.terms[i]);
-          a.rel.push_back(sink.positions[i] - sink.positions[0]);
-        }
-        AddAlt(*n, std::move(a));
-      } else {
-        std::string t = NormalizeMultiTermText(*f, q.text);
-        any_tokens = true;
-        // Per segment, the dictionary indexes of the matching terms, in
-        // dictionary (bytewise) order.
-        const size_t ns = snap_.segments.size();
-        std::vector<std::vector<uint32_t>> found(ns);
-        for (size_t k = 0; k < ns; ++k) {
-          const Segment& seg = *snap_.segments[k].segment;
-          if (q.kind == K::kPrefix) {
-            for (uint32_t i = seg.LowerBound(f->slot, t); i < seg.term_count(f->slot); ++i) {
-              if (!seg.term(f->slot, i).starts_with(t)) break;
-              found[k].push_back(i);
-            }
-          } else {
-            ForEachFuzzyTerm(seg, f->slot, t, q.edits, [&](uint32_t i) { found[k].push_back(i); });
-          }
-        }
-        // Merged into distinct terms, each with its index in every segment
-        // (index[term * ns + k]; laid out by segment below).
-        Alt a;
-        a.field = f->slot;
-        a.weight = w;
-        a.any = true;
-        std::vector<size_t> at(ns, 0);
-        std::vector<int64_t> index;
-        for (;;) {
-          std::string_view least;
-          bool any = false;
-          for (size_t k = 0; k < ns; ++k) {
-            if (at[k] == found[k].size()) continue;
-            std::string_view term = snap_.segments[k].segment->term(f->slot, found[k][at[k]]);
-            if (!any || term < least) least = term;
-            any = true;
-          }
-          if (!any) break;
-          for (size_t k = 0; k < ns; ++k) {
-            const bool has = at[k] < found[k].size() && snap_.segments[k].segment->term(f->slot, found[k][at[k]]) == least;
-            index.push_back(has ? static_cast<int64_t>(found[k][at[k]++]) : -1);
-          }
-          a.terms.emplace_back(least);
-        }
-        if (a.terms.empty()) continue;
-        a.seg_terms.resize(index.size());
-        for (size_t i = 0; i < a.terms.size(); ++i)
-          for (size_t k = 0; k < ns; ++k) a.seg_terms[k * a.terms.size() + i] = index[i * ns + k];
-        AddAlt(*n, std::move(a));
+      auto same = std::find_if(analyzed.begin(), analyzed.end(), [&](const auto& e) { return e.first == f->analyzer; });
+      if (same == analyzed.end()) {
+        analyzed.emplace_back(f->analyzer, VectorSink());
+        Status st = f->analyzer->Analyze(q.text, analyzed.back().second);
+        if (!st.ok()) return st;
+        same = analyzed.end() - 1;
       }
+      const VectorSink& sink = same->second;
+      if (sink.terms.empty()) continue;
+      any_tokens = true;
+      Alt a;
+      a.field = f->slot;
+      a.weight = w;
+      a.slop = q.kind == K::kPhrase ? q.slop : 0;
+      for (size_t i = 0; i < sink.terms.size(); ++i) {
+        a.terms.push_back(sink.terms[i]);
+        a.rel.push_back(sink.positions[i] - sink.positions[0]);
+      }
+      AddAlt(*n, std::move(a));
     }
     if (!any_tokens) n->kind = CNode::Kind::kDropped;
     return n;
   }
 
  private:
-  // Resolves a's terms in every segment (unless an expansion already did:
-  // its seg_terms are filled) and computes their idf.
-  void AddAlt(CNode& n, Alt a) {
-    if (!a.any) {
-      for (const auto& t : a.terms)
-        if (std::find(a.score_terms.begin(), a.score_terms.end(), t) == a.score_terms.end()) a.score_terms.push_back(t);
-      if (a.score_terms.size() == a.terms.size()) a.score_terms.clear();  // no repeats: score terms are `terms`
+  // A prefix or fuzzy word: per field, one Alt (`any`) of the dictionary
+  // terms it matches in any segment. The dictionaries are searched, and
+  // the matches' live document frequencies read, one piece per field and
+  // segment, in parallel (a short prefix matches hundreds of terms, whose
+  // list headers are cache misses); the pieces are merged here.
+  void Expand(const QueryNode& q, const std::vector<const FieldDef*>& fields, double boost, CNode& n) {
+    const size_t ns = snap_.segments.size();
+    std::vector<std::string> text(fields.size());
+    for (size_t fi = 0; fi < fields.size(); ++fi) text[fi] = NormalizeMultiTermText(*fields[fi], q.text);
+    struct Found {
+      std::vector<uint32_t> terms;  // dictionary indexes, in dictionary (bytewise) order
+      std::vector<uint64_t> df;     // their live document frequencies
+    };
+    std::vector<Found> found(fields.size() * ns);
+    auto piece = [&](size_t p) {
+      const size_t fi = p / ns, k = p % ns;
+      const SegmentState& s = snap_.segments[k];
+      const Segment& seg = *s.segment;
+      const uint32_t slot = fields[fi]->slot;
+      const std::string& t = text[fi];
+      Found& out = found[p];
+      if (q.kind == QueryNode::Kind::kPrefix) {
+        for (uint32_t i = seg.LowerBound(slot, t); i < seg.term_count(slot) && seg.term(slot, i).starts_with(t); ++i)
+          out.terms.push_back(i);
+      } else {
+        ForEachFuzzyTerm(seg, slot, t, q.edits, [&](uint32_t i) { out.terms.push_back(i); });
+      }
+      out.df.reserve(out.terms.size());
+      for (uint32_t i : out.terms) out.df.push_back(LiveDocFreq(s, slot, i));
+    };
+    ParallelFor(found.size(), piece);
+    for (size_t fi = 0; fi < fields.size(); ++fi) {
+      // Merged into distinct terms, each with its index in every segment
+      // (index[term * ns + k]; laid out by segment below).
+      const uint32_t slot = fields[fi]->slot;
+      const Found* seg_found = found.data() + fi * ns;
+      Alt a;
+      a.field = slot;
+      a.weight = boost * fields[fi]->boost;
+      a.any = true;
+      std::vector<size_t> at(ns, 0);
+      std::vector<int64_t> index;
+      std::vector<uint64_t> df;
+      for (;;) {
+        std::string_view least;
+        bool any = false;
+        for (size_t k = 0; k < ns; ++k) {
+          if (at[k] == seg_found[k].terms.size()) continue;
+          std::string_view term = snap_.segments[k].segment->term(slot, seg_found[k].terms[at[k]]);
+          if (!any || term < least) least = term;
+          any = true;
+        }
+        if (!any) break;
+        uint64_t n = 0;
+        for (size_t k = 0; k < ns; ++k) {
+          const Found& f = seg_found[k];
+          const bool has = at[k] < f.terms.size() && snap_.segments[k].segment->term(slot, f.terms[at[k]]) == least;
+          index.push_back(has ? static_cast<int64_t>(f.terms[at[k]]) : -1);
+          if (has) n += f.df[at[k]++];
+        }
+        a.terms.emplace_back(least);
+        df.push_back(n);
+      }
+      if (a.terms.empty()) continue;
+      a.seg_terms.resize(index.size());
+      for (size_t i = 0; i < a.terms.size(); ++i)
+        for (size_t k = 0; k < ns; ++k) a.seg_terms[k * a.terms.size() + i] = index[i * ns + k];
+      SetIdf(a, df);
+      n.alts.push_back(std::move(a));
     }
+  }
+
+  // Documents of segment s that contain term ti of field f and are live.
+  static uint64_t LiveDocFreq(const SegmentState& s, uint32_t f, uint32_t ti) {
+    uint64_t n = s.segment->entry(f, ti).doc_freq;
+    if (s.deleted_count > 0) {
+      auto bm = s.segment->Postings(f, ti);
+      n -= roaring_bitmap_and_cardinality(bm.get(), s.deleted.get());
+    }
+    return n;
+  }
+
+  void SetIdf(Alt& a, const std::vector<uint64_t>& df) {
+    const double N = static_cast<double>(snap_.with_tokens[a.field]);
+    a.idf.reserve(df.size());
+    for (uint64_t n : df) a.idf.push_back(std::log(1.0 + (N - n + 0.5) / (n + 0.5)));
+  }
+
+  // Resolves a's terms in every segment and computes their idf.
+  void AddAlt(CNode& n, Alt a) {
+    for (const auto& t : a.terms)
+      if (std::find(a.score_terms.begin(), a.score_terms.end(), t) == a.score_terms.end()) a.score_terms.push_back(t);
+    if (a.score_terms.size() == a.terms.size()) a.score_terms.clear();  // no repeats: score terms are `terms`
     const size_t ns = snap_.segments.size();
     const size_t nscore = a.ScoreTerms().size();
-    const bool resolve = a.seg_terms.empty();
     a.seg_terms.reserve(ns * a.terms.size());
     std::vector<uint64_t> df(nscore, 0);
     for (size_t k = 0; k < ns; ++k) {
       const SegmentState& s = snap_.segments[k];
-      if (resolve)
-        for (const auto& t : a.terms) a.seg_terms.push_back(s.segment->FindTerm(a.field, t));
+      for (const auto& t : a.terms) a.seg_terms.push_back(s.segment->FindTerm(a.field, t));
       for (const auto& t : a.score_terms) a.seg_score_terms.push_back(s.segment->FindTerm(a.field, t));
       for (size_t i = 0; i < nscore; ++i) {
         const int64_t ti = a.SegScoreTerm(k, i);
-        if (ti < 0) continue;
-        uint64_t n = s.segment->entry(a.field, static_cast<uint32_t>(ti)).doc_freq;
-        if (s.deleted_count > 0) {
-          auto bm = s.segment->Postings(a.field, static_cast<uint32_t>(ti));
-          n -= roaring_bitmap_and_cardinality(bm.get(), s.deleted.get());
-        }
-        df[i] += n;
+        if (ti >= 0) df[i] += LiveDocFreq(s, a.field, static_cast<uint32_t>(ti));
       }
     }
-    const double N = static_cast<double>(snap_.with_tokens[a.field]);
-    a.idf.reserve(df.size());
-    for (uint64_t n : df) a.idf.push_back(std::log(1.0 + (N - n + 0.5) / (n + 0.5)));
+    SetIdf(a, df);
     n.alts.push_back(std::move(a));
   }
 
@@ -1597,14 +1629,20 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   // matches itself, without the union Eval would build.
   const bool accumulate = use_maxscore && flat.size() > kMaxScoreTerms && req.facets.empty();
   Norms norms(snap);
-  for (size_t k = 0; k < snap.segments.size(); ++k) {
-    const SegmentState& s = snap.segments[k];
-    const Segment& seg = *s.segment;
-    SegEval ev;
-    ev.s = &s;
-    ev.node_bm.resize(comp.node_count());
-    ev.alt_bm.resize(comp.node_count());
-    if (accumulate) {
+  if (accumulate) {
+    // Term-at-a-time over each segment, the segments in parallel (each
+    // piece with its own top-k, merged after: the order is the same).
+    struct Piece {
+      uint64_t total = 0;
+      std::vector<TopEntry> top;
+    };
+    std::vector<Piece> pieces(snap.segments.size());
+    auto piece = [&](size_t k) {
+      const SegmentState& s = snap.segments[k];
+      SegEval ev;
+      ev.s = &s;
+      ev.node_bm.resize(comp.node_count());
+      ev.alt_bm.resize(comp.node_count());
       std::vector<const roaring_bitmap_t*> drop;
       if (s.deleted_count > 0) drop.push_back(s.deleted.get());
       for (const auto& [occ, c] : (**root).clauses)
@@ -1617,9 +1655,24 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
         fev.alt_bm.resize(filter_nodes);
         keep = Eval(*filter, k, fev);
       }
-      result.total += AccumulateSegment(flat, k, snap, norms, keep, drop, topk);
-      continue;
+      Norms piece_norms(snap);
+      TopK top(want);
+      pieces[k].total = AccumulateSegment(flat, k, snap, piece_norms, keep, drop, top);
+      pieces[k].top = std::move(top).Sorted();
+    };
+    ParallelFor(pieces.size(), piece);
+    for (Piece& p : pieces) {
+      result.total += p.total;
+      for (const TopEntry& e : p.top) topk.Offer(e);
     }
+  }
+  for (size_t k = 0; k < snap.segments.size() && !accumulate; ++k) {
+    const SegmentState& s = snap.segments[k];
+    const Segment& seg = *s.segment;
+    SegEval ev;
+    ev.s = &s;
+    ev.node_bm.resize(comp.node_count());
+    ev.alt_bm.resize(comp.node_count());
     const roaring_bitmap_t* matches = Eval(**root, k, ev);
     // The final matches: the query's, restricted by the filter and deletes.
     const bool restricted = filter != nullptr || s.deleted_count > 0;

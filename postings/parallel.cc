@@ -1,0 +1,135 @@
+#include "postings/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CORVID_PAUSE() _mm_pause()
+#else
+#define CORVID_PAUSE() ((void)0)
+#endif
+
+namespace corvid::postings {
+namespace {
+
+// After its last piece a helper polls for this long before it sleeps: a
+// query that follows soon after finds it awake (a futex wake costs tens of
+// microseconds, a whole piece of a fast query).
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+class Helpers {
+ public:
+  Helpers() {
+    const unsigned cores = std::thread::hardware_concurrency();
+    const unsigned n = cores > 1 ? std::min(cores - 1, 7u) : 0;
+    for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  ~Helpers() {
+    {
+      std::lock_guard lock(mu_);
+      stop_.store(true);
+      Publish(0);  // wakes the sleepers, which then see stop_
+    }
+    for (auto& t : threads_) t.join();
+  }
+
+  void Run(size_t n, void (*fn)(void*, size_t), void* ctx) {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock() || threads_.empty() || n < 2) {
+      for (size_t i = 0; i < n; ++i) fn(ctx, i);
+      return;
+    }
+    fn_ = fn;
+    ctx_ = ctx;
+    done_.store(0, std::memory_order_relaxed);
+    const uint64_t epoch = Publish(n);
+    uint32_t mine = 0;
+    for (size_t i; Claim(epoch, &i); ++mine) fn(ctx, i);
+    // Pieces a helper claimed are running: wait for them.
+    for (uint32_t spins = 0; done_.load(std::memory_order_acquire) + mine < n; ++spins) {
+      if (spins < 4096)
+        CORVID_PAUSE();
+      else
+        std::this_thread::yield();
+    }
+  }
+
+ private:
+  // word_: epoch (32 bits) | pieces (16) | next unclaimed piece (16). A
+  // claim is one CAS on the whole word, so a helper that still holds an
+  // old epoch can never claim a piece of a newer query.
+  static uint64_t Epoch(uint64_t w) { return w >> 32; }
+
+  // Starts a new epoch of n pieces (mu_ held) and wakes sleeping helpers.
+  uint64_t Publish(size_t n) {
+    const uint64_t epoch = Epoch(word_.load(std::memory_order_relaxed)) + 1;
+    word_.store(epoch << 32 | uint64_t{n} << 16, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) word_.notify_all();
+    return epoch;
+  }
+
+  bool Claim(uint64_t epoch, size_t* i) {
+    uint64_t w = word_.load(std::memory_order_acquire);
+    for (;;) {
+      const uint64_t next = w & 0xffff, n = (w >> 16) & 0xffff;
+      if (Epoch(w) != epoch || next >= n) return false;
+      if (word_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        *i = next;
+        return true;
+      }
+    }
+  }
+
+  void Loop() {
+    uint64_t seen = Epoch(word_.load(std::memory_order_acquire));
+    for (;;) {
+      uint64_t w = word_.load(std::memory_order_acquire);
+      if (Epoch(w) == seen) {
+        const auto until = std::chrono::steady_clock::now() + kSpin;
+        for (uint32_t spins = 1; Epoch(w) == seen; ++spins) {
+          CORVID_PAUSE();
+          w = word_.load(std::memory_order_acquire);
+          if (spins % 64 == 0 && std::chrono::steady_clock::now() > until) break;
+        }
+        if (Epoch(w) == seen) {
+          sleepers_.fetch_add(1, std::memory_order_seq_cst);
+          word_.wait(w, std::memory_order_seq_cst);
+          sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+          continue;
+        }
+      }
+      if (stop_.load()) return;
+      seen = Epoch(w);
+      // fn_ and ctx_ are read only after a claim: the query that owns the
+      // claimed piece is waiting for it, so they are its own.
+      for (size_t i; Claim(seen, &i);) {
+        fn_(ctx_, i);
+        done_.fetch_add(1, std::memory_order_release);
+      }
+    }
+  }
+
+  std::mutex mu_;  // held by the one caller whose pieces the helpers serve
+  std::atomic<uint64_t> word_{0};
+  std::atomic<uint32_t> done_{0};      // pieces the helpers finished this epoch
+  std::atomic<uint32_t> sleepers_{0};  // helpers in word_.wait
+  std::atomic<bool> stop_{false};
+  void (*fn_)(void*, size_t) = nullptr;
+  void* ctx_ = nullptr;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
+void ParallelFor(size_t n, void (*fn)(void* ctx, size_t i), void* ctx) {
+  static Helpers helpers;
+  helpers.Run(n, fn, ctx);
+}
+
+}  // namespace corvid::postings

@@ -1,0 +1,83 @@
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "postings/parallel.h"
+
+using corvid::postings::ParallelFor;
+
+namespace {
+
+// Runs ParallelFor(n) and returns how many times each piece ran.
+std::vector<int> RunCounts(size_t n) {
+  std::vector<std::atomic<int>> calls(n);
+  auto piece = [&](size_t i) { calls[i].fetch_add(1); };
+  ParallelFor(n, piece);
+  std::vector<int> out;
+  for (auto& c : calls) out.push_back(c.load());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ParallelFor runs every piece exactly once", "[postings][parallel]") {
+  for (size_t n : {0, 1, 2, 3, 17, 300}) {
+    INFO("n = " << n);
+    CHECK(RunCounts(n) == std::vector<int>(n, 1));
+  }
+}
+
+TEST_CASE("ParallelFor returns only after every piece has finished", "[postings][parallel]") {
+  for (int round = 0; round < 200; ++round) {
+    std::atomic<int> finished{0};
+    auto piece = [&](size_t i) {
+      if (i % 2 == 1) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      finished.fetch_add(1);
+    };
+    ParallelFor(4, piece);
+    REQUIRE(finished.load() == 4);
+  }
+}
+
+TEST_CASE("ParallelFor runs pieces on another thread when a core is free", "[postings][parallel]") {
+  if (std::thread::hardware_concurrency() < 2) {
+    WARN("one core: the caller runs every piece; nothing to check");
+    return;
+  }
+  // Piece 0 waits for piece 1 to start: that can only happen if another
+  // thread runs piece 1 while the caller runs piece 0 (or the reverse).
+  std::atomic<bool> started[2] = {false, false};
+  std::atomic<bool> overlapped{false};
+  auto piece = [&](size_t i) {
+    started[i].store(true);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!started[1 - i].load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    if (started[1 - i].load()) overlapped.store(true);
+  };
+  ParallelFor(2, piece);
+  CHECK(overlapped.load());
+}
+
+TEST_CASE("ParallelFor from many threads at once: each caller's pieces, once each", "[postings][parallel]") {
+  // Callers that find the helpers busy run their pieces themselves; none
+  // may run another caller's piece or lose one of its own.
+  constexpr int kCallers = 4, kRounds = 300;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int r = 0; r < kRounds; ++r) {
+        const size_t n = 1 + static_cast<size_t>((c + r) % 5);
+        std::vector<std::atomic<int>> calls(n);
+        auto piece = [&](size_t i) { calls[i].fetch_add(1); };
+        ParallelFor(n, piece);
+        for (auto& x : calls)
+          if (x.load() != 1) wrong.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  CHECK(wrong.load() == 0);
+}
