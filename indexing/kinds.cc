@@ -2,9 +2,15 @@
 // adapter that lets the worker drive a map/reduce index.
 #include <rapidjson/document.h>
 
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
+
 #include "indexing/index_kind.h"
 #include "mapreduce/mapreduce_index.h"
 #include "postings/search_index.h"
+#include "storage/document_store.h"
 
 namespace corvid::indexing {
 
@@ -49,6 +55,32 @@ class SearchKind : public IndexKind {
   std::shared_ptr<postings::SearchIndex> index_;
 };
 
+// The path ("fields.body.boost", "store[1]") of the first key that an
+// object inside `v` holds twice, or "" if none. A definition with one is
+// refused (as Elasticsearch refuses duplicate fields): which of the two
+// counts would otherwise depend on the reader.
+std::string DuplicateKey(const rapidjson::Value& v, const std::string& at) {
+  auto join = [&](std::string_view key) { return at.empty() ? std::string(key) : at + "." + std::string(key); };
+  if (v.IsObject()) {
+    std::vector<std::string_view> keys;
+    for (const auto& m : v.GetObject()) keys.emplace_back(m.name.GetString(), m.name.GetStringLength());
+    std::sort(keys.begin(), keys.end());
+    if (auto d = std::adjacent_find(keys.begin(), keys.end()); d != keys.end()) return join(*d);
+    for (const auto& m : v.GetObject()) {
+      std::string inner = DuplicateKey(m.value, join(std::string_view(m.name.GetString(), m.name.GetStringLength())));
+      if (!inner.empty()) return inner;
+    }
+  } else if (v.IsArray()) {
+    for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
+      std::string inner = DuplicateKey(v[i], at + "[" + std::to_string(i) + "]");
+      if (!inner.empty()) return inner;
+    }
+  }
+  return "";
+}
+
+Result<CompiledDefinition> CompileKind(std::string_view definition_json);
+
 }  // namespace
 
 Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
@@ -56,6 +88,20 @@ Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
   doc.Parse(definition_json.data(), definition_json.size());
   if (doc.HasParseError() || !doc.IsObject())
     return Status::InvalidArgument("the definition must be a JSON object");
+  if (std::string dup = DuplicateKey(doc, ""); !dup.empty())
+    return Status::InvalidArgument(dup + ": the key appears twice in its object");
+  auto out = CompileKind(definition_json);
+  if (!out.ok()) return out;
+  // The collection must be one a document can be written to.
+  if (Status s = storage::ValidateName(out->collection, "collection: the name"); !s.ok()) return s;
+  return out;
+}
+
+namespace {
+
+Result<CompiledDefinition> CompileKind(std::string_view definition_json) {
+  rapidjson::Document doc;
+  doc.Parse(definition_json.data(), definition_json.size());
   auto type = doc.FindMember("type");
   if (type == doc.MemberEnd() || !type->value.IsString())
     return Status::InvalidArgument("type: required, one of \"mapreduce\", \"search\"");
@@ -90,5 +136,7 @@ Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
   }
   return Status::InvalidArgument("type: unknown index type '" + std::string(t) + "' (expected \"mapreduce\" or \"search\")");
 }
+
+}  // namespace
 
 }  // namespace corvid::indexing

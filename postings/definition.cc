@@ -208,8 +208,8 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
         fd.analyzer_name.assign(o.value.GetString(), o.value.GetStringLength());
         has_analyzer = true;
       } else if (k == "boost") {
-        if (!o.value.IsNumber() || !(o.value.GetDouble() > 0) || !std::isfinite(o.value.GetDouble()))
-          return Invalid(where + ".boost", "must be a number > 0");
+        if (!o.value.IsNumber() || !(o.value.GetDouble() > 0) || !(o.value.GetDouble() <= kMaxBoost))
+          return Invalid(where + ".boost", std::string("must be a number > 0 and <= ") + kMaxBoostText);
         fd.boost = o.value.GetDouble();
       } else if (k == "facet") {
         if (!o.value.IsBool()) return Invalid(where + ".facet", "must be true or false");
@@ -242,6 +242,8 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
       for (const auto& s : store->value.GetArray()) {
         if (!s.IsString() || s.GetStringLength() == 0) return Invalid("store", "must be \"*\" or an array of field paths");
         def->store_.emplace_back(s.GetString(), s.GetStringLength());
+        for (const auto& c : SplitPath(def->store_.back()))
+          if (c.empty()) return Invalid("store", "a dotted path must not have empty components ('" + def->store_.back() + "')");
       }
     } else {
       return Invalid("store", "must be \"*\" or an array of field paths");

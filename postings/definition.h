@@ -22,6 +22,12 @@ enum class FieldKind { kText, kNumber, kDate };
 // matches across two elements unless its slop is at least this large.
 inline constexpr uint32_t kArrayPositionGap = 100;
 
+// The largest field boost, and the largest product of a query's nested
+// boosts: scores then stay far from a double's range (JSON has no
+// infinity).
+inline constexpr double kMaxBoost = 1e30;
+inline constexpr const char* kMaxBoostText = "1e30";
+
 struct FieldDef {
   std::string name;               // the dotted path as written in the definition
   std::vector<std::string> path;  // its components

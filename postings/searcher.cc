@@ -190,6 +190,10 @@ class Compiler {
 
   Result<std::unique_ptr<CNode>> Compile(const QueryNode& q, double boost) {
     boost *= q.boost;
+    // Bounded so that no score can overflow to infinity (which JSON cannot
+    // carry): a term contributes at most ~50 * boost * field boost.
+    if (!(boost <= kMaxBoost))
+      return Bad("boosts multiply to more than " + std::string(kMaxBoostText) + " at offset " + std::to_string(q.offset));
     auto n = std::make_unique<CNode>();
     n->id = next_id_++;
     using K = QueryNode::Kind;
@@ -1554,8 +1558,18 @@ uint32_t EditDistance(std::string_view a8, std::string_view b8, uint32_t max) {
   return std::min(at(n, m), max + 1);
 }
 
+// `names` without repeats, in first-seen order: facets=tags,tags counts
+// (and highlight=body,body renders) a field once.
+std::vector<std::string> Distinct(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const auto& n : names)
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  return out;
+}
+
 Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   const SearchDefinitionImpl& def = *snap.def;
+  const std::vector<std::string> facets = Distinct(req.facets), highlight = Distinct(req.highlight);
   // Request validation.
   std::vector<SortKey> sort;
   if (!req.sort.empty()) {
@@ -1581,13 +1595,13 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       sort.push_back(key);
     }
   }
-  for (const auto& f : req.facets) {
+  for (const auto& f : facets) {
     const FieldDef* fd = def.Find(f);
     if (fd == nullptr) return Bad("facets: unknown field '" + f + "'");
     if (fd->kind != FieldKind::kText || !(fd->facet || fd->analyzer_name == "keyword"))
       return Bad("facets: field '" + f + "' is not a keyword/facet field");
   }
-  for (const auto& f : req.highlight) {
+  for (const auto& f : highlight) {
     const FieldDef* fd = def.Find(f);
     if (fd == nullptr) return Bad("highlight: unknown field '" + f + "'");
     if (fd->kind != FieldKind::kText) return Bad("highlight: field '" + f + "' is not a text field");
@@ -1627,7 +1641,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
                                                         [](const auto& c) { return c.first == Occur::kMustNot; });
   // Many flat terms (an expansion) and no facets: term-at-a-time finds the
   // matches itself, without the union Eval would build.
-  const bool accumulate = use_maxscore && flat.size() > kMaxScoreTerms && req.facets.empty();
+  const bool accumulate = use_maxscore && flat.size() > kMaxScoreTerms && facets.empty();
   Norms norms(snap);
   if (accumulate) {
     // Term-at-a-time over each segment, the segments in parallel (each
@@ -1693,7 +1707,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     const uint64_t m = roaring_bitmap_get_cardinality(final_bm);
     result.total += m;
     if (m == 0) continue;
-    for (const auto& f : req.facets) {
+    for (const auto& f : facets) {
       const FieldDef* fd = def.Find(f);
       auto& counts = facet_counts[f];
       for (uint32_t ti = 0; ti < seg.term_count(fd->slot); ++ti) {
@@ -1812,7 +1826,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   std::partial_sort(hits.begin(), hits.begin() + static_cast<std::ptrdiff_t>(top), hits.end(), less);
   // Rendering.
   std::map<uint32_t, std::set<std::string>> hl_terms;
-  if (!req.highlight.empty()) CollectLeafTerms(**root, false, hl_terms);
+  if (!highlight.empty()) CollectLeafTerms(**root, false, hl_terms);
   std::vector<std::string> store_paths;
   bool store_all = false;
   if (req.fields) {
@@ -1824,7 +1838,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   std::vector<std::vector<std::string>> store_split;  // per stored path, its components
   for (const auto& p : store_paths) store_split.push_back(SplitPath(p));
   std::vector<const rapidjson::Value*> found;  // a path's values through arrays, per hit (reused)
-  const bool fetch = (store_all || !store_paths.empty() || !req.highlight.empty()) && req.fetch_document;
+  const bool fetch = (store_all || !store_paths.empty() || !highlight.empty()) && req.fetch_document;
   rapidjson::StringBuffer buf;
   rapidjson::Writer<rapidjson::StringBuffer> w(buf);
   w.StartArray();
@@ -1838,7 +1852,10 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     if (fetch) {
       auto json = req.fetch_document(h.id);
       rapidjson::Document d;
-      if (json) d.Parse(json->data(), json->size());
+      // In place: the values point into *json (which outlives d) instead
+      // of being copied; a stored body was validated when written, so it
+      // holds no raw NUL before its end.
+      if (json) d.ParseInsitu(json->data());
       if (json && !d.HasParseError() && d.IsObject()) {
         if (store_all || !store_paths.empty()) {
           w.Key("fields");
@@ -1868,10 +1885,10 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
             w.EndObject();
           }
         }
-        if (!req.highlight.empty()) {
+        if (!highlight.empty()) {
           w.Key("highlights");
           w.StartObject();
-          for (const auto& f : req.highlight) {
+          for (const auto& f : highlight) {
             const FieldDef* fd = def.Find(f);
             std::vector<std::string> frags;
             auto it = hl_terms.find(fd->slot);
@@ -1897,11 +1914,11 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   }
   w.EndArray();
   result.hits_json.assign(buf.GetString(), buf.GetSize());
-  if (!req.facets.empty()) {
+  if (!facets.empty()) {
     rapidjson::StringBuffer fb;
     rapidjson::Writer<rapidjson::StringBuffer> fw(fb);
     fw.StartObject();
-    for (const auto& f : req.facets) {
+    for (const auto& f : facets) {
       fw.Key(f.data(), static_cast<rapidjson::SizeType>(f.size()));
       std::vector<std::pair<std::string, uint64_t>> v(facet_counts[f].begin(), facet_counts[f].end());
       std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });

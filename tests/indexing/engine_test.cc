@@ -184,6 +184,25 @@ TEST_CASE("definitions: create, unchanged, replace, delete, invalid", "[indexing
         StatusCode::kInvalidArgument);
   CHECK(env.engine->PutIndex("x", R"({"collection":"c"})").status().code() == StatusCode::kInvalidArgument);
   CHECK(env.engine->PutIndex("x", "[]").status().code() == StatusCode::kInvalidArgument);
+  // A key given twice (which of the two counts would depend on the
+  // reader), at any depth, for either kind; a collection no document can
+  // be written to.
+  auto message = [&](const std::string& json) {
+    auto r = env.engine->PutIndex("x", json);
+    REQUIRE(!r.ok());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    return r.status().message();
+  };
+  CHECK_THAT(message(R"({"type":"search","collection":"c","fields":{"t":{}},"store":["t"],"store":"*"})"),
+             Catch::Contains("store: the key appears twice"));
+  CHECK_THAT(message(R"({"type":"search","collection":"c","fields":{"t":{"boost":2,"boost":3}}})"),
+             Catch::Contains("fields.t.boost: the key appears twice"));
+  CHECK_THAT(message(R"json({"type":"mapreduce","collection":"users","collection":"other","map":{"m":"substr(createdAt, 0, 7)"},"groupBy":["m"],"reduce":{"n":"count()"}})json"),
+             Catch::Contains("collection: the key appears twice"));
+  CHECK_THAT(message(R"({"type":"search","collection":")" + std::string(513, 'c') + R"(","fields":{"t":{}}})"),
+             Catch::Contains("collection: the name must be 1 to 512 bytes"));
+  CHECK(env.engine->PutIndex("x", R"({"type":"search","collection":")" + std::string(512, 'c') + R"(","fields":{"t":{}}})").ok());
+  CHECK(env.engine->DeleteIndex("x").ok());
   CHECK(env.engine->Names().empty());
 }
 

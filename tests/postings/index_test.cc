@@ -56,6 +56,10 @@ TEST_CASE("definition validation names the field", "[postings]") {
              Catch::Contains("fields.body.analyzer: unknown analyzer 'englsh'"));
   CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{"boost":0}}})"), Catch::Contains("fields.t.boost: must be a number > 0"));
   CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{"boost":"2"}}})"), Catch::Contains("fields.t.boost"));
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{"boost":1e31}}})"), Catch::Contains("fields.t.boost: must be a number > 0 and <= 1e30"));
+  CHECK(Err(R"({"type":"search","collection":"a","fields":{"t":{"boost":1e30}}})") == "ok");
+  CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{}},"store":["t","a..b"]})"),
+             Catch::Contains("store: a dotted path must not have empty components ('a..b')"));
   CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{"type":"blob"}}})"), Catch::Contains("fields.t.type: unknown type 'blob'"));
   CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{"type":"number","facet":true}}})"), Catch::Contains("fields.t: a number field takes no"));
   CHECK_THAT(Err(R"({"type":"search","collection":"a","fields":{"t":{"facet":1}}})"), Catch::Contains("fields.t.facet: must be true or false"));
@@ -466,6 +470,15 @@ TEST_CASE("sort, facets, fields, highlights, filter", "[postings]") {
   CHECK(hits[2].id == "c");
   CHECK(res.facets_json == R"({"tags":{"fruit":2,"red":2,"car":1,"green":1}})");
   CHECK_THAT(res.hits_json, Catch::Contains(R"("fields":{"title":"green apple","score":9})"));
+  {
+    // A field named twice counts (and highlights) once.
+    SearchRequest twice = r;
+    twice.facets = {"tags", "tags"};
+    twice.highlight = {"title", "title"};
+    auto res2 = fx.Run(twice);
+    CHECK(res2.facets_json == res.facets_json);
+    CHECK_THAT(res2.hits_json, Catch::Contains(R"("highlights":{"title":["green <em>apple</em>"]})"));
+  }
   r.sort = "tags";
   res = fx.Run(r);
   hits = ParseHits(res.hits_json);
@@ -704,6 +717,16 @@ TEST_CASE("request errors", "[postings]") {
   r.highlight = {};
   r.filter = "(";
   CHECK_THAT(err(r), Catch::Contains("filter: "));
+  r.filter = "";
+  // Boosts whose product could push a score past a double's range (JSON
+  // has no infinity): refused with the offset of the clause.
+  const std::string e20 = "1" + std::string(20, '0'), e30 = "1" + std::string(30, '0');
+  r.q = "apple^" + e30 + "0";
+  CHECK_THAT(err(r), Catch::Contains("boosts multiply to more than 1e30 at offset 0"));
+  r.q = "x (apple^" + e20 + ")^" + e20;
+  CHECK_THAT(err(r), Catch::Contains("boosts multiply to more than 1e30 at offset 3"));
+  r.q = "apple^" + e30;
+  CHECK(fx.idx->Search(r).ok());
 }
 
 // Random query soup (syntax characters, operators, field names, numbers,
