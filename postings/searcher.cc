@@ -935,25 +935,107 @@ struct Hit {
   std::vector<bool> missing;
 };
 
-void CollectLeafTerms(const CNode& n, bool negated, std::map<uint32_t, std::set<std::string>>& out) {
+// What a query marks in a field's text (highlighting): its terms and
+// expansions wherever they occur, its phrases only where they match (as
+// Elasticsearch's highlighters do), from its leaves that are not negated.
+struct HighlightQuery {
+  struct Phrase {
+    std::vector<uint32_t> words;  // indexes into `phrase_terms`
+    std::vector<uint32_t> rel;    // query positions, relative to the first
+    uint32_t slop = 0;
+  };
+  std::set<std::string, std::less<>> terms;
+  std::vector<std::string> phrase_terms;  // distinct
+  std::vector<Phrase> phrases;
+};
+
+void CollectHighlight(const CNode& n, bool negated, std::map<uint32_t, HighlightQuery>& out) {
   if (n.kind == CNode::Kind::kBool) {
-    for (const auto& [occ, c] : n.clauses) CollectLeafTerms(*c, negated || occ == Occur::kMustNot, out);
+    for (const auto& [occ, c] : n.clauses) CollectHighlight(*c, negated || occ == Occur::kMustNot, out);
     return;
   }
   if (n.kind != CNode::Kind::kLeaf || negated) return;
-  for (const Alt& a : n.alts) out[a.field].insert(a.terms.begin(), a.terms.end());
+  for (const Alt& a : n.alts) {
+    HighlightQuery& h = out[a.field];
+    if (a.any || a.terms.size() == 1) {
+      h.terms.insert(a.terms.begin(), a.terms.end());
+      continue;
+    }
+    HighlightQuery::Phrase ph;
+    ph.rel = a.rel;
+    ph.slop = a.slop;
+    for (const auto& t : a.terms) {
+      auto at = std::find(h.phrase_terms.begin(), h.phrase_terms.end(), t);
+      if (at == h.phrase_terms.end()) at = h.phrase_terms.insert(at, t);
+      ph.words.push_back(static_cast<uint32_t>(at - h.phrase_terms.begin()));
+    }
+    h.phrases.push_back(std::move(ph));
+  }
 }
 
+// Collects the byte spans to mark in one analyzed value.
 class HighlightSink final : public analyzers::TokenSink {
  public:
-  explicit HighlightSink(const std::set<std::string>& terms) : terms_(terms) {}
+  explicit HighlightSink(const HighlightQuery& q) : q_(q) {}
   void OnToken(const analyzers::Token& t) override {
-    if (terms_.count(std::string(t.term))) spans.emplace_back(t.start, t.end);
+    if (q_.terms.find(t.term) != q_.terms.end()) spans_.emplace_back(t.start, t.end);
+    for (uint32_t w = 0; w < q_.phrase_terms.size(); ++w)
+      if (q_.phrase_terms[w] == t.term) occ_.push_back(Occ{w, t.position, t.start, t.end});
   }
-  std::vector<std::pair<uint32_t, uint32_t>> spans;
+  // The spans, in text order: every term occurrence, and the words of
+  // every phrase occurrence. A phrase with slop s matches where each of
+  // its words i has an occurrence at position p_i with all p_i - rel_i in
+  // a window of s + 1 positions (searcher.cc's rule, without its distinct
+  // positions for a repeated word).
+  std::vector<std::pair<uint32_t, uint32_t>> Spans() {
+    std::vector<bool> marked(occ_.size(), false);
+    for (const auto& ph : q_.phrases) {
+      // Per phrase word, its occurrences' positions less its query
+      // position (ascending: tokens come in position order).
+      const size_t n = ph.words.size();
+      std::vector<std::vector<std::pair<int64_t, uint32_t>>> at(n);
+      std::vector<int64_t> starts;
+      for (uint32_t b = 0; b < occ_.size(); ++b)
+        for (size_t j = 0; j < n; ++j)
+          if (occ_[b].word == ph.words[j] && occ_[b].position >= ph.rel[j]) {
+            at[j].emplace_back(int64_t{occ_[b].position} - ph.rel[j], b);
+            starts.push_back(at[j].back().first);
+          }
+      std::sort(starts.begin(), starts.end());
+      starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+      std::vector<size_t> done(n, 0);  // per word: marked up to here (windows only move right)
+      for (const int64_t lo : starts) {
+        const int64_t hi = lo + ph.slop;
+        auto first = [&](size_t j) {
+          return std::lower_bound(at[j].begin(), at[j].end(), std::make_pair(lo, uint32_t{0})) - at[j].begin();
+        };
+        bool all = true;
+        for (size_t j = 0; j < n && all; ++j) {
+          const auto f = static_cast<size_t>(first(j));
+          all = f < at[j].size() && at[j][f].first <= hi;
+        }
+        if (!all) continue;
+        for (size_t j = 0; j < n; ++j) {
+          size_t k = std::max(done[j], static_cast<size_t>(first(j)));
+          for (; k < at[j].size() && at[j][k].first <= hi; ++k) marked[at[j][k].second] = true;
+          done[j] = k;
+        }
+      }
+    }
+    for (size_t b = 0; b < occ_.size(); ++b)
+      if (marked[b]) spans_.emplace_back(occ_[b].start, occ_[b].end);
+    std::sort(spans_.begin(), spans_.end());
+    spans_.erase(std::unique(spans_.begin(), spans_.end()), spans_.end());
+    return std::move(spans_);
+  }
 
  private:
-  const std::set<std::string>& terms_;
+  struct Occ {
+    uint32_t word, position, start, end;
+  };
+  const HighlightQuery& q_;
+  std::vector<std::pair<uint32_t, uint32_t>> spans_;
+  std::vector<Occ> occ_;  // occurrences of phrase words
 };
 
 // Fragments of up to kContext bytes each side of matched tokens, merged
@@ -1825,8 +1907,8 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   size_t top = std::min(want, hits.size());
   std::partial_sort(hits.begin(), hits.begin() + static_cast<std::ptrdiff_t>(top), hits.end(), less);
   // Rendering.
-  std::map<uint32_t, std::set<std::string>> hl_terms;
-  if (!highlight.empty()) CollectLeafTerms(**root, false, hl_terms);
+  std::map<uint32_t, HighlightQuery> hl_terms;
+  if (!highlight.empty()) CollectHighlight(**root, false, hl_terms);
   std::vector<std::string> store_paths;
   bool store_all = false;
   if (req.fields) {
@@ -1898,7 +1980,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
                 std::string_view text(v.GetString(), v.GetStringLength());
                 HighlightSink sink(it->second);
                 if (!fd->analyzer->Analyze(text, sink).ok()) return;
-                Fragments(text, sink.spans, frags);
+                Fragments(text, sink.Spans(), frags);
               });
             }
             w.Key(f.data(), static_cast<rapidjson::SizeType>(f.size()));

@@ -450,6 +450,35 @@ TEST_CASE("highlight fragments end between words, or at a character in text with
   }
 }
 
+TEST_CASE("highlights mark a phrase's words only where the phrase matches", "[postings]") {
+  Fixture fx;
+  // body uses the english analyzer: dogs -> dog.
+  fx.store.Put("phrase", R"({"body": "The lazy dogs sleep; a dog barks."})");
+  fx.store.Put("apart", R"({"body": "A lazy cat and a dog; rust never sleeps."})");
+  fx.store.Put("slop", R"({"body": "quick brown fox and then fox jumps quick"})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  auto highlights = [&](const std::string& q) {
+    SearchRequest r;
+    r.q = q;
+    r.highlight = {"body"};
+    r.fetch_document = fx.store.Fetcher();
+    std::map<std::string, std::string> out;
+    for (const auto& h : ParseHits(fx.Run(r).hits_json)) out[h.id] = h.highlights.empty() ? "" : h.highlights[0];
+    return out;
+  };
+  auto h = highlights("\"lazy dog\" OR rust");
+  REQUIRE(h.size() == 2);
+  CHECK(h["phrase"] == "The <em>lazy</em> <em>dogs</em> sleep; a dog barks.");
+  CHECK(h["apart"] == "A lazy cat and a dog; <em>rust</em> never sleeps.");  // matched by rust only
+  // Slop 1: "quick brown fox" matches; the later "fox ... quick" is in
+  // the wrong order and too far apart, so those words are not marked.
+  h = highlights("\"quick fox\"~1");
+  CHECK(h["slop"] == "<em>quick</em> brown <em>fox</em> and then fox jumps quick");
+  // A term marks wherever it occurs; the phrase's words only in the phrase.
+  h = highlights("\"lazy dog\" barks");
+  CHECK(h["phrase"] == "The <em>lazy</em> <em>dogs</em> sleep; a dog <em>barks</em>.");
+}
+
 TEST_CASE("sort, facets, fields, highlights, filter", "[postings]") {
   Fixture fx;
   fx.store.Put("a", R"({"title": "red apple", "body": "An apple a day keeps the doctor away. Apples are red.", "tags": ["fruit", "red"], "score": 3})");
