@@ -41,7 +41,7 @@ class Helpers {
 
   void Run(size_t n, void (*fn)(void*, size_t), void* ctx) {
     std::unique_lock lock(mu_, std::try_to_lock);
-    if (!lock.owns_lock() || threads_.empty() || n < 2) {
+    if (!lock.owns_lock() || threads_.empty() || n < 2 || n > 0xffff) {
       for (size_t i = 0; i < n; ++i) fn(ctx, i);
       return;
     }

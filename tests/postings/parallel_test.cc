@@ -23,7 +23,7 @@ std::vector<int> RunCounts(size_t n) {
 }  // namespace
 
 TEST_CASE("ParallelFor runs every piece exactly once", "[postings][parallel]") {
-  for (size_t n : {0, 1, 2, 3, 17, 300}) {
+  for (size_t n : {0, 1, 2, 3, 17, 300, 70000}) {
     INFO("n = " << n);
     CHECK(RunCounts(n) == std::vector<int>(n, 1));
   }
