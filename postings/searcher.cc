@@ -35,6 +35,7 @@
 #include <map>
 #include <set>
 #include <unordered_set>
+#include <utility>
 
 #include "postings/fuzzy.h"
 #include "postings/parallel.h"
@@ -588,19 +589,21 @@ bool PhraseMatches(const std::vector<std::vector<uint32_t>>& pos, const std::vec
   }
 }
 
-// PhraseMatches for a phrase that repeats a term ("dog dog"~1, with slop
-// > 0): each repetition needs its own position in the document, as in
-// Lucene's sloppy matcher. `same[i]`: the first phrase term with term i's
-// term (i itself if none before). For each window start a (a shifted
-// position of some term), every term i needs a position in
-// [a + r_i, a + r_i + slop]; the repetitions of one term take distinct
-// ones greedily in query order (their windows are equally long, so the
-// smallest free position for the earliest is never worse).
-bool PhraseMatchesRepeated(const std::vector<std::vector<uint32_t>>& pos, const std::vector<uint32_t>& rel,
-                           const std::vector<size_t>& same, uint32_t slop) {
+// The windows where a phrase matches (the rules above), each repetition of
+// a term taking its own position, as in Lucene's sloppy matcher.
+// `same[i]`: the first phrase term with term i's term (i itself if none
+// before). For each window start a (a shifted position of some term,
+// ascending), every term i needs a position in [a + r_i, a + r_i + slop];
+// the repetitions of one term take distinct ones greedily in query order
+// (their windows are equally long, so the smallest free position for the
+// earliest is never worse). Calls fn(taken) per matching window, taken[i]
+// being term i's position there, until fn returns false.
+template <typename F>
+void ForEachPhraseWindow(const std::vector<std::vector<uint32_t>>& pos, const std::vector<uint32_t>& rel,
+                         const std::vector<size_t>& same, uint32_t slop, F&& fn) {
   const size_t n = pos.size();
   for (const auto& p : pos)
-    if (p.empty()) return false;
+    if (p.empty()) return;
   std::vector<int64_t> starts;
   for (size_t i = 0; i < n; ++i)
     for (uint32_t p : pos[i]) starts.push_back(static_cast<int64_t>(p) - rel[i]);
@@ -620,9 +623,20 @@ bool PhraseMatchesRepeated(const std::vector<std::vector<uint32_t>>& pos, const 
       fits = it != pos[i].end() && static_cast<int64_t>(*it) <= a + rel[i] + static_cast<int64_t>(slop);
       if (fits) taken[i] = *it;
     }
-    if (fits) return true;
+    if (fits && !fn(std::as_const(taken))) return;
   }
-  return false;
+}
+
+// PhraseMatches for a phrase that repeats a term ("dog dog"~1, with slop
+// > 0): some window of ForEachPhraseWindow.
+bool PhraseMatchesRepeated(const std::vector<std::vector<uint32_t>>& pos, const std::vector<uint32_t>& rel,
+                           const std::vector<size_t>& same, uint32_t slop) {
+  bool match = false;
+  ForEachPhraseWindow(pos, rel, same, slop, [&](const std::vector<int64_t>&) {
+    match = true;
+    return false;  // one window is enough
+  });
+  return match;
 }
 
 // PhraseMatches for two terms, straight from their encoded positions
@@ -939,14 +953,8 @@ struct Hit {
 // expansions wherever they occur, its phrases only where they match (as
 // Elasticsearch's highlighters do), from its leaves that are not negated.
 struct HighlightQuery {
-  struct Phrase {
-    std::vector<uint32_t> words;  // indexes into `phrase_terms`
-    std::vector<uint32_t> rel;    // query positions, relative to the first
-    uint32_t slop = 0;
-  };
   std::set<std::string, std::less<>> terms;
-  std::vector<std::string> phrase_terms;  // distinct
-  std::vector<Phrase> phrases;
+  std::vector<const Alt*> phrases;
 };
 
 void CollectHighlight(const CNode& n, bool negated, std::map<uint32_t, HighlightQuery>& out) {
@@ -957,85 +965,62 @@ void CollectHighlight(const CNode& n, bool negated, std::map<uint32_t, Highlight
   if (n.kind != CNode::Kind::kLeaf || negated) return;
   for (const Alt& a : n.alts) {
     HighlightQuery& h = out[a.field];
-    if (a.any || a.terms.size() == 1) {
+    if (a.any || a.terms.size() == 1)
       h.terms.insert(a.terms.begin(), a.terms.end());
-      continue;
-    }
-    HighlightQuery::Phrase ph;
-    ph.rel = a.rel;
-    ph.slop = a.slop;
-    for (const auto& t : a.terms) {
-      auto at = std::find(h.phrase_terms.begin(), h.phrase_terms.end(), t);
-      if (at == h.phrase_terms.end()) at = h.phrase_terms.insert(at, t);
-      ph.words.push_back(static_cast<uint32_t>(at - h.phrase_terms.begin()));
-    }
-    h.phrases.push_back(std::move(ph));
+    else
+      h.phrases.push_back(&a);
   }
 }
 
-// Collects the byte spans to mark in one analyzed value.
+// Collects the byte spans to mark in one analyzed value: every term
+// occurrence, and the positions a phrase takes in each window where it
+// matches (ForEachPhraseWindow: the search's own rule).
 class HighlightSink final : public analyzers::TokenSink {
  public:
-  explicit HighlightSink(const HighlightQuery& q) : q_(q) {}
-  void OnToken(const analyzers::Token& t) override {
-    if (q_.terms.find(t.term) != q_.terms.end()) spans_.emplace_back(t.start, t.end);
-    for (uint32_t w = 0; w < q_.phrase_terms.size(); ++w)
-      if (q_.phrase_terms[w] == t.term) occ_.push_back(Occ{w, t.position, t.start, t.end});
+  explicit HighlightSink(const HighlightQuery& q) : q_(q), pos_(q.phrases.size()) {
+    for (size_t p = 0; p < q.phrases.size(); ++p) pos_[p].resize(q.phrases[p]->terms.size());
   }
-  // The spans, in text order: every term occurrence, and the words of
-  // every phrase occurrence. A phrase with slop s matches where each of
-  // its words i has an occurrence at position p_i with all p_i - rel_i in
-  // a window of s + 1 positions (searcher.cc's rule, without its distinct
-  // positions for a repeated word).
+  void OnToken(const analyzers::Token& t) override {
+    bool phrase_word = false;
+    for (size_t p = 0; p < q_.phrases.size(); ++p)
+      for (size_t i = 0; i < q_.phrases[p]->terms.size(); ++i)
+        if (q_.phrases[p]->terms[i] == t.term) {
+          pos_[p][i].push_back(t.position);
+          phrase_word = true;
+        }
+    if (q_.terms.find(t.term) != q_.terms.end())
+      spans_.emplace_back(t.start, t.end);
+    else if (phrase_word)
+      words_.push_back(Word{t.position, t.start, t.end});
+  }
+  // The spans, in text order.
   std::vector<std::pair<uint32_t, uint32_t>> Spans() {
-    std::vector<bool> marked(occ_.size(), false);
-    for (const auto& ph : q_.phrases) {
-      // Per phrase word, its occurrences' positions less its query
-      // position (ascending: tokens come in position order).
-      const size_t n = ph.words.size();
-      std::vector<std::vector<std::pair<int64_t, uint32_t>>> at(n);
-      std::vector<int64_t> starts;
-      for (uint32_t b = 0; b < occ_.size(); ++b)
-        for (size_t j = 0; j < n; ++j)
-          if (occ_[b].word == ph.words[j] && occ_[b].position >= ph.rel[j]) {
-            at[j].emplace_back(int64_t{occ_[b].position} - ph.rel[j], b);
-            starts.push_back(at[j].back().first);
-          }
-      std::sort(starts.begin(), starts.end());
-      starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
-      std::vector<size_t> done(n, 0);  // per word: marked up to here (windows only move right)
-      for (const int64_t lo : starts) {
-        const int64_t hi = lo + ph.slop;
-        auto first = [&](size_t j) {
-          return std::lower_bound(at[j].begin(), at[j].end(), std::make_pair(lo, uint32_t{0})) - at[j].begin();
-        };
-        bool all = true;
-        for (size_t j = 0; j < n && all; ++j) {
-          const auto f = static_cast<size_t>(first(j));
-          all = f < at[j].size() && at[j][f].first <= hi;
-        }
-        if (!all) continue;
-        for (size_t j = 0; j < n; ++j) {
-          size_t k = std::max(done[j], static_cast<size_t>(first(j)));
-          for (; k < at[j].size() && at[j][k].first <= hi; ++k) marked[at[j][k].second] = true;
-          done[j] = k;
-        }
-      }
+    std::vector<uint32_t> marked;  // positions
+    for (size_t p = 0; p < q_.phrases.size(); ++p) {
+      const Alt& a = *q_.phrases[p];
+      std::vector<size_t> same(a.terms.size());
+      for (size_t i = 0; i < same.size(); ++i)
+        same[i] = static_cast<size_t>(std::find(a.terms.begin(), a.terms.end(), a.terms[i]) - a.terms.begin());
+      ForEachPhraseWindow(pos_[p], a.rel, same, a.slop, [&](const std::vector<int64_t>& taken) {
+        for (int64_t x : taken) marked.push_back(static_cast<uint32_t>(x));
+        return true;
+      });
     }
-    for (size_t b = 0; b < occ_.size(); ++b)
-      if (marked[b]) spans_.emplace_back(occ_[b].start, occ_[b].end);
+    std::sort(marked.begin(), marked.end());
+    for (const Word& w : words_)
+      if (std::binary_search(marked.begin(), marked.end(), w.position)) spans_.emplace_back(w.start, w.end);
     std::sort(spans_.begin(), spans_.end());
-    spans_.erase(std::unique(spans_.begin(), spans_.end()), spans_.end());
     return std::move(spans_);
   }
 
  private:
-  struct Occ {
-    uint32_t word, position, start, end;
+  struct Word {
+    uint32_t position, start, end;
   };
   const HighlightQuery& q_;
+  std::vector<std::vector<std::vector<uint32_t>>> pos_;  // [phrase][word]: its positions in the value
   std::vector<std::pair<uint32_t, uint32_t>> spans_;
-  std::vector<Occ> occ_;  // occurrences of phrase words
+  std::vector<Word> words_;  // tokens of phrase words that are not also terms
 };
 
 // Fragments of up to kContext bytes each side of matched tokens, merged

@@ -458,6 +458,8 @@ TEST_CASE("highlights mark a phrase's words only where the phrase matches", "[po
   fx.store.Put("phrase", R"({"body": "The lazy dogs sleep; a dog barks."})");
   fx.store.Put("apart", R"({"body": "A lazy cat and a dog; rust never sleeps."})");
   fx.store.Put("slop", R"({"body": "quick brown fox and then fox jumps quick"})");
+  fx.store.Put("once", R"({"body": "one dog only"})");
+  fx.store.Put("twice", R"({"body": "dog and dog"})");
   REQUIRE(fx.store.Flush(*fx.idx).ok());
   auto highlights = [&](const std::string& q) {
     SearchRequest r;
@@ -476,6 +478,11 @@ TEST_CASE("highlights mark a phrase's words only where the phrase matches", "[po
   // the wrong order and too far apart, so those words are not marked.
   h = highlights("\"quick fox\"~1");
   CHECK(h["slop"] == "<em>quick</em> brown <em>fox</em> and then fox jumps quick");
+  // A repeated word takes a position per repetition, as the search does:
+  // one "dog" is not "dog dog"~1.
+  h = highlights("\"dog dog\"~1 OR only");
+  CHECK(h["once"] == "one dog <em>only</em>");
+  CHECK(h["twice"] == "<em>dog</em> and <em>dog</em>");
   // A term marks wherever it occurs; the phrase's words only in the phrase.
   h = highlights("\"lazy dog\" barks");
   CHECK(h["phrase"] == "The <em>lazy</em> <em>dogs</em> sleep; a dog <em>barks</em>.");
