@@ -79,8 +79,6 @@ std::string DuplicateKey(const rapidjson::Value& v, const std::string& at) {
   return "";
 }
 
-Result<CompiledDefinition> CompileKind(std::string_view definition_json);
-
 }  // namespace
 
 Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
@@ -90,26 +88,14 @@ Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
     return Status::InvalidArgument("the definition must be a JSON object");
   if (std::string dup = DuplicateKey(doc, ""); !dup.empty())
     return Status::InvalidArgument(dup + ": the key appears twice in its object");
-  auto out = CompileKind(definition_json);
-  if (!out.ok()) return out;
-  // The collection must be one a document can be written to.
-  if (Status s = storage::ValidateName(out->collection, "collection: the name"); !s.ok()) return s;
-  return out;
-}
-
-namespace {
-
-Result<CompiledDefinition> CompileKind(std::string_view definition_json) {
-  rapidjson::Document doc;
-  doc.Parse(definition_json.data(), definition_json.size());
   auto type = doc.FindMember("type");
   if (type == doc.MemberEnd() || !type->value.IsString())
     return Status::InvalidArgument("type: required, one of \"mapreduce\", \"search\"");
   std::string_view t(type->value.GetString(), type->value.GetStringLength());
+  CompiledDefinition out;
   if (t == "mapreduce") {
     auto def = mapreduce::Definition::Compile(definition_json);
     if (!def.ok()) return def.status();
-    CompiledDefinition out;
     out.type = "mapreduce";
     out.collection = (*def)->collection();
     out.open = [def = *def](const std::string& dir) -> Result<std::unique_ptr<IndexKind>> {
@@ -118,12 +104,9 @@ Result<CompiledDefinition> CompileKind(std::string_view definition_json) {
       return std::unique_ptr<IndexKind>(
           std::make_unique<MapReduceKind>(std::shared_ptr<mapreduce::MapReduceIndex>(std::move(*index))));
     };
-    return out;
-  }
-  if (t == "search") {
+  } else if (t == "search") {
     auto def = postings::SearchDefinition::Compile(definition_json);
     if (!def.ok()) return def.status();
-    CompiledDefinition out;
     out.type = "search";
     out.collection = (*def)->collection();
     out.open = [def = *def](const std::string& dir) -> Result<std::unique_ptr<IndexKind>> {
@@ -132,11 +115,12 @@ Result<CompiledDefinition> CompileKind(std::string_view definition_json) {
       return std::unique_ptr<IndexKind>(
           std::make_unique<SearchKind>(std::shared_ptr<postings::SearchIndex>(std::move(*index))));
     };
-    return out;
+  } else {
+    return Status::InvalidArgument("type: unknown index type '" + std::string(t) + "' (expected \"mapreduce\" or \"search\")");
   }
-  return Status::InvalidArgument("type: unknown index type '" + std::string(t) + "' (expected \"mapreduce\" or \"search\")");
+  // The collection must be one a document can be written to.
+  if (Status st = storage::ValidateName(out.collection, "collection: the name"); !st.ok()) return st;
+  return out;
 }
-
-}  // namespace
 
 }  // namespace corvid::indexing

@@ -40,11 +40,12 @@ class Helpers {
   }
 
   void Run(size_t n, void (*fn)(void*, size_t), void* ctx) {
-    std::unique_lock lock(mu_, std::try_to_lock);
-    if (!lock.owns_lock() || threads_.empty() || n < 2 || n > 0xffff) {
+    auto serially = [&] {
       for (size_t i = 0; i < n; ++i) fn(ctx, i);
-      return;
-    }
+    };
+    if (threads_.empty() || n < 2 || n > 0xffff) return serially();
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return serially();
     fn_ = fn;
     ctx_ = ctx;
     done_.store(0, std::memory_order_relaxed);

