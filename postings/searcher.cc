@@ -669,12 +669,22 @@ bool PhraseMatches2(const uint8_t* x, uint32_t tx, int64_t rx, const uint8_t* y,
   }
 }
 
+// A verified phrase's matches and, per match, each query term's tf (row
+// by row, `terms` order): read while verifying, so that Score does not
+// look the same postings up again.
+struct PhraseTfs {
+  std::vector<uint32_t> docs;
+  std::vector<uint32_t> tfs;  // [match * terms + i]
+  bool known = false;         // false: the phrase was answered without reading positions
+};
+
 // Per-segment evaluation state. A node's bitmap may be borrowed (a
 // segment's posting list, or a child's bitmap) rather than copied.
 struct SegEval {
   const SegmentState* s = nullptr;
   std::vector<const roaring_bitmap_t*> node_bm;  // by node id; owned by `owned` or `alt_bm`
   std::vector<std::vector<ConstBitmap>> alt_bm;  // by node id, alt index
+  std::vector<std::vector<PhraseTfs>> alt_tfs;   // by node id, alt index (phrases whose positions were read)
   std::vector<ConstBitmap> owned;
   const roaring_bitmap_t* Keep(Bitmap b) {
     owned.emplace_back(b.release());
@@ -705,7 +715,7 @@ Bitmap AndSmallestFirst(std::vector<const roaring_bitmap_t*>& in) {
   return out;
 }
 
-ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
+ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg, PhraseTfs& phrase_tfs) {
   const std::span<const int64_t> ti = a.SegTerms(k);
   if (a.any) {
     std::vector<ConstBitmap> lists;
@@ -772,15 +782,23 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg) {
       ranks[1].Find(d, &r[1]);
       match = PhraseMatches2(readers[0].Begin(r[0]), readers[0].tf(r[0]), a.rel[0], readers[1].Begin(r[1]),
                              readers[1].tf(r[1]), a.rel[1], a.slop);
+      if (match) {
+        phrase_tfs.tfs.push_back(readers[0].tf(r[0]));
+        phrase_tfs.tfs.push_back(readers[1].tf(r[1]));
+      }
     } else {
       for (size_t i = 0; i < ti.size(); ++i) {
         ranks[i].Find(d, &r[0]);
         readers[i].Decode(r[0], pos[i]);
       }
       match = repeats ? PhraseMatchesRepeated(pos, a.rel, same, a.slop) : PhraseMatches(pos, a.rel, a.slop);
+      if (match)
+        for (const auto& p : pos) phrase_tfs.tfs.push_back(static_cast<uint32_t>(p.size()));
     }
     if (match) matched.push_back(d);
   }
+  phrase_tfs.known = true;
+  phrase_tfs.docs = matched;
   return Owned(Bitmap(roaring_bitmap_of_ptr(matched.size(), matched.data())));
 }
 
@@ -818,9 +836,13 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
     }
     case CNode::Kind::kLeaf: {
       auto& alts = ev.alt_bm[n.id];
+      if (ev.alt_tfs.size() < ev.alt_bm.size()) ev.alt_tfs.resize(ev.alt_bm.size());
+      auto& tfs = ev.alt_tfs[n.id];
+      tfs.resize(n.alts.size());
       std::vector<const roaring_bitmap_t*> parts;
-      for (const Alt& a : n.alts) {
-        alts.push_back(EvalAlt(a, k, seg));
+      for (size_t ai = 0; ai < n.alts.size(); ++ai) {
+        const Alt& a = n.alts[ai];
+        alts.push_back(EvalAlt(a, k, seg, tfs[ai]));
         parts.push_back(alts.back().get());
       }
       out = Union(parts, ev);
@@ -902,6 +924,21 @@ void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, Norms& norms, 
     roaring_bitmap_to_uint32_array(eb, eff.data());
     FieldNorms& norm = norms.field(a.field);
     const uint32_t* lens = seg.lengths(a.field);
+    const PhraseTfs* known = n.id < static_cast<int>(ev.alt_tfs.size()) && ev.alt_tfs[n.id][ai].known ? &ev.alt_tfs[n.id][ai] : nullptr;
+    if (known != nullptr) {
+      // A verified phrase: its terms' tfs at every match were read then.
+      const size_t nt = a.terms.size();
+      for (size_t i = 0; i < a.ScoreTerms().size(); ++i) {
+        const size_t q = static_cast<size_t>(std::find(a.terms.begin(), a.terms.end(), a.ScoreTerms()[i]) - a.terms.begin());
+        size_t j = 0, m = 0;
+        for (uint32_t d : eff) {
+          while (known->docs[m] < d) ++m;  // eff is a subset of the phrase's matches
+          while (docs[j] < d) ++j;
+          scores[j] += a.weight * Bm25WithNorm(a.idf[i], known->tfs[m * nt + q], norm(lens[d]));
+        }
+      }
+      continue;
+    }
     for (size_t i = 0; i < a.ScoreTerms().size(); ++i) {
       int64_t ti = a.SegScoreTerm(k, i);
       if (ti < 0) continue;
