@@ -153,8 +153,9 @@ int main(int argc, char** argv) {
   bool peers = true;
   std::string dir = "/tmp/postings_bench";
   std::string only, dump;  // --only TYPE: one query type; --dump FILE: every query's total and hits (to diff runs)
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     std::string k = argv[i];
+    if (i + 1 == argc) k = "--help";  // a flag without its value: refuse it, not run the defaults
     if (k == "--docs") ndocs = std::stoul(argv[i + 1]);
     else if (k == "--batch") batch = std::stoul(argv[i + 1]);
     else if (k == "--queries") nq = std::stoul(argv[i + 1]);
@@ -164,6 +165,12 @@ int main(int argc, char** argv) {
     else if (k == "--peers") peers = std::string(argv[i + 1]) != "0";
     else if (k == "--only") only = argv[i + 1];
     else if (k == "--dump") dump = argv[i + 1];
+    else {
+      fprintf(stderr,
+              "usage: postings_bench [--docs 100000] [--batch 5000] [--queries 1000] [--passes 3] [--peer-passes 1]\n"
+              "                      [--peers 0|1] [--only term|and|or|phrase|prefix] [--dump FILE] [--dir DIR]\n");
+      return 2;
+    }
   }
   setvbuf(stdout, nullptr, _IOLBF, 0);
   printf("machine: %s\n", bench::MachineDescription().c_str());

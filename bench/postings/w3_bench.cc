@@ -313,8 +313,9 @@ int main(int argc, char** argv) {
   int runs = 3, peer_runs = 1;
   bool peers = true;
   std::string which = "both", dir = "/tmp/w3_bench";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     std::string k = argv[i];
+    if (i + 1 == argc) k = "--help";  // a flag without its value: refuse it, not run the defaults
     if (k == "--docs")
       ndocs = std::stoul(argv[i + 1]);
     else if (k == "--set")
@@ -331,6 +332,12 @@ int main(int argc, char** argv) {
       max_docs = std::stoul(argv[i + 1]);
     else if (k == "--dir")
       dir = argv[i + 1];
+    else {
+      fprintf(stderr,
+              "usage: w3_bench [--docs 10000] [--set one|many|both] [--runs 3] [--peer-runs 1] [--peers 0|1]\n"
+              "                [--batch-bytes 67108864] [--batch-docs 8192] [--dir /tmp/w3_bench]\n");
+      return 2;
+    }
   }
   setvbuf(stdout, nullptr, _IOLBF, 0);
   printf("machine: %s\n", bench::MachineDescription().c_str());
