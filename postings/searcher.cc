@@ -797,9 +797,10 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg, PhraseTfs& phras
     }
     if (match) matched.push_back(d);
   }
+  Bitmap out(roaring_bitmap_of_ptr(matched.size(), matched.data()));
   phrase_tfs.known = true;
-  phrase_tfs.docs = matched;
-  return Owned(Bitmap(roaring_bitmap_of_ptr(matched.size(), matched.data())));
+  phrase_tfs.docs = std::move(matched);
+  return Owned(std::move(out));
 }
 
 const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
@@ -924,12 +925,14 @@ void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, Norms& norms, 
     roaring_bitmap_to_uint32_array(eb, eff.data());
     FieldNorms& norm = norms.field(a.field);
     const uint32_t* lens = seg.lengths(a.field);
-    const PhraseTfs* known = n.id < static_cast<int>(ev.alt_tfs.size()) && ev.alt_tfs[n.id][ai].known ? &ev.alt_tfs[n.id][ai] : nullptr;
+    const PhraseTfs* known = nullptr;
+    if (static_cast<size_t>(n.id) < ev.alt_tfs.size() && ev.alt_tfs[n.id][ai].known) known = &ev.alt_tfs[n.id][ai];
     if (known != nullptr) {
       // A verified phrase: its terms' tfs at every match were read then.
-      const size_t nt = a.terms.size();
+      const std::vector<std::string>& terms = a.terms;
+      const size_t nt = terms.size();
       for (size_t i = 0; i < a.ScoreTerms().size(); ++i) {
-        const size_t q = static_cast<size_t>(std::find(a.terms.begin(), a.terms.end(), a.ScoreTerms()[i]) - a.terms.begin());
+        const auto q = static_cast<size_t>(std::find(terms.begin(), terms.end(), a.ScoreTerms()[i]) - terms.begin());
         size_t j = 0, m = 0;
         for (uint32_t d : eff) {
           while (known->docs[m] < d) ++m;  // eff is a subset of the phrase's matches
