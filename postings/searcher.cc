@@ -1620,6 +1620,19 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
   return total;
 }
 
+// The number of documents of segment k in which any of `flat` occurs.
+uint64_t CountFlatMatches(const std::vector<FlatTerm>& flat, size_t k, const Segment& seg) {
+  static thread_local std::vector<uint64_t> words;  // reused by every search on this thread
+  words.assign((seg.doc_count() + 65535) / 65536 * 1024, 0);  // whole chunks: bitset containers are ORed whole
+  for (const FlatTerm& t : flat) {
+    const int64_t ti = t.SegTerm(k);
+    if (ti >= 0) seg.MarkDocs(seg.entry(t.alt->field, static_cast<uint32_t>(ti)), words.data());
+  }
+  uint64_t n = 0;
+  for (uint64_t w : words) n += static_cast<uint64_t>(std::popcount(w));
+  return n;
+}
+
 }  // namespace
 
 std::string NormalizeMultiTermText(const FieldDef& field, std::string_view text) {
@@ -1790,6 +1803,16 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   for (size_t k = 0; k < snap.segments.size() && !accumulate; ++k) {
     const SegmentState& s = snap.segments[k];
     const Segment& seg = *s.segment;
+    if (use_maxscore && flat.size() <= kMaxScoreTerms && facets.empty() && !filter && !flat_has_not &&
+        s.deleted_count == 0) {
+      // A flat disjunction where every document its terms reach counts: the
+      // count from the postings marked in a dense bitset, not from the
+      // roaring unions Eval would build (nothing else needs the matches).
+      const uint64_t m = CountFlatMatches(flat, k, seg);
+      result.total += m;
+      if (m > 0 && want > 0) MaxScoreSegment(flat, k, snap, norms, nullptr, topk);
+      continue;
+    }
     SegEval ev;
     ev.s = &s;
     ev.node_bm.resize(comp.node_count());

@@ -109,8 +109,12 @@ bool FrozenReaderAgrees();
 // container (bitset and array: cardinality - 1; run: runs), u16 key per
 // container; from the start, the containers' data in three zones: bitsets
 // (1024 u64 each), runs (u16 start, u16 length - 1), arrays (u16 each).
-template <typename F>
-void ForEachFrozen(const char* buf, size_t len, F&& f) {
+//
+// ForEachFrozenContainer is the same walk with the bitset containers handed
+// whole to bitset(key, words): key the container's high bits (<< 16),
+// words its 1024 u64 (unaligned bytes).
+template <typename F, typename B>
+void ForEachFrozenContainer(const char* buf, size_t len, F&& f, B&& bitset) {
   uint32_t header;
   std::memcpy(&header, buf + len - 4, 4);
   const uint32_t n = header >> 15;
@@ -142,14 +146,21 @@ void ForEachFrozen(const char* buf, size_t len, F&& f) {
       }
       run_zone += 4 * size_t{count};
     } else {
-      for (uint32_t w = 0; w < 1024; ++w) {
-        uint64_t word;
-        std::memcpy(&word, bitset_zone + 8 * w, 8);
-        for (; word != 0; word &= word - 1) f(key | (w * 64 + static_cast<uint32_t>(std::countr_zero(word))));
-      }
+      bitset(key, bitset_zone);
       bitset_zone += 8192;
     }
   }
+}
+
+template <typename F>
+void ForEachFrozen(const char* buf, size_t len, F&& f) {
+  ForEachFrozenContainer(buf, len, f, [&f](uint32_t key, const char* words) {
+    for (uint32_t w = 0; w < 1024; ++w) {
+      uint64_t word;
+      std::memcpy(&word, words + 8 * w, 8);
+      for (; word != 0; word &= word - 1) f(key | (w * 64 + static_cast<uint32_t>(std::countr_zero(word))));
+    }
+  });
 }
 
 // Term frequencies of one posting list, indexed by rank (doc order).
@@ -367,6 +378,10 @@ class Segment {
   // order, building no bitmap (defined after DocReader, below).
   template <typename F>
   void ForEachDoc(const TermEntry& e, F&& fn) const;
+  // Sets the bit of every document of the list in `words` (a dense bitset
+  // of at least (doc_count() rounded up to 65,536) / 64 words): bitset
+  // containers are ORed a word at a time.
+  void MarkDocs(const TermEntry& e, uint64_t* words) const;
   // A long list's frozen bitmap (bitmap_len bytes).
   const char* FrozenBitmap(const TermEntry& e) const;
   TfArray Tfs(uint32_t f, uint32_t i) const { return Tfs(entry(f, i)); }
@@ -500,6 +515,22 @@ void Segment::ForEachDoc(const TermEntry& e, F&& fn) const {
   uint32_t buf[256];
   while (const uint32_t n = reader.Read(buf, 256))
     for (uint32_t j = 0; j < n; ++j) fn(buf[j]);
+}
+
+inline void Segment::MarkDocs(const TermEntry& e, uint64_t* words) const {
+  auto mark = [words](uint32_t d) { words[d >> 6] |= uint64_t{1} << (d & 63); };
+  if (e.bitmap_len > 0 && FrozenReaderAgrees()) {
+    ForEachFrozenContainer(FrozenBitmap(e), e.bitmap_len, mark, [words](uint32_t key, const char* bits) {
+      uint64_t* out = words + key / 64;
+      for (uint32_t w = 0; w < 1024; ++w) {
+        uint64_t word;
+        std::memcpy(&word, bits + 8 * w, 8);
+        out[w] |= word;
+      }
+    });
+    return;
+  }
+  ForEachDoc(e, mark);
 }
 
 }  // namespace corvid::postings

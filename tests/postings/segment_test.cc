@@ -293,7 +293,9 @@ TEST_CASE("posting lists read back alike on both sides of the short-list bound",
     std::vector<uint32_t> docs, tfs;
   };
   std::vector<Want> wants;
-  for (uint32_t n : {1u, 2u, 3u, kShortList - 1, kShortList, kShortList + 1, 2 * kShortList, 2 * kShortList + 1, 5000u}) {
+  // 30000 spread: bitset containers.
+  for (uint32_t n :
+       {1u, 2u, 3u, kShortList - 1, kShortList, kShortList + 1, 2 * kShortList, 2 * kShortList + 1, 5000u, 30000u}) {
     for (bool dense : {false, true}) {
       Want w;
       w.term = std::to_string(n).append(dense ? "dense" : "spread");
@@ -337,6 +339,18 @@ TEST_CASE("posting lists read back alike on both sides of the short-list bound",
       CHECK(got == w.docs);
       CHECK(r.Read(buf.data(), chunk) == 0);
     }
+    // MarkDocs: the same set in a dense bitset (over marks left in it).
+    std::vector<uint64_t> words((kDocs + 65535) / 65536 * 1024, 0);
+    words[5] = 1;  // doc 320: already marked stays marked
+    s.MarkDocs(e, words.data());
+    std::vector<uint32_t> marked;
+    for (uint32_t d = 0; d < words.size() * 64; ++d)
+      if ((words[d >> 6] >> (d & 63) & 1) != 0) marked.push_back(d);
+    std::vector<uint32_t> want_marked = w.docs;
+    want_marked.push_back(320);
+    std::sort(want_marked.begin(), want_marked.end());
+    want_marked.erase(std::unique(want_marked.begin(), want_marked.end()), want_marked.end());
+    CHECK(marked == want_marked);
     // Postings: the same set as a bitmap the library builds, usable in
     // the algebra queries do, and freed (ASan checks the one allocation).
     auto bm = s.Postings(0, i);
