@@ -672,20 +672,22 @@ bool PhraseMatches2(const uint8_t* x, uint32_t tx, int64_t rx, const uint8_t* y,
 
 // A verified phrase's matches and, per match, each query term's tf (row
 // by row, `terms` order): read while verifying, so that Score does not
-// look the same postings up again.
+// look the same postings up again. Empty when the positions were not read
+// (a term or a pair table answered) or nothing matched.
 struct PhraseTfs {
   std::vector<uint32_t> docs;
   std::vector<uint32_t> tfs;  // [match * terms + i]
-  bool known = false;         // false: the phrase was answered without reading positions
 };
 
-// Per-segment evaluation state. A node's bitmap may be borrowed (a
-// segment's posting list, or a child's bitmap) rather than copied.
+// Per-segment evaluation state of a compiled query of `nodes` nodes. A
+// node's bitmap may be borrowed (a segment's posting list, or a child's
+// bitmap) rather than copied.
 struct SegEval {
-  const SegmentState* s = nullptr;
+  SegEval(const SegmentState& state, int nodes) : s(&state), node_bm(nodes), alt_bm(nodes), alt_tfs(nodes) {}
+  const SegmentState* s;
   std::vector<const roaring_bitmap_t*> node_bm;  // by node id; owned by `owned` or `alt_bm`
   std::vector<std::vector<ConstBitmap>> alt_bm;  // by node id, alt index
-  std::vector<std::vector<PhraseTfs>> alt_tfs;   // by node id, alt index (phrases whose positions were read)
+  std::vector<std::vector<PhraseTfs>> alt_tfs;   // by node id, alt index
   std::vector<ConstBitmap> owned;
   const roaring_bitmap_t* Keep(Bitmap b) {
     owned.emplace_back(b.release());
@@ -799,7 +801,6 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg, PhraseTfs& phras
     if (match) matched.push_back(d);
   }
   Bitmap out(roaring_bitmap_of_ptr(matched.size(), matched.data()));
-  phrase_tfs.known = true;
   phrase_tfs.docs = std::move(matched);
   return Owned(std::move(out));
 }
@@ -838,7 +839,6 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
     }
     case CNode::Kind::kLeaf: {
       auto& alts = ev.alt_bm[n.id];
-      if (ev.alt_tfs.size() < ev.alt_bm.size()) ev.alt_tfs.resize(ev.alt_bm.size());
       auto& tfs = ev.alt_tfs[n.id];
       tfs.resize(n.alts.size());
       std::vector<const roaring_bitmap_t*> parts;
@@ -926,19 +926,18 @@ void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, Norms& norms, 
     roaring_bitmap_to_uint32_array(eb, eff.data());
     FieldNorms& norm = norms.field(a.field);
     const uint32_t* lens = seg.lengths(a.field);
-    const PhraseTfs* known = nullptr;
-    if (static_cast<size_t>(n.id) < ev.alt_tfs.size() && ev.alt_tfs[n.id][ai].known) known = &ev.alt_tfs[n.id][ai];
-    if (known != nullptr) {
-      // A verified phrase: its terms' tfs at every match were read then.
+    if (const PhraseTfs& known = ev.alt_tfs[n.id][ai]; !known.docs.empty()) {
+      // A verified phrase (eff, not empty, is a subset of its matches): its
+      // terms' tfs at every match were read then.
       const std::vector<std::string>& terms = a.terms;
       const size_t nt = terms.size();
       for (size_t i = 0; i < a.ScoreTerms().size(); ++i) {
         const auto q = static_cast<size_t>(std::find(terms.begin(), terms.end(), a.ScoreTerms()[i]) - terms.begin());
         size_t j = 0, m = 0;
         for (uint32_t d : eff) {
-          while (known->docs[m] < d) ++m;  // eff is a subset of the phrase's matches
+          while (known.docs[m] < d) ++m;
           while (docs[j] < d) ++j;
-          scores[j] += a.weight * Bm25WithNorm(a.idf[i], known->tfs[m * nt + q], norm(lens[d]));
+          scores[j] += a.weight * Bm25WithNorm(a.idf[i], known.tfs[m * nt + q], norm(lens[d]));
         }
       }
       continue;
@@ -1621,27 +1620,30 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
   return total;
 }
 
-// The number of documents of segment k in which any of `flat` occurs,
-// counted in a dense bitset; or nullopt when the lists are too short for
-// that to pay: zeroing and counting the bitset are doc_count / 32 word
-// operations, and a roaring union (an allocation per result, array merges)
-// cost ~16× more per posting in W2 OR queries.
+// The number of documents of segment k in which any of `flat` (at most
+// kMaxScoreTerms) occurs, counted in a dense bitset; or nullopt when the
+// lists hold fewer than doc_count / 512 postings. Zeroing and counting the
+// bitset are doc_count / 32 word operations whatever the lists, so rare
+// terms in a large segment are left to roaring unions (one step or so per
+// posting); the bound of 512 is a choice, not a measured break-even (W2's
+// segments of 50,000 documents take the bitset for all but a few queries).
 std::optional<uint64_t> CountFlatMatches(const std::vector<FlatTerm>& flat, size_t k, const Segment& seg) {
+  TermEntry entries[kMaxScoreTerms];
+  size_t n = 0;
   uint64_t postings = 0;
   for (const FlatTerm& t : flat) {
     const int64_t ti = t.SegTerm(k);
-    if (ti >= 0) postings += seg.entry(t.alt->field, static_cast<uint32_t>(ti)).doc_freq;
+    if (ti < 0) continue;
+    entries[n] = seg.entry(t.alt->field, static_cast<uint32_t>(ti));
+    postings += entries[n++].doc_freq;
   }
   if (postings < seg.doc_count() / 512) return std::nullopt;
   static thread_local std::vector<uint64_t> words;  // reused by every search on this thread
-  words.assign((seg.doc_count() + 65535) / 65536 * 1024, 0);  // whole chunks: bitset containers are ORed whole
-  for (const FlatTerm& t : flat) {
-    const int64_t ti = t.SegTerm(k);
-    if (ti >= 0) seg.MarkDocs(seg.entry(t.alt->field, static_cast<uint32_t>(ti)), words.data());
-  }
-  uint64_t n = 0;
-  for (uint64_t w : words) n += static_cast<uint64_t>(std::popcount(w));
-  return n;
+  words.assign((seg.doc_count() + 63) / 64, 0);
+  for (size_t i = 0; i < n; ++i) seg.MarkDocs(entries[i], words);
+  uint64_t count = 0;
+  for (uint64_t w : words) count += static_cast<uint64_t>(std::popcount(w));
+  return count;
 }
 
 }  // namespace
@@ -1784,22 +1786,13 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     std::vector<Piece> pieces(snap.segments.size());
     auto piece = [&](size_t k) {
       const SegmentState& s = snap.segments[k];
-      SegEval ev;
-      ev.s = &s;
-      ev.node_bm.resize(comp.node_count());
-      ev.alt_bm.resize(comp.node_count());
+      SegEval ev(s, comp.node_count());
       std::vector<const roaring_bitmap_t*> drop;
       if (s.deleted_count > 0) drop.push_back(s.deleted.get());
       for (const auto& [occ, c] : (**root).clauses)
         if (occ == Occur::kMustNot) drop.push_back(Eval(*c, k, ev));
-      SegEval fev;
-      const roaring_bitmap_t* keep = nullptr;
-      if (filter) {
-        fev.s = &s;
-        fev.node_bm.resize(filter_nodes);
-        fev.alt_bm.resize(filter_nodes);
-        keep = Eval(*filter, k, fev);
-      }
+      SegEval fev(s, filter ? filter_nodes : 0);
+      const roaring_bitmap_t* keep = filter ? Eval(*filter, k, fev) : nullptr;
       Norms piece_norms(snap);
       TopK top(want);
       pieces[k].total = AccumulateSegment(flat, k, snap, piece_norms, keep, drop, top);
@@ -1826,10 +1819,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       if (*counted > 0 && want > 0) MaxScoreSegment(flat, k, snap, norms, nullptr, topk);
       continue;
     }
-    SegEval ev;
-    ev.s = &s;
-    ev.node_bm.resize(comp.node_count());
-    ev.alt_bm.resize(comp.node_count());
+    SegEval ev(s, comp.node_count());
     const roaring_bitmap_t* matches = Eval(**root, k, ev);
     // The final matches: the query's, restricted by the filter and deletes.
     const bool restricted = filter != nullptr || s.deleted_count > 0;
@@ -1837,10 +1827,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     if (restricted) {
       restricted_bm.reset(roaring_bitmap_copy(matches));
       if (filter) {
-        SegEval fev;
-        fev.s = &s;
-        fev.node_bm.resize(filter_nodes);
-        fev.alt_bm.resize(filter_nodes);
+        SegEval fev(s, filter_nodes);
         roaring_bitmap_and_inplace(restricted_bm.get(), Eval(*filter, k, fev));
       }
       roaring_bitmap_andnot_inplace(restricted_bm.get(), s.deleted.get());

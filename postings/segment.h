@@ -378,10 +378,9 @@ class Segment {
   // order, building no bitmap (defined after DocReader, below).
   template <typename F>
   void ForEachDoc(const TermEntry& e, F&& fn) const;
-  // Sets the bit of every document of the list in `words` (a dense bitset
-  // of at least (doc_count() rounded up to 65,536) / 64 words): bitset
-  // containers are ORed a word at a time.
-  void MarkDocs(const TermEntry& e, uint64_t* words) const;
+  // Sets the bit of every document of the list in `words`, a dense bitset
+  // of at least doc_count() bits: bitset containers are ORed a word at a time.
+  void MarkDocs(const TermEntry& e, std::span<uint64_t> words) const;
   // A long list's frozen bitmap (bitmap_len bytes).
   const char* FrozenBitmap(const TermEntry& e) const;
   TfArray Tfs(uint32_t f, uint32_t i) const { return Tfs(entry(f, i)); }
@@ -517,15 +516,17 @@ void Segment::ForEachDoc(const TermEntry& e, F&& fn) const {
     for (uint32_t j = 0; j < n; ++j) fn(buf[j]);
 }
 
-inline void Segment::MarkDocs(const TermEntry& e, uint64_t* words) const {
+inline void Segment::MarkDocs(const TermEntry& e, std::span<uint64_t> words) const {
   auto mark = [words](uint32_t d) { words[d >> 6] |= uint64_t{1} << (d & 63); };
   if (e.bitmap_len > 0 && FrozenReaderAgrees()) {
     ForEachFrozenContainer(FrozenBitmap(e), e.bitmap_len, mark, [words](uint32_t key, const char* bits) {
-      uint64_t* out = words + key / 64;
-      for (uint32_t w = 0; w < 1024; ++w) {
+      // The last chunk's container runs past the segment's documents (its
+      // bits there are 0): only the words the bitset has.
+      const size_t first = key / 64, count = std::min<size_t>(1024, words.size() - first);
+      for (size_t w = 0; w < count; ++w) {
         uint64_t word;
         std::memcpy(&word, bits + 8 * w, 8);
-        out[w] |= word;
+        words[first + w] |= word;
       }
     });
     return;
