@@ -1625,8 +1625,7 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
 // lists hold fewer than doc_count / 512 postings. Zeroing and counting the
 // bitset are doc_count / 32 word operations whatever the lists, so rare
 // terms in a large segment are left to roaring unions (one step or so per
-// posting); the bound of 512 is a choice, not a measured break-even (W2's
-// segments of 50,000 documents take the bitset for all but a few queries).
+// posting); the bound of 512 is a choice, not a measured break-even.
 std::optional<uint64_t> CountFlatMatches(const std::vector<FlatTerm>& flat, size_t k, const Segment& seg) {
   TermEntry entries[kMaxScoreTerms];
   size_t n = 0;
