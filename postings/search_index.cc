@@ -57,8 +57,9 @@ constexpr double kMaxDeletedFraction = 0.3;
 // The batch builder keeps its dictionary and arrays between batches
 // (SegmentBuilder::Reset) unless they grew beyond kBacklogBuilderBytes;
 // once the index has caught up (Idle) it keeps at most kIdleBuilderBytes.
-// W3's many-field batches leave a dictionary of ~90 MB: rebuilt every
-// other batch under a 64 MB cap, it cost that workload ~5% of its time.
+// Dropping it costs the next batch its dictionary (a probe miss and a
+// sort per term); what it keeps is mostly the batch's token logs and
+// sort buffers (8 bytes per token each), released first (TrimBuilder).
 constexpr size_t kBacklogBuilderBytes = size_t{256} << 20;
 constexpr size_t kIdleBuilderBytes = size_t{64} << 20;
 

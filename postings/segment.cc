@@ -388,6 +388,8 @@ void SegmentBuilder::ReleaseBuffers() {
   }
   std::vector<uint32_t>().swap(count_buf_);
   std::vector<uint64_t>().swap(sort_buf_);
+  std::vector<uint32_t>().swap(local_terms_);
+  std::vector<uint64_t>().swap(local_of_);
   scratch_ = Lists();
   std::vector<uint8_t>().swap(common_of_);
   std::vector<BlockMax>().swap(blocks_);
@@ -396,15 +398,17 @@ void SegmentBuilder::ReleaseBuffers() {
 
 size_t SegmentBuilder::RetainedBytes() const {
   size_t bytes = 0;
+  bytes += 8 * dict_.slots.capacity() + 4 * dict_.by_name.capacity() + dict_.terms.names.capacity() +
+           4 * dict_.terms.name_end.capacity();
   for (const FieldBuild& fb : text_) {
-    bytes += 8 * fb.slots.capacity() + 8 * fb.lists.capacity() + 4 * fb.by_name.capacity() +
-             fb.names.capacity() + 4 * fb.name_end.capacity() + sizeof(LogEntry) * fb.log.capacity() +
-             sizeof(LogDoc) * fb.log_docs.capacity();
+    bytes += 8 * fb.lists.capacity() + fb.own.names.capacity() + 4 * fb.own.name_end.capacity() +
+             sizeof(LogEntry) * fb.log.capacity() + sizeof(LogDoc) * fb.log_docs.capacity();
     for (const auto& l : fb.lists)
       if (l) bytes += sizeof(Lists) + l->pos.capacity() + 4 * (l->docs.capacity() + l->tfs.capacity());
   }
   for (const auto& id : ids_) bytes += id.capacity() > 15 ? id.capacity() : 0;
   bytes += sizeof(std::string) * ids_.capacity() + 4 * count_buf_.capacity() + 8 * sort_buf_.capacity() +
+           4 * local_terms_.capacity() + 8 * local_of_.capacity() +
            scratch_.pos.capacity() + 4 * (scratch_.docs.capacity() + scratch_.tfs.capacity()) +
            sizeof(BlockMax) * blocks_.capacity() + bitmap_.capacity();
   bytes += common_of_.capacity();
@@ -414,12 +418,12 @@ size_t SegmentBuilder::RetainedBytes() const {
   return bytes;
 }
 
-const std::vector<uint32_t>& SegmentBuilder::SortedTerms(const FieldBuild& fb) const {
-  std::vector<uint32_t>& order = fb.by_name;
+const std::vector<uint32_t>& SegmentBuilder::SortedTerms() {
+  std::vector<uint32_t>& order = dict_.by_name;
+  const TermPool& pool = dict_.terms;
   const size_t old = order.size();
-  if (old == fb.term_count()) return order;
-  for (size_t t = old; t < fb.term_count(); ++t) order.push_back(static_cast<uint32_t>(t));
-  if (fb.presorted) return order;  // AppendTerm: already in order
+  if (old == pool.size()) return order;
+  for (size_t t = old; t < pool.size(); ++t) order.push_back(static_cast<uint32_t>(t));
   // Only the new terms are sorted; then one linear merge. Each carries its
   // first 8 bytes as a big-endian integer (zero-padded): a strictly smaller
   // key means a bytewise smaller name, so most comparisons are one integer
@@ -431,13 +435,12 @@ const std::vector<uint32_t>& SegmentBuilder::SortedTerms(const FieldBuild& fb) c
   std::vector<Keyed> fresh;
   fresh.reserve(order.size() - old);
   for (size_t i = old; i < order.size(); ++i) {
-    fresh.push_back(Keyed{TermKey(fb.Name(order[i])), order[i]});
+    fresh.push_back(Keyed{TermKey(pool.Name(order[i])), order[i]});
   }
   // By key: a stable LSD radix sort, a byte per pass (skipping bytes every
   // key shares); then each run of equal keys by name. A comparison sort
-  // mispredicted about every other comparison, and when the index dropped
-  // the dictionary (W3's many fields outgrow kMaxRetainedBuilderBytes) most
-  // of a batch's terms are new.
+  // mispredicted about every other comparison, and when the index has
+  // dropped the builder (SearchIndexImpl::TrimBuilder) every term is new.
   std::vector<Keyed> tmp(fresh.size());
   for (int shift = 0; shift < 64; shift += 8) {
     size_t count[257] = {};
@@ -452,12 +455,12 @@ const std::vector<uint32_t>& SegmentBuilder::SortedTerms(const FieldBuild& fb) c
     while (j < fresh.size() && fresh[j].key == fresh[i].key) ++j;
     if (j - i > 1)
       std::sort(fresh.begin() + static_cast<std::ptrdiff_t>(i), fresh.begin() + static_cast<std::ptrdiff_t>(j),
-                [&](const Keyed& a, const Keyed& b) { return fb.Name(a.term) < fb.Name(b.term); });
+                [&](const Keyed& a, const Keyed& b) { return pool.Name(a.term) < pool.Name(b.term); });
     i = j;
   }
   for (size_t i = 0; i < fresh.size(); ++i) order[old + i] = fresh[i].term;
   std::inplace_merge(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(old), order.end(),
-                     [&](uint32_t a, uint32_t b) { return fb.Name(a) < fb.Name(b); });
+                     [&](uint32_t a, uint32_t b) { return pool.Name(a) < pool.Name(b); });
   return order;
 }
 
@@ -503,50 +506,50 @@ inline bool SameTerm(std::string_view a, std::string_view b) {
 }  // namespace
 
 // The probe is inlined into AddToken; inserting a term is not.
-inline uint32_t SegmentBuilder::TermIndex(FieldBuild& fb, std::string_view term, uint64_t h) {
+inline uint32_t SegmentBuilder::TermIndex(std::string_view term, uint64_t h) {
   const uint64_t tag = h >> 32;
-  const size_t mask = fb.slots.size() - 1;
+  const size_t mask = dict_.slots.size() - 1;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
-    const uint64_t s = fb.slots[i];
-    if (s == 0) return InsertTerm(fb, term, tag, i);
+    const uint64_t s = dict_.slots[i];
+    if (s == 0) return InsertTerm(term, tag, i);
     if ((s >> 32) == tag) {
       const uint32_t idx = static_cast<uint32_t>(s) - 1;
-      if (SameTerm(fb.Name(idx), term)) return idx;
+      if (SameTerm(dict_.terms.Name(idx), term)) return idx;
     }
   }
 }
 
-uint32_t SegmentBuilder::InsertTerm(FieldBuild& fb, std::string_view term, uint64_t tag, size_t slot) {
-  const uint32_t index = NewTerm(fb, term);
-  fb.slots[slot] = (tag << 32) | (index + 1);
-  if (fb.term_count() * 2 > fb.slots.size()) {
-    std::vector<uint64_t> bigger(fb.slots.size() * 2, 0);
+uint32_t SegmentBuilder::InsertTerm(std::string_view term, uint64_t tag, size_t slot) {
+  const TermPool& pool = dict_.terms;
+  const uint32_t index = NewTerm(dict_.terms, term);
+  dict_.slots[slot] = (tag << 32) | (index + 1);
+  if (pool.size() * 2 > dict_.slots.size()) {
+    std::vector<uint64_t> bigger(dict_.slots.size() * 2, 0);
     const size_t m2 = bigger.size() - 1;
-    for (uint32_t t = 0; t < fb.term_count(); ++t) {
-      uint64_t h2 = TermHash(fb.Name(t));
+    for (uint32_t t = 0; t < pool.size(); ++t) {
+      uint64_t h2 = TermHash(pool.Name(t));
       size_t j = h2 & m2;
       while (bigger[j] != 0) j = (j + 1) & m2;
       bigger[j] = ((h2 >> 32) << 32) | (t + 1);
     }
-    memory_ += 8 * fb.slots.size();
-    fb.slots.swap(bigger);
+    memory_ += 8 * dict_.slots.size();
+    dict_.slots.swap(bigger);
   }
   return index;
 }
 
-uint32_t SegmentBuilder::NewTerm(FieldBuild& fb, std::string_view term) {
-  fb.names.append(term);
-  fb.name_end.push_back(static_cast<uint32_t>(fb.names.size()));
-  fb.lists.emplace_back();
+uint32_t SegmentBuilder::NewTerm(TermPool& pool, std::string_view term) {
+  pool.names.append(term);
+  pool.name_end.push_back(static_cast<uint32_t>(pool.names.size()));
   memory_ += term.size() + 12;
-  return static_cast<uint32_t>(fb.term_count() - 1);
+  return static_cast<uint32_t>(pool.size() - 1);
 }
 
 SegmentBuilder::Lists& SegmentBuilder::TermLists(uint32_t field, std::string_view term) {
   ResolvePending();
   FieldBuild& fb = text_[field];
   FlushLog(fb);  // postings added directly go after the logged ones
-  return ListsOf(fb, TermIndex(fb, term, TermHash(term)));
+  return ListsOf(fb, TermIndex(term, TermHash(term)));
 }
 
 inline void SegmentBuilder::Log(FieldBuild& fb, uint32_t doc, uint32_t term, uint32_t position) {
@@ -557,8 +560,25 @@ inline void SegmentBuilder::Log(FieldBuild& fb, uint32_t doc, uint32_t term, uin
 
 void SegmentBuilder::SortLog(const FieldBuild& fb) {
   const size_t n = fb.log.size();
-  count_buf_.assign(fb.term_count() + 1, 0);
-  for (const LogEntry& e : fb.log) ++count_buf_[e.term + 1];
+  // Local indexes, so that the counts and the encoding cost the field's
+  // terms, not the dictionary's (fields of different vocabularies share it).
+  if (++local_epoch_ == 0) {  // wrapped: no entry may look current
+    std::fill(local_of_.begin(), local_of_.end(), 0);
+    local_epoch_ = 1;
+  }
+  local_of_.resize(dict_.terms.size(), 0);
+  const uint64_t epoch = uint64_t{local_epoch_} << 32;
+  local_terms_.clear();
+  count_buf_.assign(1, 0);
+  for (const LogEntry& e : fb.log) {
+    uint64_t& l = local_of_[e.term];
+    if ((l & ~uint64_t{0xFFFFFFFF}) != epoch) {
+      l = epoch | local_terms_.size();
+      local_terms_.push_back(e.term);
+      count_buf_.push_back(0);
+    }
+    ++count_buf_[static_cast<uint32_t>(l) + 1];
+  }
   for (size_t t = 1; t < count_buf_.size(); ++t) count_buf_[t] += count_buf_[t - 1];
   sort_buf_.resize(n);
   for (size_t d = 0; d < fb.log_docs.size(); ++d) {
@@ -566,10 +586,28 @@ void SegmentBuilder::SortLog(const FieldBuild& fb) {
     const size_t end = d + 1 < fb.log_docs.size() ? fb.log_docs[d + 1].first : n;
     for (size_t i = fb.log_docs[d].first; i < end; ++i) {
       const LogEntry e = fb.log[i];
-      sort_buf_[count_buf_[e.term]++] = doc | e.position;
+      sort_buf_[count_buf_[static_cast<uint32_t>(local_of_[e.term])]++] = doc | e.position;
     }
   }
-  // count_buf_[t] is now the end of term t's run (and the start of t + 1's).
+  // count_buf_[t] is now the end of local term t's run (and the start of t + 1's).
+}
+
+void SegmentBuilder::SortedLocalTerms(std::vector<uint32_t>& out) {
+  out.clear();
+  const uint64_t epoch = uint64_t{local_epoch_} << 32;
+  if (local_terms_.size() * 16 >= dict_.terms.size()) {
+    // Most of the dictionary: pick the field's terms from its name order.
+    for (uint32_t g : SortedTerms()) {
+      const uint64_t l = local_of_[g];
+      if ((l & ~uint64_t{0xFFFFFFFF}) == epoch) out.push_back(static_cast<uint32_t>(l));
+    }
+    return;
+  }
+  // A small part of it: sort them.
+  for (uint32_t t = 0; t < local_terms_.size(); ++t) out.push_back(t);
+  const TermPool& pool = dict_.terms;
+  std::sort(out.begin(), out.end(),
+            [&](uint32_t a, uint32_t b) { return pool.Name(local_terms_[a]) < pool.Name(local_terms_[b]); });
 }
 
 inline size_t SegmentBuilder::Lists::AddToken(uint32_t doc, uint32_t position) {
@@ -597,10 +635,9 @@ void SegmentBuilder::FlushLog(FieldBuild& fb) {
   if (n == 0) return;
   SortLog(fb);
   size_t i = 0;
-  for (uint32_t t = 0; t < fb.term_count(); ++t) {
+  for (uint32_t t = 0; t < local_terms_.size(); ++t) {
     const size_t end = count_buf_[t];
-    if (i == end) continue;
-    Lists& l = ListsOf(fb, t);
+    Lists& l = ListsOf(fb, local_terms_[t]);
     for (; i < end; ++i)
       memory_ += l.AddToken(static_cast<uint32_t>(sort_buf_[i] >> 32), static_cast<uint32_t>(sort_buf_[i]));
   }
@@ -619,7 +656,7 @@ void SegmentBuilder::RunToLists(uint32_t t, Lists& out) const {
 inline void SegmentBuilder::ProbeAndLog(uint32_t field, uint32_t doc, std::string_view term, uint64_t hash,
                                         uint32_t position) {
   FieldBuild& fb = text_[field];
-  Log(fb, doc, TermIndex(fb, term, hash), position);
+  Log(fb, doc, TermIndex(term, hash), position);
   memory_ += sizeof(LogEntry);
   if (fb.log.size() >= kMaxLogTokens) FlushLog(fb);
 }
@@ -646,28 +683,27 @@ void SegmentBuilder::AddToken(uint32_t field, uint32_t doc, std::string_view ter
   p.position = position;
   p.size = static_cast<uint32_t>(term.size());
   std::memcpy(p.bytes, term.data(), term.size());
-  const FieldBuild& fb = text_[field];
-  __builtin_prefetch(&fb.slots[p.hash & (fb.slots.size() - 1)]);
+  const std::vector<uint64_t>& slots = dict_.slots;
+  const TermPool& pool = dict_.terms;
+  __builtin_prefetch(&slots[p.hash & (slots.size() - 1)]);
   // The probe's three dependent loads are prefetched a stage apart, each
   // stage reading only what the one before prefetched: a third of a window
   // later the slot is in cache, so prefetch the term's name_end entries; two
   // thirds later those are, so prefetch the name. (Reading name_end
   // unprefetched stalled AddToken on a cache miss per token when many
   // fields' dictionaries outgrow the cache.)
-  auto term_of = [&](size_t ago, const FieldBuild*& qf) -> uint32_t {  // index + 1, or 0 if none yet
+  auto term_of = [&](size_t ago) -> uint32_t {  // index + 1, or 0 if none yet
     const Pending& q = pending_[(pending_begin_ + pending_size_ - 1 - ago) % kPendingTokens];
-    qf = &text_[q.field];
-    const auto idx = static_cast<uint32_t>(qf->slots[q.hash & (qf->slots.size() - 1)]);
-    return idx <= qf->term_count() ? idx : 0;
+    const auto idx = static_cast<uint32_t>(slots[q.hash & (slots.size() - 1)]);
+    return idx <= pool.size() ? idx : 0;
   };
-  const FieldBuild* qf;
   if (pending_size_ > kPendingTokens / 3) {
-    const uint32_t t = term_of(kPendingTokens / 3, qf);
-    if (t > 1) __builtin_prefetch(&qf->name_end[t - 2]);
+    const uint32_t t = term_of(kPendingTokens / 3);
+    if (t > 1) __builtin_prefetch(&pool.name_end[t - 2]);
   }
   if (pending_size_ > 2 * kPendingTokens / 3) {
-    const uint32_t t = term_of(2 * kPendingTokens / 3, qf);
-    if (t != 0) __builtin_prefetch(qf->names.data() + (t == 1 ? 0 : qf->name_end[t - 2]));
+    const uint32_t t = term_of(2 * kPendingTokens / 3);
+    if (t != 0) __builtin_prefetch(pool.names.data() + (t == 1 ? 0 : pool.name_end[t - 2]));
   }
 }
 
@@ -699,7 +735,7 @@ uint32_t SegmentBuilder::AppendTerm(uint32_t field, std::string_view term) {
   FieldBuild& fb = text_[field];
   FlushLog(fb);
   fb.presorted = true;
-  return NewTerm(fb, term);
+  return NewTerm(fb.own, term);
 }
 
 void SegmentBuilder::AddEncodedPostings(uint32_t field, uint32_t index, std::span<const uint32_t> docs,
@@ -794,11 +830,28 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   else
     FlushLog(fb);
   const bool from_log = fb.from_log;
-  // Term t's postings: its run of the sorted log, or its lists.
-  auto has_postings = [&](uint32_t t) {
-    if (from_log) return count_buf_[t] != (t == 0 ? 0 : count_buf_[t - 1]);
-    return fb.lists[t] != nullptr && !fb.lists[t]->docs.empty();
+  // The field's terms with postings, by name: local indexes (SortLog) for
+  // a field from the log, indexes of `lists` otherwise.
+  std::vector<uint32_t> sorted;
+  if (from_log) {
+    SortedLocalTerms(sorted);
+  } else {
+    auto has_postings = [&](uint32_t t) {
+      return t < fb.lists.size() && fb.lists[t] != nullptr && !fb.lists[t]->docs.empty();
+    };
+    if (fb.presorted) {
+      for (uint32_t t = 0; t < fb.own.size(); ++t)
+        if (has_postings(t)) sorted.push_back(t);
+    } else {
+      for (uint32_t t : SortedTerms())
+        if (has_postings(t)) sorted.push_back(t);
+    }
+  }
+  auto name = [&](uint32_t t) {
+    if (from_log) return dict_.terms.Name(local_terms_[t]);
+    return fb.presorted ? fb.own.Name(t) : dict_.terms.Name(t);
   };
+  // Term t's postings: its run of the sorted log, or its lists.
   auto lists = [&](uint32_t t) -> const Lists& {
     if (!from_log) return *fb.lists[t];
     RunToLists(t, scratch_);
@@ -815,25 +868,19 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   uint64_t lengths_off = out.size();
   PutArray(out, lens.data(), lens.size());
   Align(out);
-  // The terms with postings in this segment, by name (a reused builder
-  // also knows terms of earlier batches).
-  std::vector<uint32_t> sorted;
-  sorted.reserve(fb.term_count());
-  for (uint32_t t : SortedTerms(fb))
-    if (has_postings(t)) sorted.push_back(t);
   const uint32_t nt = static_cast<uint32_t>(sorted.size());
   uint64_t term_offs_off = out.size();
   {
     uint32_t o = 0;
     PutFixed<uint32_t>(out, 0);
     for (uint32_t t : sorted) {
-      o += static_cast<uint32_t>(fb.Name(t).size());
+      o += static_cast<uint32_t>(name(t).size());
       PutFixed<uint32_t>(out, o);
     }
     Align(out);
   }
   uint64_t term_blob_off = out.size();
-  for (uint32_t t : sorted) out += fb.Name(t);
+  for (uint32_t t : sorted) out += name(t);
   Align(out);
   uint64_t list_offs_off = out.size();
   out.append(static_cast<size_t>(nt) * 8, '\0');
@@ -858,9 +905,10 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   if (common.empty()) {
     // No common terms: no pairs to look for.
   } else if (from_log) {
-    common_of_.assign(fb.term_count(), 0);
-    for (size_t c = 0; c < common.size(); ++c) common_of_[sorted[common[c]]] = static_cast<uint8_t>(c + 1);
+    common_of_.resize(dict_.terms.size(), 0);
+    for (size_t c = 0; c < common.size(); ++c) common_of_[local_terms_[sorted[common[c]]]] = static_cast<uint8_t>(c + 1);
     pairs = BuildPairsFromLog(fb.log, fb.log_docs, common_of_, common.size());
+    for (uint32_t c : common) common_of_[local_terms_[sorted[c]]] = 0;
   } else {
     std::vector<PairSource> sources;
     for (uint32_t c : common) {
@@ -905,7 +953,10 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
       // headers, one skip and block entry; per posting at most 5 bytes of
       // doc number, 4 of tf and 20/64 of skip and block tables; per token
       // at most 5 position bytes.
-      est += fb.names.size() + fb.term_count() * (4 + 8 + 30 + 32 + 64 + 4 + sizeof(BlockMax));
+      // A field's terms are at most the dictionary's and its tokens.
+      const TermPool& pool = fb.presorted ? fb.own : dict_.terms;
+      est += pool.names.size() +
+             std::min(pool.size(), fb.log.size() + fb.lists.size()) * (4 + 8 + 30 + 32 + 64 + 4 + sizeof(BlockMax));
       est += fb.log.size() * (5 + 5 + 4 + 1);
       for (const auto& l : fb.lists)
         if (l) est += l->pos.size() + l->docs.size() * (5 + 4 + 1) + 16 * (l->docs.size() / 4096 + 2);

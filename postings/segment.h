@@ -193,10 +193,10 @@ class SegmentBuilder {
   uint32_t AddDoc(std::string_view id);
   // Tokens of one document and field must come with non-decreasing doc
   // numbers per term and increasing positions within a document. A token
-  // costs a probe of the field's dictionary and a log entry; Encode does
-  // the rest per term. The probe waits until kPendingTokens more tokens
-  // have come, so that its cache misses overlap theirs (its slot and name
-  // are prefetched meanwhile): with many fields the dictionaries do not
+  // costs a probe of the dictionary (one for all fields) and a log entry;
+  // Encode does the rest per term. The probe waits until kPendingTokens
+  // more tokens have come, so that its cache misses overlap theirs (its
+  // slot and name are prefetched meanwhile): a large vocabulary does not
   // stay in cache.
   void AddToken(uint32_t field, uint32_t doc, std::string_view term, uint32_t position);
   // A whole posting (merges): `positions` ascending.
@@ -263,38 +263,53 @@ class SegmentBuilder {
   };
   using LogEntry = TextToken;  // pairs.h: the log is also what pair tables are built from
   using LogDoc = DocStart;
-  // Open addressing (linear probing) from a term to its index (name_end): a slot
-  // holds the hash's high 32 bits and index + 1 (0: empty); load <= 1/2.
-  struct FieldBuild {
-    std::vector<uint64_t> slots = std::vector<uint64_t>(1024, 0);
-    std::string names;               // the terms' names back to back
+  // Terms by index, their names back to back.
+  struct TermPool {
+    std::string names;
     std::vector<uint32_t> name_end;  // term i is names[name_end[i - 1] (0 for i = 0), name_end[i])
-    std::vector<std::unique_ptr<Lists>> lists;  // per term, only for fields built from lists
-    std::vector<LogEntry> log;                  // the tokens, in the order added
-    std::vector<LogDoc> log_docs;
-    bool from_log = true;    // every posting is in the log (not in `lists`)
-    bool presorted = false;  // filled by AppendTerm: names already sorted
-    // Term indexes [0, by_name.size()) ordered by name; Encode merges
-    // the terms added since into it (kept across batches).
-    mutable std::vector<uint32_t> by_name;
-    size_t term_count() const { return name_end.size(); }
+    size_t size() const { return name_end.size(); }
     std::string_view Name(uint32_t i) const {
       const uint32_t start = i == 0 ? 0 : name_end[i - 1];
       return std::string_view(names.data() + start, name_end[i] - start);
     }
   };
-  const std::vector<uint32_t>& SortedTerms(const FieldBuild& fb) const;
+  // One dictionary for every field: the fields of a document set share
+  // most of their words, and one table of the vocabulary stays in cache
+  // where a table per field did not (W3's 100 fields of one vocabulary:
+  // ~90 MB of tables, a cache miss per token). Open addressing (linear
+  // probing) from a term to its index: a slot holds the hash's high 32
+  // bits and index + 1 (0: empty); load <= 1/2.
+  struct Dictionary {
+    std::vector<uint64_t> slots = std::vector<uint64_t>(1024, 0);
+    TermPool terms;
+    // Term indexes [0, by_name.size()) ordered by name; Encode merges the
+    // terms added since into it (kept across batches).
+    std::vector<uint32_t> by_name;
+  };
+  struct FieldBuild {
+    // Per term (a dictionary index; an index into `own` if presorted),
+    // only for fields built from lists.
+    std::vector<std::unique_ptr<Lists>> lists;
+    std::vector<LogEntry> log;  // the tokens, in the order added; terms are dictionary indexes
+    std::vector<LogDoc> log_docs;
+    bool from_log = true;    // every posting is in the log (not in `lists`)
+    bool presorted = false;  // filled by AppendTerm: its terms are `own`, already sorted
+    TermPool own;
+  };
+  // The dictionary's terms ordered by name (brings by_name up to date).
+  const std::vector<uint32_t>& SortedTerms();
   static Lists& ListsOf(FieldBuild& fb, uint32_t term) {
+    if (term >= fb.lists.size()) fb.lists.resize(term + 1);
     if (!fb.lists[term]) fb.lists[term] = std::make_unique<Lists>();
     return *fb.lists[term];
   }
   // Term `term`'s lists, for postings added whole (the log moved to lists first).
   Lists& TermLists(uint32_t field, std::string_view term);
-  uint32_t TermIndex(FieldBuild& fb, std::string_view term, uint64_t h);
+  uint32_t TermIndex(std::string_view term, uint64_t h);
   // Adds `term` at empty slot `slot` (its hash's high bits `tag`); grows the table.
-  [[gnu::noinline]] uint32_t InsertTerm(FieldBuild& fb, std::string_view term, uint64_t tag, size_t slot);
-  // Appends a term without hashing it (AppendTerm).
-  uint32_t NewTerm(FieldBuild& fb, std::string_view term);
+  [[gnu::noinline]] uint32_t InsertTerm(std::string_view term, uint64_t tag, size_t slot);
+  // Appends `term` to `pool`; returns its index.
+  uint32_t NewTerm(TermPool& pool, std::string_view term);
   // A token waiting for its probe (AddToken); longer terms are probed at once.
   static constexpr size_t kPendingTokens = 16, kPendingTermBytes = 40;
   struct Pending {
@@ -313,20 +328,31 @@ class SegmentBuilder {
   uint32_t pending_begin_ = 0, pending_size_ = 0;
   void Log(FieldBuild& fb, uint32_t doc, uint32_t term, uint32_t position);
   // Sorts the field's log by term into sort_buf_ (doc << 32 | position,
-  // per term in the order added); term t's run ends at count_buf_[t] and
-  // starts at count_buf_[t - 1] (0 for t = 0).
+  // per term in the order added). Terms get local indexes, in order of
+  // first appearance in the log: local_terms_[t] is local term t's
+  // dictionary index; its run ends at count_buf_[t] and starts at
+  // count_buf_[t - 1] (0 for t = 0).
   void SortLog(const FieldBuild& fb);
+  // After SortLog: the local terms ordered by name, into `out`.
+  void SortedLocalTerms(std::vector<uint32_t>& out);
   // Moves the field's logged tokens to their terms' lists, for good.
   void FlushLog(FieldBuild& fb);
   // Term t's postings from its run in sort_buf_, into the scratch lists.
   void RunToLists(uint32_t t, Lists& out) const;
   void EncodeText(size_t f, std::string& out, std::string& dir);
   Lists scratch_;                 // EncodeText: a term's lists from its run
-  std::vector<uint8_t> common_of_;  // EncodeText: per term, its common-term index + 1, or 0
+  std::vector<uint8_t> common_of_;  // EncodeText: per dictionary index, its common-term index + 1, or 0 (all 0 between fields)
   std::vector<BlockMax> blocks_;
   std::string bitmap_;  // EncodeText: a long list's frozen bitmap, written after its header
   std::vector<uint32_t> count_buf_;
   std::vector<uint64_t> sort_buf_;
+  std::vector<uint32_t> local_terms_;  // SortLog: local term -> dictionary index
+  // SortLog: per dictionary index, local_epoch_ << 32 | local index if
+  // the term is in the field being sorted (an older epoch: it is not).
+  std::vector<uint64_t> local_of_;
+  uint32_t local_epoch_ = 0;
+
+  Dictionary dict_;
 
   std::vector<std::string> ids_;
   std::vector<FieldBuild> text_;

@@ -220,6 +220,88 @@ TEST_CASE("tokens encode exactly as the same postings added whole", "[postings]"
   }
 }
 
+TEST_CASE("fields share the builder's dictionary; each encodes only its own terms", "[postings]") {
+  // Field 0 draws from a large vocabulary; field 1 mostly from three of
+  // its words and rarely from 40 more (its terms are a small part of the
+  // dictionary, and words common in field 0 are rare in it); field 2 from
+  // words no other field has; field 3 only in the first batch. Batches
+  // reuse the builder (its dictionary holds every earlier batch's terms)
+  // and hold enough documents for pair tables.
+  SegmentBuilder b(4, 0);
+  std::mt19937 rng(5);
+  auto zipf = [&](int n) {  // rank r with probability ~ 1 / (r + 1)
+    return static_cast<int>(std::exp(std::uniform_real_distribution<double>(0, std::log(n + 1.0))(rng))) - 1;
+  };
+  for (int batch = 0; batch < 3; ++batch) {
+    b.Reset();
+    // field -> term -> doc -> positions; field -> (term, next term) -> docs.
+    std::map<std::string, std::map<uint32_t, std::vector<uint32_t>>> want[4];
+    std::map<std::pair<std::string, std::string>, std::set<uint32_t>> want_pairs[4];
+    const uint32_t ndocs = 1100;
+    for (uint32_t d = 0; d < ndocs; ++d) {
+      const uint32_t doc = b.AddDoc("b" + std::to_string(batch) + "d" + std::to_string(d));
+      for (uint32_t f = 0; f < 4; ++f) {
+        if (f == 3 && batch > 0) continue;
+        const uint32_t n = 1 + static_cast<uint32_t>(rng() % 30);
+        std::string prev;
+        for (uint32_t p = 0; p < n; ++p) {
+          std::string t;
+          if (f == 0 || f == 3) t = "w" + std::to_string(zipf(3000));
+          else if (f == 1) t = "w" + std::to_string(rng() % 50 == 0 ? 4 + rng() % 40 : 1 + rng() % 3);
+          else t = "x" + std::to_string(zipf(300));
+          b.AddToken(f, doc, t, p);
+          want[f][t][doc].push_back(p);
+          if (p > 0) want_pairs[f][{prev, t}].insert(doc);
+          prev = t;
+        }
+        b.SetLength(f, doc, n);
+      }
+    }
+    TempDir dir;
+    REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(3)).ok());
+    auto opened = Segment::Open(dir.path() + "/s.cvs", 3, 4, 0);
+    REQUIRE(opened.ok());
+    const Segment& s = **opened;
+    std::vector<uint32_t> pos;
+    for (uint32_t f = 0; f < 4; ++f) {
+      INFO("batch " << batch << " field " << f);
+      REQUIRE(s.term_count(f) == want[f].size());
+      uint32_t i = 0;
+      for (const auto& [term, docs] : want[f]) {
+        REQUIRE(s.term(f, i) == term);
+        std::vector<uint32_t> got;
+        s.ForEachDoc(s.entry(f, i), [&](uint32_t d) { got.push_back(d); });
+        REQUIRE(got.size() == docs.size());
+        const TfArray tfs = s.Tfs(f, i);
+        uint32_t rank = 0;
+        for (const auto& [doc, positions] : docs) {
+          CHECK(got[rank] == doc);
+          CHECK(tfs[rank] == positions.size());
+          s.Positions(f, i, rank, pos);
+          CHECK(pos == positions);
+          ++rank;
+        }
+        ++i;
+      }
+      // Pair tables: every pair of the field's common terms, exactly.
+      size_t answered = 0;
+      for (uint32_t x = 0; x < s.term_count(f); ++x) {
+        for (uint32_t y = 0; y < s.term_count(f); ++y) {
+          ConstBitmap got;
+          if (!s.PairPostings(f, x, y, &got)) continue;
+          ++answered;
+          std::vector<uint32_t> docs(roaring_bitmap_get_cardinality(got.get()));
+          roaring_bitmap_to_uint32_array(got.get(), docs.data());
+          auto it = want_pairs[f].find({std::string(s.term(f, x)), std::string(s.term(f, y))});
+          CHECK(std::set<uint32_t>(docs.begin(), docs.end()) ==
+                (it == want_pairs[f].end() ? std::set<uint32_t>{} : it->second));
+        }
+      }
+      if (f < 3 || batch == 0) CHECK(answered > 0);
+    }
+  }
+}
+
 // A segment of one document in which names[i] is at position i.
 Result<std::shared_ptr<const Segment>> OneDocumentSegment(const TempDir& dir, const std::vector<std::string>& names) {
   SegmentBuilder b(1, 0);
