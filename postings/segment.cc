@@ -821,6 +821,89 @@ void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<cons
   out += bitmap;
 }
 
+inline size_t VarintSize(uint32_t v) {
+  return 1 + (v >= (1u << 7)) + (v >= (1u << 14)) + (v >= (1u << 21)) + (v >= (1u << 28));
+}
+inline char* WriteVarint(char* p, uint32_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+
+// EncodeTerm's bytes for a short list, straight from the term's run of
+// the sorted log (`n` entries doc << 32 | position, in doc order, positions
+// ascending within a doc), without building its lists first: most of a
+// batch's lists are short (W3's many fields: ~6 tokens a list). Returns
+// the list's doc_freq, or 0 (writing nothing) if it is not short.
+uint32_t EncodeShortRun(std::string& out, const uint64_t* run, size_t n, const uint32_t* lens) {
+  uint32_t docs[kShortList], tfs[kShortList];
+  uint32_t df = 0, last_pos = 0;
+  size_t pos_len = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const auto doc = static_cast<uint32_t>(run[i] >> 32);
+    const auto position = static_cast<uint32_t>(run[i]);
+    if (df == 0 || docs[df - 1] != doc) {
+      if (df == kShortList) return 0;
+      docs[df] = doc;
+      tfs[df++] = 0;
+      last_pos = 0;
+    }
+    ++tfs[df - 1];
+    pos_len += VarintSize(position - last_pos);
+    last_pos = position;
+  }
+  uint32_t max_tf = 0, min_len = std::numeric_limits<uint32_t>::max(), chunks = 0;
+  for (uint32_t i = 0; i < df; ++i) {
+    max_tf = std::max(max_tf, tfs[i]);
+    min_len = std::min(min_len, lens[docs[i]]);
+    chunks += i == 0 || (docs[i] >> 16) != (docs[i - 1] >> 16);
+  }
+  // One reservation for the list, written through a pointer, then cut to
+  // size: header varints, tfs, positions, chunk varints, u16 low halves.
+  const size_t at = out.size();
+  out.resize(at + 5 * 5 + 4 * size_t{df} + pos_len + 5 + 10 * size_t{df} + 1 + 2 * size_t{df});
+  char* const base = out.data();
+  char* q = base + at;
+  q = WriteVarint(q, df);
+  q = WriteVarint(q, static_cast<uint32_t>(pos_len));
+  q = WriteVarint(q, max_tf);
+  q = WriteVarint(q, min_len);
+  q = WriteVarint(q, docs[df - 1]);
+  if (max_tf < 256) {
+    for (uint32_t i = 0; i < df; ++i) *q++ = static_cast<char>(tfs[i]);
+  } else {
+    std::memcpy(q, tfs, 4 * size_t{df});
+    q += 4 * size_t{df};
+  }
+  uint32_t prev_doc = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const auto doc = static_cast<uint32_t>(run[i] >> 32);
+    const auto position = static_cast<uint32_t>(run[i]);
+    if (i == 0 || doc != prev_doc) last_pos = 0;
+    prev_doc = doc;
+    q = WriteVarint(q, position - last_pos);
+    last_pos = position;
+  }
+  q = WriteVarint(q, chunks);
+  for (uint32_t i = 0, start = 0; i < df; ++i) {
+    if (i + 1 < df && (docs[i + 1] >> 16) == (docs[i] >> 16)) continue;
+    q = WriteVarint(q, docs[i] >> 16);
+    q = WriteVarint(q, i + 1 - start);
+    start = i + 1;
+  }
+  if ((q - base) % 2 != 0) *q++ = '\0';  // the low halves are u16-aligned
+  for (uint32_t i = 0; i < df; ++i) {
+    const auto low = static_cast<uint16_t>(docs[i]);
+    std::memcpy(q, &low, 2);
+    q += 2;
+  }
+  out.resize(static_cast<size_t>(q - base));
+  return df;
+}
+
 }  // namespace
 
 void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
@@ -886,9 +969,15 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
   out.append(static_cast<size_t>(nt) * 8, '\0');
   std::vector<uint32_t> dfs(nt);
   for (uint32_t ti = 0; ti < nt; ++ti) {
-    const Lists& l = lists(sorted[ti]);
     const uint64_t off = out.size();
     std::memcpy(out.data() + list_offs_off + 8 * uint64_t{ti}, &off, 8);
+    if (from_log) {
+      const uint32_t t = sorted[ti];
+      const size_t begin = t == 0 ? 0 : count_buf_[t - 1];
+      dfs[ti] = EncodeShortRun(out, sort_buf_.data() + begin, count_buf_[t] - begin, lens.data());
+      if (dfs[ti] != 0) continue;  // a longer run goes through its lists
+    }
+    const Lists& l = lists(sorted[ti]);
     EncodeTerm(out, l.docs, l.tfs, l.pos, lens.data(), blocks_, bitmap_);
     dfs[ti] = static_cast<uint32_t>(l.docs.size());
   }
