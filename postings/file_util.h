@@ -26,6 +26,19 @@ inline void PutVarint(std::string& out, uint32_t v) {
   }
   out.push_back(static_cast<char>(v));
 }
+// The same bytes written at p (room for VarintSize(v) <= 5); returns the
+// byte after them.
+inline char* WriteVarint(char* p, uint32_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+inline size_t VarintSize(uint32_t v) {
+  return 1 + (v >= (1u << 7)) + (v >= (1u << 14)) + (v >= (1u << 21)) + (v >= (1u << 28));
+}
 // Decodes a varint at p (no bounds check: callers decode only data whose
 // checksum was verified and whose structure was written by PutVarint).
 inline const uint8_t* GetVarint(const uint8_t* p, uint32_t* v) {

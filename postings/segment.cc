@@ -389,7 +389,7 @@ void SegmentBuilder::ReleaseBuffers() {
   std::vector<uint32_t>().swap(count_buf_);
   std::vector<uint64_t>().swap(sort_buf_);
   std::vector<uint32_t>().swap(local_terms_);
-  std::vector<uint64_t>().swap(local_of_);
+  std::vector<uint32_t>().swap(local_of_);
   scratch_ = Lists();
   std::vector<uint8_t>().swap(common_of_);
   std::vector<BlockMax>().swap(blocks_);
@@ -408,7 +408,7 @@ size_t SegmentBuilder::RetainedBytes() const {
   }
   for (const auto& id : ids_) bytes += id.capacity() > 15 ? id.capacity() : 0;
   bytes += sizeof(std::string) * ids_.capacity() + 4 * count_buf_.capacity() + 8 * sort_buf_.capacity() +
-           4 * local_terms_.capacity() + 8 * local_of_.capacity() +
+           4 * (local_terms_.capacity() + local_of_.capacity()) +
            scratch_.pos.capacity() + 4 * (scratch_.docs.capacity() + scratch_.tfs.capacity()) +
            sizeof(BlockMax) * blocks_.capacity() + bitmap_.capacity();
   bytes += common_of_.capacity();
@@ -561,23 +561,20 @@ inline void SegmentBuilder::Log(FieldBuild& fb, uint32_t doc, uint32_t term, uin
 void SegmentBuilder::SortLog(const FieldBuild& fb) {
   const size_t n = fb.log.size();
   // Local indexes, so that the counts and the encoding cost the field's
-  // terms, not the dictionary's (fields of different vocabularies share it).
-  if (++local_epoch_ == 0) {  // wrapped: no entry may look current
-    std::fill(local_of_.begin(), local_of_.end(), 0);
-    local_epoch_ = 1;
-  }
-  local_of_.resize(dict_.terms.size(), 0);
-  const uint64_t epoch = uint64_t{local_epoch_} << 32;
+  // terms, not the dictionary's (fields of different vocabularies share
+  // it). The previous field's entries are cleared first.
+  for (uint32_t g : local_terms_) local_of_[g] = 0;
   local_terms_.clear();
+  local_of_.resize(dict_.terms.size(), 0);
   count_buf_.assign(1, 0);
   for (const LogEntry& e : fb.log) {
-    uint64_t& l = local_of_[e.term];
-    if ((l & ~uint64_t{0xFFFFFFFF}) != epoch) {
-      l = epoch | local_terms_.size();
+    uint32_t& l = local_of_[e.term];
+    if (l == 0) {
       local_terms_.push_back(e.term);
+      l = static_cast<uint32_t>(local_terms_.size());
       count_buf_.push_back(0);
     }
-    ++count_buf_[static_cast<uint32_t>(l) + 1];
+    ++count_buf_[l];
   }
   for (size_t t = 1; t < count_buf_.size(); ++t) count_buf_[t] += count_buf_[t - 1];
   sort_buf_.resize(n);
@@ -586,7 +583,7 @@ void SegmentBuilder::SortLog(const FieldBuild& fb) {
     const size_t end = d + 1 < fb.log_docs.size() ? fb.log_docs[d + 1].first : n;
     for (size_t i = fb.log_docs[d].first; i < end; ++i) {
       const LogEntry e = fb.log[i];
-      sort_buf_[count_buf_[static_cast<uint32_t>(local_of_[e.term])]++] = doc | e.position;
+      sort_buf_[count_buf_[local_of_[e.term] - 1]++] = doc | e.position;
     }
   }
   // count_buf_[t] is now the end of local term t's run (and the start of t + 1's).
@@ -594,13 +591,10 @@ void SegmentBuilder::SortLog(const FieldBuild& fb) {
 
 void SegmentBuilder::SortedLocalTerms(std::vector<uint32_t>& out) {
   out.clear();
-  const uint64_t epoch = uint64_t{local_epoch_} << 32;
   if (local_terms_.size() * 16 >= dict_.terms.size()) {
     // Most of the dictionary: pick the field's terms from its name order.
-    for (uint32_t g : SortedTerms()) {
-      const uint64_t l = local_of_[g];
-      if ((l & ~uint64_t{0xFFFFFFFF}) == epoch) out.push_back(static_cast<uint32_t>(l));
-    }
+    for (uint32_t g : SortedTerms())
+      if (local_of_[g] != 0) out.push_back(local_of_[g] - 1);
     return;
   }
   // A small part of it: sort them.
@@ -690,8 +684,9 @@ void SegmentBuilder::AddToken(uint32_t field, uint32_t doc, std::string_view ter
   // stage reading only what the one before prefetched: a third of a window
   // later the slot is in cache, so prefetch the term's name_end entries; two
   // thirds later those are, so prefetch the name. (Reading name_end
-  // unprefetched stalled AddToken on a cache miss per token when many
-  // fields' dictionaries outgrow the cache.)
+  // unprefetched stalled AddToken when each field had its own dictionary
+  // and together they outgrew the cache; with one dictionary, keeping only
+  // the slot stage ran 5% fewer instructions but no faster: RESULTS.md.)
   auto term_of = [&](size_t ago) -> uint32_t {  // index + 1, or 0 if none yet
     const Pending& q = pending_[(pending_begin_ + pending_size_ - 1 - ago) % kPendingTokens];
     const auto idx = static_cast<uint32_t>(slots[q.hash & (slots.size() - 1)]);
@@ -756,13 +751,66 @@ void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, double v) {
 
 namespace {
 
-// Writes v as a varint at p; returns the byte after it (at most 5 written).
+// Appends a short list (at most kShortList postings: docs and tfs, `df`
+// each) to `out`: header varints, tfs, positions, the doc numbers as chunk
+// varints and u16 low halves. Its positions are pos_len bytes that
+// write_positions(q) writes at q, returning the byte after them. One
+// reservation, written through a pointer, then cut to size: most of a
+// batch's lists are short.
+template <typename WritePositions>
+void AppendShortList(std::string& out, const uint32_t* docs, const uint32_t* tfs, uint32_t df, const uint32_t* lens,
+                     size_t pos_len, WritePositions&& write_positions) {
+  uint32_t max_tf = 0, min_len = std::numeric_limits<uint32_t>::max(), chunks = 0;
+  for (uint32_t i = 0; i < df; ++i) {
+    max_tf = std::max(max_tf, tfs[i]);
+    min_len = std::min(min_len, lens[docs[i]]);
+    chunks += i == 0 || (docs[i] >> 16) != (docs[i - 1] >> 16);
+  }
+  const size_t at = out.size();
+  out.resize(at + 5 * 5 + 4 * size_t{df} + pos_len + 5 + 10 * size_t{df} + 1 + 2 * size_t{df});
+  char* const base = out.data();
+  char* q = base + at;
+  q = WriteVarint(q, df);
+  q = WriteVarint(q, static_cast<uint32_t>(pos_len));
+  q = WriteVarint(q, max_tf);
+  q = WriteVarint(q, min_len);
+  q = WriteVarint(q, docs[df - 1]);
+  if (max_tf < 256) {
+    for (uint32_t i = 0; i < df; ++i) *q++ = static_cast<char>(tfs[i]);
+  } else {
+    std::memcpy(q, tfs, 4 * size_t{df});
+    q += 4 * size_t{df};
+  }
+  q = write_positions(q);
+  q = WriteVarint(q, chunks);
+  for (uint32_t i = 0, start = 0; i < df; ++i) {
+    if (i + 1 < df && (docs[i + 1] >> 16) == (docs[i] >> 16)) continue;
+    q = WriteVarint(q, docs[i] >> 16);
+    q = WriteVarint(q, i + 1 - start);
+    start = i + 1;
+  }
+  if ((q - base) % 2 != 0) *q++ = '\0';  // the low halves are u16-aligned
+  for (uint32_t i = 0; i < df; ++i) {
+    const auto low = static_cast<uint16_t>(docs[i]);
+    std::memcpy(q, &low, 2);
+    q += 2;
+  }
+  out.resize(static_cast<size_t>(q - base));
+}
+
 // Appends one term's posting list (header, tfs, positions, then the doc
 // numbers as varints or the skip table, block maxima and aligned frozen
 // bitmap) to `out`; `bitmap` is scratch for a long list's bitmap.
 void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<const uint32_t> tfs, std::string_view pos,
                 const uint32_t* lens, std::vector<BlockMax>& blocks, std::string& bitmap) {
   const auto df = static_cast<uint32_t>(docs.size());
+  if (df <= kShortList) {
+    AppendShortList(out, docs.data(), tfs.data(), df, lens, pos.size(), [&](char* q) {
+      std::memcpy(q, pos.data(), pos.size());
+      return q + pos.size();
+    });
+    return;
+  }
   blocks.clear();
   for (size_t i = 0; i < docs.size(); ++i) {
     if (i % kPostingBlock == 0) blocks.push_back(BlockMax{0, 0, std::numeric_limits<uint32_t>::max(), 0});
@@ -776,17 +824,14 @@ void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<cons
     max_tf = std::max(max_tf, b.max_tf);
     min_len = std::min(min_len, b.min_len);
   }
-  const bool is_short = df <= kShortList;
   PutVarint(out, df);
   PutVarint(out, static_cast<uint32_t>(pos.size()));
   PutVarint(out, max_tf);
   PutVarint(out, min_len);
   PutVarint(out, docs.back());
-  if (!is_short) {
-    bitmap.clear();
-    AppendFrozenBitmap(bitmap, docs);
-    PutVarint(out, static_cast<uint32_t>(bitmap.size()));
-  }
+  bitmap.clear();
+  AppendFrozenBitmap(bitmap, docs);
+  PutVarint(out, static_cast<uint32_t>(bitmap.size()));
   if (max_tf < 256) {
     const size_t at_tf = out.size();
     out.resize(at_tf + tfs.size());
@@ -796,48 +841,16 @@ void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<cons
     PutArray(out, tfs.data(), tfs.size());
   }
   out += pos;
-  if (is_short) {
-    uint32_t chunks = 0;
-    for (size_t i = 0; i < docs.size(); ++i) chunks += i == 0 || (docs[i] >> 16) != (docs[i - 1] >> 16);
-    PutVarint(out, chunks);
-    for (size_t i = 0, start = 0; i < docs.size(); ++i) {
-      if (i + 1 < docs.size() && (docs[i + 1] >> 16) == (docs[i] >> 16)) continue;
-      PutVarint(out, docs[i] >> 16);
-      PutVarint(out, static_cast<uint32_t>(i + 1 - start));
-      start = i + 1;
-    }
-    if (out.size() % 2 != 0) out.push_back('\0');  // the low halves are u16-aligned
-    const size_t at = out.size();
-    out.resize(at + 2 * docs.size());
-    for (size_t i = 0; i < docs.size(); ++i) {
-      const auto low = static_cast<uint16_t>(docs[i]);
-      std::memcpy(out.data() + at + 2 * i, &low, 2);
-    }
-    return;
-  }
   AppendSkipTable(out, tfs, reinterpret_cast<const uint8_t*>(pos.data()));
   PutArray(out, blocks.data(), blocks.size());
   Align(out);  // frozen views need 32-byte alignment
   out += bitmap;
 }
 
-inline size_t VarintSize(uint32_t v) {
-  return 1 + (v >= (1u << 7)) + (v >= (1u << 14)) + (v >= (1u << 21)) + (v >= (1u << 28));
-}
-inline char* WriteVarint(char* p, uint32_t v) {
-  while (v >= 0x80) {
-    *p++ = static_cast<char>(v | 0x80);
-    v >>= 7;
-  }
-  *p++ = static_cast<char>(v);
-  return p;
-}
-
-// EncodeTerm's bytes for a short list, straight from the term's run of
-// the sorted log (`n` entries doc << 32 | position, in doc order, positions
-// ascending within a doc), without building its lists first: most of a
-// batch's lists are short (W3's many fields: ~6 tokens a list). Returns
-// the list's doc_freq, or 0 (writing nothing) if it is not short.
+// A short list straight from the term's run of the sorted log (`n`
+// entries doc << 32 | position, in doc order, positions ascending within a
+// doc), without building its lists first. Returns the list's doc_freq, or
+// 0 (writing nothing) if it is not short.
 uint32_t EncodeShortRun(std::string& out, const uint64_t* run, size_t n, const uint32_t* lens) {
   uint32_t docs[kShortList], tfs[kShortList];
   uint32_t df = 0, last_pos = 0;
@@ -855,52 +868,15 @@ uint32_t EncodeShortRun(std::string& out, const uint64_t* run, size_t n, const u
     pos_len += VarintSize(position - last_pos);
     last_pos = position;
   }
-  uint32_t max_tf = 0, min_len = std::numeric_limits<uint32_t>::max(), chunks = 0;
-  for (uint32_t i = 0; i < df; ++i) {
-    max_tf = std::max(max_tf, tfs[i]);
-    min_len = std::min(min_len, lens[docs[i]]);
-    chunks += i == 0 || (docs[i] >> 16) != (docs[i - 1] >> 16);
-  }
-  // One reservation for the list, written through a pointer, then cut to
-  // size: header varints, tfs, positions, chunk varints, u16 low halves.
-  const size_t at = out.size();
-  out.resize(at + 5 * 5 + 4 * size_t{df} + pos_len + 5 + 10 * size_t{df} + 1 + 2 * size_t{df});
-  char* const base = out.data();
-  char* q = base + at;
-  q = WriteVarint(q, df);
-  q = WriteVarint(q, static_cast<uint32_t>(pos_len));
-  q = WriteVarint(q, max_tf);
-  q = WriteVarint(q, min_len);
-  q = WriteVarint(q, docs[df - 1]);
-  if (max_tf < 256) {
-    for (uint32_t i = 0; i < df; ++i) *q++ = static_cast<char>(tfs[i]);
-  } else {
-    std::memcpy(q, tfs, 4 * size_t{df});
-    q += 4 * size_t{df};
-  }
-  uint32_t prev_doc = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const auto doc = static_cast<uint32_t>(run[i] >> 32);
-    const auto position = static_cast<uint32_t>(run[i]);
-    if (i == 0 || doc != prev_doc) last_pos = 0;
-    prev_doc = doc;
-    q = WriteVarint(q, position - last_pos);
-    last_pos = position;
-  }
-  q = WriteVarint(q, chunks);
-  for (uint32_t i = 0, start = 0; i < df; ++i) {
-    if (i + 1 < df && (docs[i + 1] >> 16) == (docs[i] >> 16)) continue;
-    q = WriteVarint(q, docs[i] >> 16);
-    q = WriteVarint(q, i + 1 - start);
-    start = i + 1;
-  }
-  if ((q - base) % 2 != 0) *q++ = '\0';  // the low halves are u16-aligned
-  for (uint32_t i = 0; i < df; ++i) {
-    const auto low = static_cast<uint16_t>(docs[i]);
-    std::memcpy(q, &low, 2);
-    q += 2;
-  }
-  out.resize(static_cast<size_t>(q - base));
+  AppendShortList(out, docs, tfs, df, lens, pos_len, [&](char* q) {
+    // Per posting, tf varints of position deltas, the first from 0.
+    for (size_t i = 0; i < n; ++i) {
+      const auto position = static_cast<uint32_t>(run[i]);
+      const bool first = i == 0 || (run[i] >> 32) != (run[i - 1] >> 32);
+      q = WriteVarint(q, first ? position : position - static_cast<uint32_t>(run[i - 1]));
+    }
+    return q;
+  });
   return df;
 }
 

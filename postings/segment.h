@@ -276,7 +276,7 @@ class SegmentBuilder {
   // One dictionary for every field: the fields of a document set share
   // most of their words, and one table of the vocabulary stays in cache
   // where a table per field did not (W3's 100 fields of one vocabulary:
-  // ~90 MB of tables, a cache miss per token). Open addressing (linear
+  // ~90 MB of tables, far past the caches). Open addressing (linear
   // probing) from a term to its index: a slot holds the hash's high 32
   // bits and index + 1 (0: empty); load <= 1/2.
   struct Dictionary {
@@ -347,10 +347,9 @@ class SegmentBuilder {
   std::vector<uint32_t> count_buf_;
   std::vector<uint64_t> sort_buf_;
   std::vector<uint32_t> local_terms_;  // SortLog: local term -> dictionary index
-  // SortLog: per dictionary index, local_epoch_ << 32 | local index if
-  // the term is in the field being sorted (an older epoch: it is not).
-  std::vector<uint64_t> local_of_;
-  uint32_t local_epoch_ = 0;
+  // SortLog: per dictionary index, its local index + 1 in the field last
+  // sorted, or 0 (only local_terms_' entries are nonzero).
+  std::vector<uint32_t> local_of_;
 
   Dictionary dict_;
 
