@@ -1865,7 +1865,9 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     std::vector<double> scores(m, 0.0);
     if (need_scores) Score(**root, final_bm, k, norms, ev, docs, scores);
     if (by_score) {
-      for (size_t j = 0; j < m; ++j) topk.Offer(TopEntry{scores[j], static_cast<uint32_t>(k), docs[j], seg.id(docs[j])});
+      // Below the threshold a match cannot enter: no entry (the id lookup) for it.
+      for (size_t j = 0; j < m; ++j)
+        if (scores[j] >= topk.threshold()) topk.Offer(TopEntry{scores[j], static_cast<uint32_t>(k), docs[j], seg.id(docs[j])});
       continue;
     }
     // A document with several values sorts by its smallest ascending and
