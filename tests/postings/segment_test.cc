@@ -540,5 +540,36 @@ TEST_CASE("checksum is sensitive to every byte and the length", "[postings]") {
   CHECK(Checksum64(s.data(), 999) != h);
 }
 
+// Skipping varints reads whole words (8 bytes) only while that many
+// varints remain: every count from every seventh start lands where decoding one
+// varint at a time does, on streams of short, long and mixed varints held
+// in a buffer of exactly their size (ASan reports any read past it).
+TEST_CASE("skipping varints lands where decoding them does", "[postings]") {
+  std::mt19937 rng(3);
+  for (int shape = 0; shape < 4; ++shape) {
+    std::string bytes;
+    std::vector<uint32_t> values;
+    for (int i = 0; i < 300; ++i) {
+      const uint32_t bits = shape == 0 ? 7 : shape == 1 ? 14 : shape == 2 ? 1 + rng() % 32 : (i % 17 == 0 ? 32 : 5);
+      const uint32_t v = static_cast<uint32_t>(rng() & (bits == 32 ? ~0u : (1u << bits) - 1));
+      values.push_back(v);
+      PutVarint(bytes, v);
+    }
+    const std::vector<uint8_t> buf(bytes.begin(), bytes.end());
+    std::vector<const uint8_t*> at{buf.data()};  // at[i]: the start of varint i
+    for (size_t i = 0; i < values.size(); ++i) {
+      uint32_t v;
+      at.push_back(GetVarint(at.back(), &v));
+      REQUIRE(v == values[i]);
+    }
+    REQUIRE(at.back() == buf.data() + buf.size());
+    for (size_t from = 0; from < values.size(); from += 7)
+      for (size_t n = 0; from + n <= values.size(); ++n) {
+        INFO("shape " << shape << " from " << from << " n " << n);
+        REQUIRE(SkipVarints(at[from], n) == at[from + n]);
+      }
+  }
+}
+
 }  // namespace
 }  // namespace corvid::postings
