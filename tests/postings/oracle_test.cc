@@ -477,6 +477,34 @@ void CheckQuery(SearchIndex& idx, const Oracle& oracle, const std::string& q,
   for (size_t i = 0; i < th.size(); ++i) CHECK(th[i].id == hits[i + 2].id);
 }
 
+// CheckQuery, then each page (offset, limit) of the ranking against the
+// same slice of the full ranking (which keeps every match, so nothing is
+// pruned): ids and scores bit-identical, not approximately.
+void CheckPages(SearchIndex& idx, const Oracle& oracle, const std::string& q,
+                std::initializer_list<std::pair<size_t, size_t>> pages) {
+  CheckQuery(idx, oracle, q, "", DefaultOperator::kOr);
+  INFO("query: " << q);
+  SearchRequest r;
+  r.q = q;
+  r.limit = 1000000;
+  auto all = idx.Search(r);
+  REQUIRE(all.ok());
+  const auto full = ParseHits(all->hits_json);
+  for (auto [offset, limit] : pages) {
+    r.offset = offset;
+    r.limit = limit;
+    auto top = idx.Search(r);
+    REQUIRE(top.ok());
+    CHECK(top->total == all->total);
+    const auto hits = ParseHits(top->hits_json);
+    REQUIRE(hits.size() == std::min(limit, full.size() - std::min(offset, full.size())));
+    for (size_t i = 0; i < hits.size(); ++i) {
+      CHECK(hits[i].id == full[offset + i].id);
+      CHECK(hits[i].score == full[offset + i].score);
+    }
+  }
+}
+
 // An empty index of kDef in a temporary directory, and the store that
 // feeds it.
 struct TestIndex {
@@ -581,29 +609,7 @@ TEST_CASE("top-k of dense terms is the head of the full ranking", "[postings]") 
     queries.push_back(words[a]);
     queries.push_back(words[a].substr(0, 1) + "*");
   }
-  for (const auto& q : queries) {
-    CheckQuery(*idx, oracle, q, "", DefaultOperator::kOr);
-    INFO("query: " << q);
-    SearchRequest r;
-    r.q = q;
-    r.limit = 1000000;
-    auto all = idx->Search(r);
-    REQUIRE(all.ok());
-    auto full = ParseHits(all->hits_json);
-    for (auto [offset, limit] : {std::pair<size_t, size_t>{0, 10}, {3, 5}}) {
-      r.offset = offset;
-      r.limit = limit;
-      auto top = idx->Search(r);
-      REQUIRE(top.ok());
-      CHECK(top->total == all->total);
-      auto hits = ParseHits(top->hits_json);
-      REQUIRE(hits.size() == std::min(limit, full.size() - std::min(offset, full.size())));
-      for (size_t i = 0; i < hits.size(); ++i) {
-        CHECK(hits[i].id == full[offset + i].id);
-        CHECK(hits[i].score == full[offset + i].score);  // bit-identical, not approximately
-      }
-    }
-  }
+  for (const auto& q : queries) CheckPages(*idx, oracle, q, {{0, 10}, {3, 5}});
 }
 
 // A phrase of common words is answered by the segment's pair table
@@ -633,23 +639,7 @@ TEST_CASE("dense phrases from the pair table count only where they match", "[pos
   const Oracle oracle(*t.def, store.docs);
   for (const std::string q : {"\"alpha beta\"", "\"beta alpha\"", "\"alpha beta\" gamma", "+\"alpha beta\" +gamma",
                               "\"alpha beta\" -delta", "title:\"alpha beta\"^3 body:\"alpha beta\"", "\"alpha beta\" \"beta gamma\""}) {
-    CheckQuery(*idx, oracle, q, "", DefaultOperator::kOr);
-    INFO("query: " << q);
-    SearchRequest r;
-    r.q = q;
-    r.limit = 1000000;
-    auto all = idx->Search(r);
-    REQUIRE(all.ok());
-    const auto full = ParseHits(all->hits_json);
-    r.limit = 10;
-    auto top = idx->Search(r);
-    REQUIRE(top.ok());
-    const auto hits = ParseHits(top->hits_json);
-    REQUIRE(hits.size() == std::min<size_t>(10, full.size()));
-    for (size_t i = 0; i < hits.size(); ++i) {
-      CHECK(hits[i].id == full[i].id);
-      CHECK(hits[i].score == full[i].score);  // bit-identical
-    }
+    CheckPages(*idx, oracle, q, {{0, 10}});
   }
 }
 
