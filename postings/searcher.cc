@@ -895,6 +895,54 @@ void ForEachDoc(const roaring_bitmap_t* b, F&& f) {
     for (uint32_t i = 0; i < got; ++i) f(buf[i]);
 }
 
+// Leaf `n`'s alternative ai's matches among anc (anc itself for a leaf of
+// one alternative), ascending, into out.
+void AltMatches(const CNode& n, size_t ai, const roaring_bitmap_t* anc, const SegEval& ev, std::vector<uint32_t>& out) {
+  Bitmap e(n.alts.size() == 1 ? nullptr : roaring_bitmap_and(anc, ev.alt_bm[n.id][ai].get()));
+  const roaring_bitmap_t* eb = e ? e.get() : anc;
+  out.resize(roaring_bitmap_get_cardinality(eb));
+  roaring_bitmap_to_uint32_array(eb, out.data());
+}
+
+// Score term i of leaf `n`'s alternative ai: its tf at the alternative's
+// matches, asked in ascending order. A verified phrase's tfs were read
+// with its positions; otherwise by rank in the postings (matches are often
+// far sparser than the postings: a phrase's in a common word's list).
+// Valid while ev is.
+class ScoreTermTfs {
+ public:
+  ScoreTermTfs(const CNode& n, size_t ai, size_t i, size_t k, const SegEval& ev) {
+    const Alt& a = n.alts[ai];
+    if (const PhraseTfs& known = ev.alt_tfs[n.id][ai]; !known.docs.empty()) {
+      known_ = &known;
+      nt_ = a.terms.size();
+      q_ = static_cast<size_t>(std::find(a.terms.begin(), a.terms.end(), a.ScoreTerms()[i]) - a.terms.begin());
+      return;
+    }
+    const int64_t ti = a.SegScoreTerm(k, i);
+    if (ti < 0) return;  // not in the segment: tf 0 everywhere
+    postings_ = ev.s->segment->Postings(a.field, static_cast<uint32_t>(ti));
+    ranks_.emplace(postings_.get());
+    tfs_ = ev.s->segment->Tfs(a.field, static_cast<uint32_t>(ti));
+  }
+  // d's tf, 0 if d does not hold the term; d ascending, a match of the alternative.
+  uint32_t Tf(uint32_t d) {
+    if (known_ != nullptr) {
+      while (known_->docs[m_] < d) ++m_;
+      return known_->tfs[m_ * nt_ + q_];
+    }
+    uint32_t r;
+    return ranks_ && ranks_->Find(d, &r) ? tfs_[r] : 0;
+  }
+
+ private:
+  const PhraseTfs* known_ = nullptr;
+  size_t nt_ = 0, q_ = 0, m_ = 0;  // known_: terms per row, this term's column, next row
+  ConstBitmap postings_;
+  std::optional<RankCursor> ranks_;
+  TfArray tfs_;
+};
+
 // Adds the BM25 contributions of `n` to scores[], where docs[] is the
 // segment's sorted final matches and `anc` the docs where n and every
 // ancestor match (a subset of docs and of n's matches).
@@ -917,58 +965,41 @@ void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, Norms& norms, 
   std::vector<uint32_t> eff;
   for (size_t ai = 0; ai < n.alts.size(); ++ai) {
     const Alt& a = n.alts[ai];
-    // The alternative's matches among anc (anc itself for a leaf of one alternative).
-    Bitmap e(n.alts.size() == 1 ? nullptr : roaring_bitmap_and(anc, ev.alt_bm[n.id][ai].get()));
-    const roaring_bitmap_t* eb = e ? e.get() : anc;
-    uint64_t c = roaring_bitmap_get_cardinality(eb);
-    if (c == 0) continue;
-    eff.resize(c);
-    roaring_bitmap_to_uint32_array(eb, eff.data());
     FieldNorms& norm = norms.field(a.field);
     const uint32_t* lens = seg.lengths(a.field);
-    if (const PhraseTfs& known = ev.alt_tfs[n.id][ai]; !known.docs.empty()) {
-      // A verified phrase (eff, not empty, is a subset of its matches): its
-      // terms' tfs at every match were read then.
-      const std::vector<std::string>& terms = a.terms;
-      const size_t nt = terms.size();
+    const double w = a.weight;
+    if (a.any) {
+      // Many expanded terms: each one's documents among the alternative's
+      // matches by bitmap AND, rather than a rank lookup per match.
+      Bitmap e(n.alts.size() == 1 ? nullptr : roaring_bitmap_and(anc, ev.alt_bm[n.id][ai].get()));
+      const roaring_bitmap_t* eb = e ? e.get() : anc;
+      if (roaring_bitmap_is_empty(eb)) continue;
       for (size_t i = 0; i < a.ScoreTerms().size(); ++i) {
-        const auto q = static_cast<size_t>(std::find(terms.begin(), terms.end(), a.ScoreTerms()[i]) - terms.begin());
-        size_t j = 0, m = 0;
-        for (uint32_t d : eff) {
-          while (known.docs[m] < d) ++m;
-          while (docs[j] < d) ++j;
-          scores[j] += a.weight * Bm25WithNorm(a.idf[i], known.tfs[m * nt + q], norm(lens[d]));
-        }
-      }
-      continue;
-    }
-    for (size_t i = 0; i < a.ScoreTerms().size(); ++i) {
-      int64_t ti = a.SegScoreTerm(k, i);
-      if (ti < 0) continue;
-      // By rank, not a PostingCursor: eff is often far sparser than the
-      // postings (a phrase's matches in a common word's list).
-      ConstBitmap postings = seg.Postings(a.field, static_cast<uint32_t>(ti));
-      RankCursor ranks(postings.get());
-      const TfArray tfs = seg.Tfs(a.field, static_cast<uint32_t>(ti));
-      size_t j = 0;
-      const double w = a.weight;
-      if (a.any) {
-        // One of many expanded terms: its documents among eff, by bitmap
-        // AND rather than a rank lookup per document of eff.
+        const int64_t ti = a.SegScoreTerm(k, i);
+        if (ti < 0) continue;
+        ConstBitmap postings = seg.Postings(a.field, static_cast<uint32_t>(ti));
+        RankCursor ranks(postings.get());
+        const TfArray tfs = seg.Tfs(a.field, static_cast<uint32_t>(ti));
         Bitmap both(roaring_bitmap_and(postings.get(), eb));
+        size_t j = 0;
         ForEachDoc(both.get(), [&](uint32_t d) {
           uint32_t r = 0;  // d is in the postings: Find sets it
           ranks.Find(d, &r);
           while (docs[j] < d) ++j;
           scores[j] += w * Bm25WithNorm(a.idf[i], tfs[r], norm(lens[d]));
         });
-        continue;
       }
+      continue;
+    }
+    AltMatches(n, ai, anc, ev, eff);
+    for (size_t i = 0; i < a.ScoreTerms().size() && !eff.empty(); ++i) {
+      ScoreTermTfs tfs(n, ai, i, k, ev);
+      size_t j = 0;
       for (uint32_t d : eff) {
-        uint32_t r;
-        if (!ranks.Find(d, &r)) continue;
+        const uint32_t tf = tfs.Tf(d);
+        if (tf == 0) continue;
         while (docs[j] < d) ++j;
-        scores[j] += w * Bm25WithNorm(a.idf[i], tfs[r], norm(lens[d]));
+        scores[j] += w * Bm25WithNorm(a.idf[i], tf, norm(lens[d]));
       }
     }
   }
@@ -1200,10 +1231,13 @@ bool ScoreLeafTopK(const CNode& leaf, size_t k, Norms& norms, SegEval& ev, const
   const Segment& seg = *ev.s->segment;
   struct Item {
     size_t ai, i;
-    uint32_t ti;
     double bound;
     FieldNorms* norm;
     const uint32_t* lens;
+    bool light = false;
+    double Contribution(const Alt& a, uint32_t tf, uint32_t d) const {
+      return a.weight * Bm25WithNorm(a.idf[i], tf, (*norm)(lens[d]));
+    }
   };
   std::vector<Item> items;  // Score's order
   double heaviest = 0;
@@ -1213,72 +1247,33 @@ bool ScoreLeafTopK(const CNode& leaf, size_t k, Norms& norms, SegEval& ev, const
     for (size_t i = 0; i < a.ScoreTerms().size(); ++i) {
       const int64_t ti = a.SegScoreTerm(k, i);
       if (ti < 0) continue;
-      const TermEntry e = seg.entry(a.field, static_cast<uint32_t>(ti));
       FieldNorms& norm = norms.field(a.field);
-      items.push_back(Item{ai, i, static_cast<uint32_t>(ti), BlockBound(a.weight, a.idf[i], e.whole, norm.avglen()), &norm,
-                           seg.lengths(a.field)});
+      const TermEntry e = seg.entry(a.field, static_cast<uint32_t>(ti));
+      items.push_back(Item{ai, i, BlockBound(a.weight, a.idf[i], e.whole, norm.avglen()), &norm, seg.lengths(a.field)});
       heaviest = std::max(heaviest, items.back().bound);
     }
   }
   double light = 0;  // the light terms' bounds summed
-  for (const Item& t : items)
-    if (t.bound <= heaviest * 1e-3) light += t.bound;
-  if (light == 0) return false;
-  // Each alternative's matches among docs, and each term's tf at a match
-  // (from a verified phrase's tfs, else by rank), in ascending docs.
-  std::vector<std::vector<uint32_t>> eff(leaf.alts.size());
-  for (size_t ai = 0; ai < leaf.alts.size(); ++ai) {
-    if (leaf.alts.size() == 1) {
-      eff[ai] = docs;
-      continue;
-    }
-    Bitmap e(roaring_bitmap_and(final_bm, ev.alt_bm[leaf.id][ai].get()));
-    eff[ai].resize(roaring_bitmap_get_cardinality(e.get()));
-    roaring_bitmap_to_uint32_array(e.get(), eff[ai].data());
+  for (Item& t : items) {
+    t.light = t.bound <= heaviest * 1e-3;
+    if (t.light) light += t.bound;
   }
-  struct Reader {
-    const PhraseTfs* known = nullptr;
-    size_t nt = 0, q = 0, m = 0;  // known: terms per row, this term's column, next row
-    ConstBitmap postings;
-    std::optional<RankCursor> ranks;
-    TfArray tfs;
-    uint32_t Tf(uint32_t d) {  // d ascending, a match of the alternative
-      if (known != nullptr) {
-        while (known->docs[m] < d) ++m;
-        return known->tfs[m * nt + q];
-      }
-      uint32_t r;
-      return ranks->Find(d, &r) ? tfs[r] : 0;
-    }
-  };
-  auto reader = [&](const Item& t) {
-    const Alt& a = leaf.alts[t.ai];
-    Reader rd;
-    if (const PhraseTfs& known = ev.alt_tfs[leaf.id][t.ai]; !known.docs.empty()) {
-      rd.known = &known;
-      rd.nt = a.terms.size();
-      rd.q = static_cast<size_t>(std::find(a.terms.begin(), a.terms.end(), a.ScoreTerms()[t.i]) - a.terms.begin());
-    } else {
-      rd.postings = seg.Postings(a.field, t.ti);
-      rd.ranks.emplace(rd.postings.get());
-      rd.tfs = seg.Tfs(a.field, t.ti);
-    }
-    return rd;
-  };
-  auto contribution = [&](const Item& t, uint32_t tf, uint32_t d) {
-    const Alt& a = leaf.alts[t.ai];
-    return a.weight * Bm25WithNorm(a.idf[t.i], tf, (*t.norm)(t.lens[d]));
-  };
+  if (light == 0) return false;
+  // Each alternative's matches among docs (docs itself for one alternative).
+  std::vector<std::vector<uint32_t>> eff(leaf.alts.size());
+  if (leaf.alts.size() > 1)
+    for (size_t ai = 0; ai < leaf.alts.size(); ++ai) AltMatches(leaf, ai, final_bm, ev, eff[ai]);
+  auto matches = [&](size_t ai) -> const std::vector<uint32_t>& { return leaf.alts.size() == 1 ? docs : eff[ai]; };
   std::vector<double> partial(docs.size(), 0.0);
   for (const Item& t : items) {
-    if (t.bound <= heaviest * 1e-3) continue;
-    Reader rd = reader(t);
+    if (t.light) continue;
+    ScoreTermTfs tfs(leaf, t.ai, t.i, k, ev);
     size_t j = 0;
-    for (uint32_t d : eff[t.ai]) {
-      const uint32_t tf = rd.Tf(d);
+    for (uint32_t d : matches(t.ai)) {
+      const uint32_t tf = tfs.Tf(d);
       if (tf == 0) continue;
       while (docs[j] < d) ++j;
-      partial[j] += contribution(t, tf, d);
+      partial[j] += t.Contribution(leaf.alts[t.ai], tf, d);
     }
   }
   std::vector<double> order = partial;
@@ -1287,21 +1282,21 @@ bool ScoreLeafTopK(const CNode& leaf, size_t k, Norms& norms, SegEval& ev, const
   // different order of addition (ScoreBound's margin covers the bounds).
   const double bar = std::max(order[want - 1], top.threshold());
   const double need = bar - std::abs(bar) * 1e-9 - light;
-  std::vector<Reader> readers;
-  for (const Item& t : items) readers.push_back(reader(t));
-  std::vector<size_t> at(leaf.alts.size(), 0);  // per alternative: the next of eff to compare
+  std::vector<ScoreTermTfs> tfs;
+  for (const Item& t : items) tfs.emplace_back(leaf, t.ai, t.i, k, ev);
+  std::vector<size_t> at(leaf.alts.size(), 0);  // per alternative: the next of its matches to compare
   for (size_t j = 0; j < docs.size(); ++j) {
     if (partial[j] < need) continue;
     const uint32_t d = docs[j];
     double score = 0;
     for (size_t x = 0; x < items.size(); ++x) {
       const Item& t = items[x];
-      const std::vector<uint32_t>& e = eff[t.ai];
+      const std::vector<uint32_t>& e = matches(t.ai);
       size_t& p = at[t.ai];
       while (p < e.size() && e[p] < d) ++p;
       if (p == e.size() || e[p] != d) continue;
-      const uint32_t tf = readers[x].Tf(d);
-      if (tf != 0) score += contribution(t, tf, d);
+      const uint32_t tf = tfs[x].Tf(d);
+      if (tf != 0) score += t.Contribution(leaf.alts[t.ai], tf, d);
     }
     if (score >= top.threshold()) top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
   }
