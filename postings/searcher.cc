@@ -718,6 +718,14 @@ Bitmap AndSmallestFirst(std::vector<const roaring_bitmap_t*>& in) {
   return out;
 }
 
+// A phrase verifies a segment's candidates in chunks of at least
+// kChunkCandidates (at most kMaxChunks) on every core: ~200 ns a
+// candidate of "es aa" (a common word's 34 positions read), so ~200 us a
+// chunk, where waking a helper costs tens of microseconds. ParallelFor's
+// pieces are claimed, so small chunks even out a helper that wakes late.
+constexpr uint64_t kChunkCandidates = 1024;
+constexpr uint64_t kMaxChunks = 16;
+
 ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg, PhraseTfs& phrase_tfs) {
   const std::span<const int64_t> ti = a.SegTerms(k);
   if (a.any) {
@@ -759,18 +767,6 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg, PhraseTfs& phras
   if (nc == 0) return Owned(std::move(cand));
   std::vector<uint32_t> cdocs(nc);
   roaring_bitmap_to_uint32_array(cand.get(), cdocs.data());
-  // Each candidate is in every term's postings: its rank there (RankCursor)
-  // reaches its positions through the list's skip table, without
-  // decoding the doc numbers of the postings in between.
-  std::vector<RankCursor> ranks;
-  std::vector<PositionReader> readers;
-  for (size_t i = 0; i < ti.size(); ++i) {
-    ranks.emplace_back(lists[i].get());
-    readers.emplace_back(seg, a.field, static_cast<uint32_t>(ti[i]));
-  }
-  std::vector<std::vector<uint32_t>> pos(ti.size());
-  std::vector<uint32_t> matched;
-  uint32_t r[2] = {0, 0};
   // A repeated term needs distinct positions, which only slop can violate.
   std::vector<size_t> same(ti.size());
   bool repeats = false;
@@ -778,27 +774,58 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg, PhraseTfs& phras
     same[i] = static_cast<size_t>(std::find(ti.begin(), ti.end(), ti[i]) - ti.begin());
     repeats = repeats || (same[i] != i && a.slop > 0);
   }
-  for (uint32_t d : cdocs) {
-    bool match;
-    if (ti.size() == 2 && !repeats) {
-      ranks[0].Find(d, &r[0]);
-      ranks[1].Find(d, &r[1]);
-      match = PhraseMatches2(readers[0].Begin(r[0]), readers[0].tf(r[0]), a.rel[0], readers[1].Begin(r[1]),
-                             readers[1].tf(r[1]), a.rel[1], a.slop);
-      if (match) {
-        phrase_tfs.tfs.push_back(readers[0].tf(r[0]));
-        phrase_tfs.tfs.push_back(readers[1].tf(r[1]));
-      }
-    } else {
-      for (size_t i = 0; i < ti.size(); ++i) {
-        ranks[i].Find(d, &r[0]);
-        readers[i].Decode(r[0], pos[i]);
-      }
-      match = repeats ? PhraseMatchesRepeated(pos, a.rel, same, a.slop) : PhraseMatches(pos, a.rel, a.slop);
-      if (match)
-        for (const auto& p : pos) phrase_tfs.tfs.push_back(static_cast<uint32_t>(p.size()));
+  // Verifies the candidates of one chunk into its matches and their tfs.
+  // Each candidate is in every term's postings: its rank there (RankCursor)
+  // reaches its positions through the list's skip table, without
+  // decoding the doc numbers of the postings in between.
+  struct Chunk {
+    std::vector<uint32_t> matched, tfs;
+  };
+  auto verify = [&](std::span<const uint32_t> docs, Chunk& out) {
+    std::vector<RankCursor> ranks;
+    std::vector<PositionReader> readers;
+    for (size_t i = 0; i < ti.size(); ++i) {
+      ranks.emplace_back(lists[i].get());
+      readers.emplace_back(seg, a.field, static_cast<uint32_t>(ti[i]));
     }
-    if (match) matched.push_back(d);
+    std::vector<std::vector<uint32_t>> pos(ti.size());
+    uint32_t r[2] = {0, 0};
+    for (uint32_t d : docs) {
+      bool match;
+      if (ti.size() == 2 && !repeats) {
+        ranks[0].Find(d, &r[0]);
+        ranks[1].Find(d, &r[1]);
+        match = PhraseMatches2(readers[0].Begin(r[0]), readers[0].tf(r[0]), a.rel[0], readers[1].Begin(r[1]),
+                               readers[1].tf(r[1]), a.rel[1], a.slop);
+        if (match) {
+          out.tfs.push_back(readers[0].tf(r[0]));
+          out.tfs.push_back(readers[1].tf(r[1]));
+        }
+      } else {
+        for (size_t i = 0; i < ti.size(); ++i) {
+          ranks[i].Find(d, &r[0]);
+          readers[i].Decode(r[0], pos[i]);
+        }
+        match = repeats ? PhraseMatchesRepeated(pos, a.rel, same, a.slop) : PhraseMatches(pos, a.rel, a.slop);
+        if (match)
+          for (const auto& p : pos) out.tfs.push_back(static_cast<uint32_t>(p.size()));
+      }
+      if (match) out.matched.push_back(d);
+    }
+  };
+  // Many candidates (a common word's long position lists read for each:
+  // "es aa", 20-30k in W2's largest segment, ~200 ns each) are verified
+  // in chunks on every core; the chunks' matches are concatenated in order.
+  const size_t chunks = std::clamp<uint64_t>(nc / kChunkCandidates, 1, kMaxChunks);
+  std::vector<Chunk> done(chunks);
+  auto piece = [&](size_t c) {
+    verify(std::span<const uint32_t>(cdocs).subspan(nc * c / chunks, nc * (c + 1) / chunks - nc * c / chunks), done[c]);
+  };
+  ParallelFor(chunks, piece);  // one chunk: on this thread
+  std::vector<uint32_t> matched;
+  for (size_t c = 0; c < chunks; ++c) {
+    matched.insert(matched.end(), done[c].matched.begin(), done[c].matched.end());
+    phrase_tfs.tfs.insert(phrase_tfs.tfs.end(), done[c].tfs.begin(), done[c].tfs.end());
   }
   Bitmap out(roaring_bitmap_of_ptr(matched.size(), matched.data()));
   phrase_tfs.docs = std::move(matched);
