@@ -1241,6 +1241,27 @@ struct FlatTerm {
   double idf() const { return alt->idf[i]; }
 };
 
+// The k-th largest of v (1 <= k <= v.size()), counting repeats. For a
+// page's end (k small beside v) one pass keeps the k largest in a min-heap,
+// most values failing one comparison against its front; deeper, nth_element
+// on a copy.
+double KthLargest(const std::vector<double>& v, size_t k) {
+  if (k > 256 || k * 16 > v.size()) {
+    std::vector<double> order = v;
+    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k - 1), order.end(), std::greater<>());
+    return order[k - 1];
+  }
+  std::vector<double> heap(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k));
+  std::make_heap(heap.begin(), heap.end(), std::greater<>());
+  for (size_t j = k; j < v.size(); ++j) {
+    if (v[j] <= heap.front()) continue;
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    heap.back() = v[j];
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  }
+  return heap.front();
+}
+
 // Offers the top of segment k's final matches `docs` of a leaf (the whole
 // query, by relevance) to `top` without scoring every match in full, when
 // some of its terms are light: their bound is at most 1/1000 of the
@@ -1303,11 +1324,9 @@ bool ScoreLeafTopK(const CNode& leaf, size_t k, Norms& norms, SegEval& ev, const
       partial[j] += t.Contribution(leaf.alts[t.ai], tf, d);
     }
   }
-  std::vector<double> order = partial;
-  std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(want - 1), order.end(), std::greater<>());
   // The bar a match must reach, less a margin for the partial sums'
   // different order of addition (ScoreBound's margin covers the bounds).
-  const double bar = std::max(order[want - 1], top.threshold());
+  const double bar = std::max(KthLargest(partial, want), top.threshold());
   const double need = bar - std::abs(bar) * 1e-9 - light;
   std::vector<ScoreTermTfs> tfs;
   for (const Item& t : items) tfs.emplace_back(leaf, t.ai, t.i, k, ev);

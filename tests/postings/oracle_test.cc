@@ -643,6 +643,30 @@ TEST_CASE("dense phrases from the pair table count only where they match", "[pos
   }
 }
 
+// A phrase of a rarer word and one in every document ("zed every") ranks
+// its matches by the rarer word's partial sums first: the page's end-th
+// largest of them is the bar the rest must reach. Here the partial sums
+// differ from document to document (tf 1-4, lengths 3-200), so a bar one
+// place too high or too low changes the page.
+TEST_CASE("a leaf's light terms leave its top pages as the oracle ranks them", "[postings]") {
+  TestIndex t;
+  auto& store = t.store;
+  auto& idx = t.idx;
+  std::mt19937 rng(37);
+  const std::vector<std::string> fillers = {"kilo", "lima", "mike", "oscar", "papa", "quebec", "romeo"};
+  for (int i = 0; i < 3000; ++i) {
+    std::string body = "every";
+    for (int k = static_cast<int>(rng() % 200); k > 0; --k) body += " " + fillers[rng() % fillers.size()];
+    if (rng() % 3 == 0)
+      for (int k = 1 + static_cast<int>(rng() % 4); k > 0; --k) body += " zed every";
+    store.Put(DocId(i), R"({"title": "x", "body": ")" + body + R"("})");
+  }
+  REQUIRE(store.Flush(*idx).ok());
+  const Oracle oracle(*t.def, store.docs);
+  for (const std::string q : {"\"zed every\"", "body:\"zed every\"", "\"every zed\"~3"})
+    CheckPages(*idx, oracle, q, {{0, 1}, {0, 10}, {3, 7}, {0, 60}, {0, 300}});
+}
+
 // A phrase whose verification reads many candidates in a segment (2,048
 // or more) verifies them in chunks on every core, concatenated after: the
 // matches, their tfs (which scoring reads) and so the totals, hits and
