@@ -34,8 +34,9 @@
 //         chunk varints (high 16 bits, postings in it); a zero byte if
 //         needed to reach an even file offset; u16 low 16 bits per doc
 //         (Segment::Postings points roaring array containers at them);
-//       long list: skip table, u32 per 16 postings (kPositionsStride),
-//         the byte offset of the first one's positions in the positions;
+//       long list: skip table, u32 per stride of postings (1, 2, 4, 8
+//         or 16: SkipShift of doc_freq and pos_len, segment.h), the byte
+//         offset of the first one's positions in the positions;
 //         BlockMax per block of 64 postings {u32 last_doc, u32 max_tf,
 //         u32 min_len, u32 0};
 //         zeros to the next 32-byte boundary; the frozen roaring bitmap of
@@ -218,17 +219,18 @@ bool FrozenReaderAgrees() {
 
 namespace {
 
-// The skip table of a posting list: the byte offset into `positions` of
-// every kPositionsStride-th posting, found by skipping each stride's tf
-// varints, up to the last stride start only.
-void AppendSkipTable(std::string& out, std::span<const uint32_t> tfs, const uint8_t* positions) {
+// The skip table of a posting list: the byte offset into `positions`
+// (pos_len bytes) of every stride-th posting (segment.h, SkipShift), found
+// by skipping each stride's tf varints, up to the last stride start only.
+void AppendSkipTable(std::string& out, std::span<const uint32_t> tfs, const uint8_t* positions, size_t pos_len) {
   const size_t n = tfs.size();
+  const size_t stride = size_t{1} << SkipShift(static_cast<uint32_t>(n), static_cast<uint32_t>(pos_len));
   const uint8_t* p = positions;
-  for (size_t s = 0; s * kPositionsStride < n; ++s) {
+  for (size_t s = 0; s * stride < n; ++s) {
     PutFixed<uint32_t>(out, static_cast<uint32_t>(p - positions));
-    if ((s + 1) * kPositionsStride >= n) break;
+    if ((s + 1) * stride >= n) break;
     size_t varints = 0;
-    for (size_t i = s * kPositionsStride; i < (s + 1) * kPositionsStride; ++i) varints += tfs[i];
+    for (size_t i = s * stride; i < (s + 1) * stride; ++i) varints += tfs[i];
     p = SkipVarints(p, varints);
   }
 }
@@ -253,6 +255,7 @@ bool DecodeHeaderBounded(const uint8_t* p, const uint8_t* end, uint64_t list_off
   e->pos_len = v[1];
   e->tf_width = v[2] < 256 ? 1 : 4;
   e->bitmap_len = v[5];
+  e->skip_shift = e->doc_freq > kShortList ? SkipShift(e->doc_freq, e->pos_len) : 0;
   e->whole = BlockMax{v[4], v[2], v[3], 0};
   e->tfs_off = list_off + static_cast<uint64_t>(p - start);
   return true;
@@ -269,7 +272,11 @@ inline void DecodeHeader(const uint8_t* p, uint64_t list_off, TermEntry* e) {
   p = GetVarint(p, &min_len);
   p = GetVarint(p, &last_doc);
   e->bitmap_len = 0;
-  if (e->doc_freq > kShortList) p = GetVarint(p, &e->bitmap_len);
+  e->skip_shift = 0;
+  if (e->doc_freq > kShortList) {
+    p = GetVarint(p, &e->bitmap_len);
+    e->skip_shift = SkipShift(e->doc_freq, e->pos_len);
+  }
   e->tf_width = max_tf < 256 ? 1 : 4;
   e->whole = BlockMax{last_doc, max_tf, min_len, 0};
   e->tfs_off = list_off + static_cast<uint64_t>(p - start);
@@ -278,7 +285,7 @@ inline void DecodeHeader(const uint8_t* p, uint64_t list_off, TermEntry* e) {
 // Where a long list's frozen bitmap starts: after its skip table and block
 // maxima, at the next 32-byte boundary.
 uint64_t BitmapOffset(const TermEntry& e) {
-  const uint64_t tables_end = e.tfs_off + uint64_t{e.doc_freq} * e.tf_width + e.pos_len + 4 * SkipEntries(e.doc_freq) +
+  const uint64_t tables_end = e.tfs_off + uint64_t{e.doc_freq} * e.tf_width + e.pos_len + 4 * SkipEntries(e.doc_freq, e.skip_shift) +
                               sizeof(BlockMax) * BlockCount(e.doc_freq);
   return (tables_end + 31) / 32 * 32;
 }
@@ -841,7 +848,7 @@ void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<cons
     PutArray(out, tfs.data(), tfs.size());
   }
   out += pos;
-  AppendSkipTable(out, tfs, reinterpret_cast<const uint8_t*>(pos.data()));
+  AppendSkipTable(out, tfs, reinterpret_cast<const uint8_t*>(pos.data()), pos.size());
   PutArray(out, blocks.data(), blocks.size());
   Align(out);  // frozen views need 32-byte alignment
   out += bitmap;

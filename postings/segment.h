@@ -22,17 +22,30 @@
 
 namespace corvid::postings {
 
-inline constexpr uint32_t kSegmentFormatVersion = 5;
+inline constexpr uint32_t kSegmentFormatVersion = 6;
 // The frozen roaring layout is tied to the library version (DESIGN.md):
 // a segment written by another CRoaring is "unknown" and rebuilt.
 inline constexpr uint32_t kRoaringTag = ROARING_VERSION_MAJOR * 10000 + ROARING_VERSION_MINOR * 100 + ROARING_VERSION_REVISION;
 inline constexpr uint32_t kPostingBlock = 64;  // postings per block-max entry
-// A long list's skip table has the positions offset of every
-// kPositionsStride-th posting: a phrase verifying a candidate skips the
-// positions of at most this many postings before it.
+// A long list's skip table has the positions offset of every stride-th
+// posting: a phrase verifying a candidate skips the positions of fewer
+// than a stride of postings before it. The stride is a power of two up to
+// kPositionsStride, the largest whose postings' positions average at most
+// kStrideBytes: 16 postings of a word seen once or twice per document, one
+// of a word repeated through every document (W2's "aa": ~35 bytes a
+// posting, whose phrases beside rarer words read thousands of candidates).
+// 1 << SkipShift(doc_freq, pos_len) is the stride.
 inline constexpr uint32_t kPositionsStride = 16;
+inline constexpr uint64_t kStrideBytes = 64;
+inline uint32_t SkipShift(uint32_t doc_freq, uint32_t pos_len) {
+  uint32_t shift = 4;  // log2(kPositionsStride)
+  while (shift > 0 && (uint64_t{pos_len} << shift) > kStrideBytes * doc_freq) --shift;
+  return shift;
+}
 // Entries in a long list's skip table, and its blocks (of kPostingBlock).
-inline uint64_t SkipEntries(uint32_t doc_freq) { return (uint64_t{doc_freq} + kPositionsStride - 1) / kPositionsStride; }
+inline uint64_t SkipEntries(uint32_t doc_freq, uint32_t skip_shift) {
+  return (uint64_t{doc_freq} + (uint64_t{1} << skip_shift) - 1) >> skip_shift;
+}
 inline uint64_t BlockCount(uint32_t doc_freq) { return (uint64_t{doc_freq} + kPostingBlock - 1) / kPostingBlock; }
 // A list of at most kPostingBlock postings (most terms of a segment) is
 // "short": its doc numbers are 16-bit low halves by chunk, not a frozen
@@ -67,7 +80,7 @@ struct BlockMax {
 // positions (pos_len bytes: per posting, tf varints of position deltas,
 // the first from 0). Short lists (doc_freq <= kShortList) then have their
 // doc numbers as chunk varints and u16 low halves; longer ones a skip table (u32 per
-// kPositionsStride postings: byte offset of the first one's positions),
+// 1 << skip_shift postings: byte offset of the first one's positions),
 // BlockMax per block of kPostingBlock postings and a 32-byte aligned frozen roaring
 // bitmap of bitmap_len bytes. `whole` bounds the whole list (a short list
 // is one block: `whole` is its BlockMax).
@@ -77,6 +90,7 @@ struct TermEntry {
   uint32_t pos_len;
   uint32_t tf_width;    // 1 or 4
   uint32_t bitmap_len;  // 0 for a short list
+  uint32_t skip_shift;  // a long list's SkipShift (0 for a short list)
   BlockMax whole;
 };
 #pragma pack(push, 1)
@@ -421,7 +435,7 @@ class Segment {
   }
   // Where reading the positions of posting `rank` of list `e` starts: the
   // nearest posting at or before it that the skip table reaches (a long
-  // list has an entry per kPositionsStride postings: the offset of that
+  // list has an entry per stride of postings: the offset of that
   // posting's positions from PositionsStart; a short list none, so it is
   // posting 0). Sets *from to that posting's rank; the postings from
   // there to `rank` are then skipped, tf varints each.
@@ -430,12 +444,12 @@ class Segment {
     *from = SkipFrom(e, rank);
     if (*from == 0) return p;
     uint32_t off;
-    std::memcpy(&off, p + e.pos_len + 4 * uint64_t{*from / kPositionsStride}, 4);
+    std::memcpy(&off, p + e.pos_len + 4 * uint64_t{*from >> e.skip_shift}, 4);
     return p + off;
   }
   // The rank SkipTo(e, rank) starts from, without reading the table.
   static uint32_t SkipFrom(const TermEntry& e, uint32_t rank) {
-    return e.bitmap_len == 0 ? 0 : rank / kPositionsStride * kPositionsStride;
+    return e.bitmap_len == 0 ? 0 : rank >> e.skip_shift << e.skip_shift;
   }
   // The list's BlockMax per block of kPostingBlock postings. A short list
   // has one, stored in its header: it is copied to `whole` and &whole is
@@ -446,7 +460,7 @@ class Segment {
       whole = e.whole;
       return &whole;
     }
-    return reinterpret_cast<const BlockMax*>(PositionsStart(e) + e.pos_len + 4 * SkipEntries(e.doc_freq));
+    return reinterpret_cast<const BlockMax*>(PositionsStart(e) + e.pos_len + 4 * SkipEntries(e.doc_freq, e.skip_shift));
   }
   // If terms i and j of field f are both among its common terms (pairs.h),
   // sets *out to the documents where i is immediately followed by j and

@@ -388,6 +388,17 @@ TEST_CASE("posting lists read back alike on both sides of the short-list bound",
       wants.push_back(std::move(w));
     }
   }
+  // Long lists of ~7, ~13, ~25 and ~41 positions a posting (a byte each):
+  // skip tables of every 8th, 4th, 2nd and every posting (SkipShift).
+  const std::vector<std::pair<uint32_t, uint32_t>> strides = {{6, 3}, {12, 2}, {24, 1}, {40, 0}};
+  for (const auto& [tf, shift] : strides) {
+    Want w{"stride" + std::to_string(shift), {}, {}};
+    for (uint32_t j = 0; j < 300; ++j) {
+      w.docs.push_back(j * 401 + 3);
+      w.tfs.push_back(tf + j % 3);
+    }
+    wants.push_back(std::move(w));
+  }
   // A bitset container in the last, partial chunk (MarkDocs writes only
   // the words below kDocs).
   Want tail{"tailbits", {}, {}};
@@ -474,6 +485,8 @@ TEST_CASE("posting lists read back alike on both sides of the short-list bound",
     }
     CHECK(e.whole.last_doc == w.docs.back());
     CHECK(e.whole.max_tf == *std::max_element(w.tfs.begin(), w.tfs.end()));
+    if (w.term.starts_with("stride")) CHECK(e.skip_shift == static_cast<uint32_t>(w.term.back() - '0'));
+    if (w.term == "5000spread") CHECK(e.skip_shift == 4);
   }
 }
 
