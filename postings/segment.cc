@@ -285,8 +285,8 @@ inline void DecodeHeader(const uint8_t* p, uint64_t list_off, TermEntry* e) {
 // Where a long list's frozen bitmap starts: after its skip table and block
 // maxima, at the next 32-byte boundary.
 uint64_t BitmapOffset(const TermEntry& e) {
-  const uint64_t tables_end = e.tfs_off + uint64_t{e.doc_freq} * e.tf_width + e.pos_len + 4 * SkipEntries(e.doc_freq, e.skip_shift) +
-                              sizeof(BlockMax) * BlockCount(e.doc_freq);
+  const uint64_t tables_end = e.tfs_off + uint64_t{e.doc_freq} * e.tf_width + e.pos_len +
+                              4 * SkipEntries(e.doc_freq, e.skip_shift) + sizeof(BlockMax) * BlockCount(e.doc_freq);
   return (tables_end + 31) / 32 * 32;
 }
 
