@@ -10,7 +10,7 @@ from one keep-alive client, and prints q/s, p50 and p99 per type. The
 in-process engine and its peers (SQLite FTS5, Xapian) are measured by
 bench/postings/postings_bench.
 
-  python3 bench/w2_search_http.py --binary build/corvid [--docs 100000] [--queries 1000]
+  python3 bench/w2_search_http.py --binary build/corvid [--docs 100000] [--queries 1000] [--settle 0]
 """
 import argparse
 import bisect
@@ -69,6 +69,8 @@ def main():
     ap.add_argument("--binary", default="build/corvid")
     ap.add_argument("--docs", type=int, default=100000)
     ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--settle", type=float, default=0,
+                    help="seconds to wait after the index is fresh, for background merges (default 0)")
     args = ap.parse_args()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print("W2 search over HTTP: %d docs, %d queries per type; %s, %d cores, %s" %
@@ -108,6 +110,12 @@ def main():
         mb = sum(len(d["body"]) + len(d["title"]) for d in docs) / 1e6
         print("  load (bulk, durable) %.2f s; load + index %.2f s: %.0f docs/s, %.1f MB/s of text"
               % (loaded - start, indexed - start, len(docs) / (indexed - start), mb / (indexed - start)))
+        # Background merges go on after the index is fresh; with --settle the
+        # queries wait for them (the steady state), without they share the
+        # second core with the last merges.
+        if args.settle > 0:
+            print("  queries start %.0f s after the index is fresh (--settle)" % args.settle)
+            time.sleep(args.settle)
 
         rng = random.Random(7)
         frequent = words[:2000]
