@@ -1,5 +1,6 @@
 // Intra-query parallelism: the independent pieces of one expensive query
-// (a prefix or fuzzy expansion's per-segment passes) run on the calling
+// (a prefix or fuzzy expansion's per-segment passes, chunks of a phrase's
+// candidates to verify) run on the calling
 // thread and on helper threads, one per other core, so that a query on a
 // quiet machine uses every core (Lucene's IndexSearcher with an executor;
 // Elasticsearch's concurrent segment search).
