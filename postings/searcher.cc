@@ -822,8 +822,12 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg, PhraseTfs& phras
     verify(std::span<const uint32_t>(cdocs).subspan(nc * c / chunks, nc * (c + 1) / chunks - nc * c / chunks), done[c]);
   };
   ParallelFor(chunks, piece);  // one chunk: on this thread
-  std::vector<uint32_t> matched;
-  for (size_t c = 0; c < chunks; ++c) {
+  // The first chunk's arrays are moved, not copied (a phrase of fewer than
+  // two chunks' candidates, most of them, has only it); phrase_tfs is
+  // empty (one Eval per node and segment).
+  std::vector<uint32_t> matched = std::move(done[0].matched);
+  phrase_tfs.tfs = std::move(done[0].tfs);
+  for (size_t c = 1; c < chunks; ++c) {
     matched.insert(matched.end(), done[c].matched.begin(), done[c].matched.end());
     phrase_tfs.tfs.insert(phrase_tfs.tfs.end(), done[c].tfs.begin(), done[c].tfs.end());
   }
@@ -922,11 +926,19 @@ void ForEachDoc(const roaring_bitmap_t* b, F&& f) {
     for (uint32_t i = 0; i < got; ++i) f(buf[i]);
 }
 
-// Leaf `n`'s alternative ai's matches among anc (anc itself for a leaf of
-// one alternative), ascending, into out.
+// Leaf `n`'s alternative ai's matches among anc: anc itself for a leaf of
+// one alternative, else their AND, kept in *own.
+const roaring_bitmap_t* AltBitmap(const CNode& n, size_t ai, const roaring_bitmap_t* anc, const SegEval& ev,
+                                  Bitmap* own) {
+  if (n.alts.size() == 1) return anc;
+  own->reset(roaring_bitmap_and(anc, ev.alt_bm[n.id][ai].get()));
+  return own->get();
+}
+
+// The same matches, ascending, into out.
 void AltMatches(const CNode& n, size_t ai, const roaring_bitmap_t* anc, const SegEval& ev, std::vector<uint32_t>& out) {
-  Bitmap e(n.alts.size() == 1 ? nullptr : roaring_bitmap_and(anc, ev.alt_bm[n.id][ai].get()));
-  const roaring_bitmap_t* eb = e ? e.get() : anc;
+  Bitmap own;
+  const roaring_bitmap_t* eb = AltBitmap(n, ai, anc, ev, &own);
   out.resize(roaring_bitmap_get_cardinality(eb));
   roaring_bitmap_to_uint32_array(eb, out.data());
 }
@@ -998,8 +1010,8 @@ void Score(const CNode& n, const roaring_bitmap_t* anc, size_t k, Norms& norms, 
     if (a.any) {
       // Many expanded terms: each one's documents among the alternative's
       // matches by bitmap AND, rather than a rank lookup per match.
-      Bitmap e(n.alts.size() == 1 ? nullptr : roaring_bitmap_and(anc, ev.alt_bm[n.id][ai].get()));
-      const roaring_bitmap_t* eb = e ? e.get() : anc;
+      Bitmap own;
+      const roaring_bitmap_t* eb = AltBitmap(n, ai, anc, ev, &own);
       if (roaring_bitmap_is_empty(eb)) continue;
       for (size_t i = 0; i < a.ScoreTerms().size(); ++i) {
         const int64_t ti = a.SegScoreTerm(k, i);

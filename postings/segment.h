@@ -29,16 +29,16 @@ inline constexpr uint32_t kRoaringTag = ROARING_VERSION_MAJOR * 10000 + ROARING_
 inline constexpr uint32_t kPostingBlock = 64;  // postings per block-max entry
 // A long list's skip table has the positions offset of every stride-th
 // posting: a phrase verifying a candidate skips the positions of fewer
-// than a stride of postings before it. The stride is a power of two up to
-// kPositionsStride, the largest whose postings' positions average at most
-// kStrideBytes: 16 postings of a word seen once or twice per document, one
-// of a word repeated through every document (W2's "aa": ~35 bytes a
-// posting, whose phrases beside rarer words read thousands of candidates).
-// 1 << SkipShift(doc_freq, pos_len) is the stride.
-inline constexpr uint32_t kPositionsStride = 16;
+// than a stride of postings before it. The stride, 1 << SkipShift(doc_freq,
+// pos_len), is the largest power of two up to 1 << kMaxSkipShift whose
+// postings' positions average at most kStrideBytes: 16 postings of a word
+// seen once or twice per document, one of a word repeated through every
+// document (W2's "aa": ~35 bytes a posting, whose phrases beside rarer
+// words read thousands of candidates).
+inline constexpr uint32_t kMaxSkipShift = 4;
 inline constexpr uint64_t kStrideBytes = 64;
 inline uint32_t SkipShift(uint32_t doc_freq, uint32_t pos_len) {
-  uint32_t shift = 4;  // log2(kPositionsStride)
+  uint32_t shift = kMaxSkipShift;
   while (shift > 0 && (uint64_t{pos_len} << shift) > kStrideBytes * doc_freq) --shift;
   return shift;
 }
