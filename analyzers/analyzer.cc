@@ -108,8 +108,9 @@ class AnalyzerImpl final : public Analyzer {
   const int algorithm_;  // index into StemmerAlgorithms(), or -1
 };
 
+// One token, the whole value, even an empty one (as Lucene's
+// KeywordTokenizer: "" is a value a keyword field can hold, facet and match).
 Status AnalyzerImpl::RunKeyword(std::string_view utf8, TokenSink& sink, bool icu_only) const {
-  if (utf8.empty()) return Status::Ok();
   StateLease state;
   Token token;
   token.position = 0;

@@ -1091,6 +1091,7 @@ class HighlightSink final : public analyzers::TokenSink {
     for (size_t p = 0; p < q.phrases.size(); ++p) pos_[p].resize(q.phrases[p]->terms.size());
   }
   void OnToken(const analyzers::Token& t) override {
+    if (t.start == t.end) return;  // an empty keyword value: nothing to mark
     bool phrase_word = false;
     for (size_t p = 0; p < q_.phrases.size(); ++p)
       for (size_t i = 0; i < q_.phrases[p]->terms.size(); ++i)
