@@ -52,6 +52,18 @@ std::vector<std::string> SplitPath(std::string_view s) {
   return out;
 }
 
+size_t KeySpells(std::string_view key, const std::vector<std::string>& path, size_t i) {
+  for (size_t j = i; j < path.size(); ++j) {
+    const std::string& c = path[j];
+    if (!key.starts_with(c)) return 0;
+    key.remove_prefix(c.size());
+    if (key.empty()) return j + 1 - i;
+    if (key.front() != '.') return 0;
+    key.remove_prefix(1);
+  }
+  return 0;
+}
+
 uint64_t Fnv1a(std::string_view s, uint64_t h) {
   for (unsigned char c : s) {
     h ^= c;

@@ -67,8 +67,16 @@ class SearchDefinitionImpl final : public SearchDefinition {
 // "a.b.c" -> {"a", "b", "c"}.
 std::vector<std::string> SplitPath(std::string_view path);
 
+// How many components of `path` from i the object key `key` spells: 1 for
+// path[i] itself, 2 for "path[i].path[i+1]", ...; 0 if none. A key with
+// dots stands for that many levels, as Elasticsearch reads documents:
+// {"author.name": "x"} is {"author": {"name": "x"}}.
+size_t KeySpells(std::string_view key, const std::vector<std::string>& path, size_t i);
+
 // Calls fn(const rapidjson::Value&) for every value at `path` in `doc`,
-// descending into arrays at every level (so [[1,2],3] yields 1, 2, 3).
+// descending into arrays at every level (so [[1,2],3] yields 1, 2, 3), in
+// document order; every key that spells the next components is followed
+// (KeySpells: "a" then "b", and "a.b").
 template <typename Fn>
 void ForEachValue(const rapidjson::Value& v, const std::vector<std::string>& path, size_t i, Fn&& fn) {
   if (v.IsArray()) {
@@ -80,10 +88,9 @@ void ForEachValue(const rapidjson::Value& v, const std::vector<std::string>& pat
     return;
   }
   if (!v.IsObject()) return;
-  const rapidjson::Value key(rapidjson::StringRef(path[i].data(), static_cast<rapidjson::SizeType>(path[i].size())));
-  auto m = v.FindMember(key);
-  if (m == v.MemberEnd()) return;
-  ForEachValue(m->value, path, i + 1, fn);
+  for (const auto& m : v.GetObject())
+    if (const size_t n = KeySpells({m.name.GetString(), m.name.GetStringLength()}, path, i))
+      ForEachValue(m.value, path, i + n, fn);
 }
 
 // Parses an ISO-8601 date or date-time (YYYY, YYYY-MM, YYYY-MM-DD,

@@ -1190,16 +1190,25 @@ void Fragments(std::string_view text, const std::vector<std::pair<uint32_t, uint
   }
 }
 
-// The value at `path` (SplitPath) through objects only; nullptr if it is
-// missing or goes through an array (ForEachValue reads those).
+// The one value at `path` (SplitPath) through objects only; nullptr if it
+// is missing, goes through an array, or two keys reach it ({"a": {"b": 1},
+// "a.b": 2}): ForEachValue lists those.
 const rapidjson::Value* ValueAt(const rapidjson::Value& doc, const std::vector<std::string>& path) {
   const rapidjson::Value* v = &doc;
-  for (const std::string& comp : path) {
+  for (size_t i = 0; i < path.size();) {
     if (!v->IsObject()) return nullptr;
-    const rapidjson::Value key(rapidjson::StringRef(comp.data(), static_cast<rapidjson::SizeType>(comp.size())));
-    auto m = v->FindMember(key);
-    if (m == v->MemberEnd()) return nullptr;
-    v = &m->value;
+    const rapidjson::Value* next = nullptr;
+    size_t spelt = 0;
+    for (const auto& m : v->GetObject()) {
+      const size_t n = KeySpells({m.name.GetString(), m.name.GetStringLength()}, path, i);
+      if (n == 0) continue;
+      if (next != nullptr) return nullptr;
+      next = &m.value;
+      spelt = n;
+    }
+    if (next == nullptr) return nullptr;
+    v = next;
+    i += spelt;
   }
   return v;
 }

@@ -761,6 +761,32 @@ TEST_CASE("stored fields at paths through arrays of objects", "[postings]") {
   CHECK(fx.Ids("author.name:fox") == std::vector<std::string>{"a"});
 }
 
+TEST_CASE("a key with dots is that path, as Elasticsearch reads documents", "[postings]") {
+  Fixture fx;
+  fx.store.Put("a", R"({"title": "x", "author.name": "Blue door", "score": 3})");
+  fx.store.Put("b", R"({"title": "x", "author": {"name": "Ann"}, "author.name": "Bob", "score": 2})");
+  fx.store.Put("c", R"({"title": "x", "author": [{"name": "Cy"}, {"name.first": "Di"}], "score": 1})");
+  fx.store.Put("d", R"({"title": "x", "author.names": "Ed", "authors": {"name": "Flo"}})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  CHECK(fx.Ids("author.name:door") == std::vector<std::string>{"a"});
+  CHECK(fx.Ids("author.name:ann") == std::vector<std::string>{"b"});
+  CHECK(fx.Ids("author.name:bob") == std::vector<std::string>{"b"});
+  CHECK(fx.Ids("author.name:cy") == std::vector<std::string>{"c"});
+  CHECK(fx.Ids("author.name:di").empty());  // "name.first" is another path
+  CHECK(fx.Ids("author.name:ed OR author.name:flo").empty());
+  SearchRequest r;
+  r.q = "title:x";
+  r.sort = "-score";
+  r.fields = std::vector<std::string>{"author.name"};
+  r.fetch_document = fx.store.Fetcher();
+  const std::string json = fx.Run(r).hits_json;
+  CHECK_THAT(json, Catch::Contains(R"({"id":"a","score":0.0,"fields":{"author.name":"Blue door"}})"));
+  CHECK_THAT(json, Catch::Contains(
+                       R"({"id":"b","score":0.0,"fields":{"author.name":["Ann","Bob"]}})"));  // both, in document order
+  CHECK_THAT(json, Catch::Contains(R"({"id":"c","score":0.0,"fields":{"author.name":["Cy"]}})"));
+  CHECK_THAT(json, Catch::Contains(R"({"id":"d","score":0.0,"fields":{}})"));
+}
+
 TEST_CASE("request errors", "[postings]") {
   Fixture fx;
   auto err = [&](SearchRequest r) {
