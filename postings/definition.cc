@@ -253,6 +253,10 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
     } else if (store->value.IsArray()) {
       for (const auto& s : store->value.GetArray()) {
         if (!s.IsString() || s.GetStringLength() == 0) return Invalid("store", "must be \"*\" or an array of field paths");
+        if (std::string_view(s.GetString(), s.GetStringLength()) == "*") {
+          def->store_all_ = true;  // ["*"] as "*", as the request's fields=* reads
+          continue;
+        }
         def->store_.emplace_back(s.GetString(), s.GetStringLength());
         for (const auto& c : SplitPath(def->store_.back()))
           if (c.empty()) return Invalid("store", "a dotted path must not have empty components ('" + def->store_.back() + "')");

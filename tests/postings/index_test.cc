@@ -761,6 +761,24 @@ TEST_CASE("stored fields at paths through arrays of objects", "[postings]") {
   CHECK(fx.Ids("author.name:fox") == std::vector<std::string>{"a"});
 }
 
+TEST_CASE("store: \"*\", or a list holding \"*\", returns the whole document", "[postings]") {
+  for (const char* store : {R"("*")", R"(["*"])", R"(["t", "*"])", R"(["t"])"}) {
+    INFO(store);
+    Fixture fx;
+    fx.def = Def(
+        (R"({"type": "search", "collection": "c", "fields": {"t": {}}, "store": )" + std::string(store) + "}").c_str());
+    fx.Reopen();
+    fx.store.Put("a", R"({"t": "x", "n": [1, {"m": 2}]})");
+    REQUIRE(fx.store.Flush(*fx.idx).ok());
+    SearchRequest r;
+    r.q = "x";
+    r.fetch_document = fx.store.Fetcher();
+    const bool whole = std::string_view(store) != R"(["t"])";
+    CHECK_THAT(fx.Run(r).hits_json,
+               Catch::Contains(whole ? R"("fields":{"t":"x","n":[1,{"m":2}]})" : R"("fields":{"t":"x"})"));
+  }
+}
+
 TEST_CASE("a key with dots is that path, as Elasticsearch reads documents", "[postings]") {
   Fixture fx;
   fx.store.Put("a", R"({"title": "x", "author.name": "Blue door", "score": 3})");
