@@ -97,6 +97,11 @@ class Parser {
       if (mod != Mod::kNone) {
         SkipSpace();
         if (pos_ == q_.size() || q_[pos_] == ')') return Error("operator without an operand", mod_at);
+        // One modifier per clause, as Lucene's grammar has it: "+-a",
+        // "NOT -a" and "!!a" are errors, not a guess at which one wins
+        // (a second NOT is refused where the clause is read).
+        if (q_[pos_] == '+' || q_[pos_] == '-' || q_[pos_] == '!')
+          return Error(std::string("'") + q_[pos_] + "' after an operator (one of + - ! NOT per clause)", pos_);
       }
       auto c = ParseClause(field);
       if (!c.ok()) return c.status();

@@ -105,6 +105,13 @@ TEST_CASE("parser errors carry offsets", "[postings]") {
   CHECK_THAT(err("a AND AND b"), Catch::Contains("'AND' where a term was expected (quote it to search for the word) at offset 6"));
   CHECK_THAT(err("a AND OR b"), Catch::Contains("'OR' where a term was expected"));
   CHECK_THAT(err("a NOT NOT b"), Catch::Contains("'NOT' where a term was expected (quote it to search for the word) at offset 6"));
+  // One modifier per clause (Lucene's grammar refuses "+-a" too).
+  CHECK_THAT(err("a +-b"), Catch::Contains("'-' after an operator (one of + - ! NOT per clause) at offset 3"));
+  CHECK_THAT(err("-+a"), Catch::Contains("'+' after an operator (one of + - ! NOT per clause) at offset 1"));
+  CHECK_THAT(err("NOT -a"), Catch::Contains("'-' after an operator (one of + - ! NOT per clause) at offset 4"));
+  CHECK_THAT(err("a - !b"), Catch::Contains("'!' after an operator (one of + - ! NOT per clause) at offset 4"));
+  CHECK_THAT(err("--a"), Catch::Contains("at offset 1"));
+  CHECK_THAT(err("a -NOT b"), Catch::Contains("'NOT' where a term was expected"));
   CHECK_THAT(err("(AND)"), Catch::Contains("'AND' where a term was expected (quote it to search for the word) at offset 1"));
   CHECK_THAT(err("title:OR"), Catch::Contains("'OR' where a term was expected"));
   CHECK_THAT(err("title:"), Catch::Contains("expected a term after 'title:' at offset 0"));
