@@ -248,6 +248,31 @@ class Parser {
     return Status::InvalidArgument(At("unexpected '" + std::string(t.raw) + "'", t.offset));
   }
 
+  Status TooDeep(uint32_t offset) const {
+    return Status::InvalidArgument(
+        At("expression nested deeper than " + std::to_string(kMaxExpressionDepth) + " levels", offset));
+  }
+
+  // Appends `child` to `parent`'s arguments; an error once the tree is
+  // deeper than kMaxExpressionDepth ("x+x+...+x" grows one level a term).
+  Status Adopt(Node& parent, std::unique_ptr<Node> child) const {
+    parent.height = std::max(parent.height, child->height + 1);
+    parent.args.push_back(std::move(child));
+    return parent.height > kMaxExpressionDepth ? TooDeep(parent.offset) : Status::Ok();
+  }
+
+  // Bounds the parser's own recursion (parentheses, call arguments and
+  // prefix operators nest without adding tree levels).
+  class Nesting {
+   public:
+    explicit Nesting(uint32_t& depth) : depth_(depth) { ++depth_; }
+    ~Nesting() { --depth_; }
+    bool too_deep() const { return depth_ > kMaxExpressionDepth; }
+
+   private:
+    uint32_t& depth_;
+  };
+
   static std::unique_ptr<Node> Make(NodeKind kind, uint32_t offset) {
     auto n = std::make_unique<Node>();
     n->kind = kind;
@@ -256,6 +281,8 @@ class Parser {
   }
 
   Result<std::unique_ptr<Node>> ParseOr() {
+    Nesting nest(depth_);
+    if (nest.too_deep()) return TooDeep(Peek().offset);
     auto left = ParseAnd();
     if (!left.ok()) return left;
     std::unique_ptr<Node> n = std::move(left).value();
@@ -264,8 +291,8 @@ class Parser {
       auto right = ParseAnd();
       if (!right.ok()) return right;
       auto parent = Make(NodeKind::kOr, n->offset);
-      parent->args.push_back(std::move(n));
-      parent->args.push_back(std::move(right).value());
+      if (Status st = Adopt(*parent, std::move(n)); !st.ok()) return st;
+      if (Status st = Adopt(*parent, std::move(right).value()); !st.ok()) return st;
       n = std::move(parent);
     }
     return n;
@@ -280,8 +307,8 @@ class Parser {
       auto right = ParseNot();
       if (!right.ok()) return right;
       auto parent = Make(NodeKind::kAnd, n->offset);
-      parent->args.push_back(std::move(n));
-      parent->args.push_back(std::move(right).value());
+      if (Status st = Adopt(*parent, std::move(n)); !st.ok()) return st;
+      if (Status st = Adopt(*parent, std::move(right).value()); !st.ok()) return st;
       n = std::move(parent);
     }
     return n;
@@ -289,11 +316,13 @@ class Parser {
 
   Result<std::unique_ptr<Node>> ParseNot() {
     if (Peek().type == Tok::kNot) {
+      Nesting nest(depth_);
+      if (nest.too_deep()) return TooDeep(Peek().offset);
       uint32_t off = Next().offset;
       auto inner = ParseNot();
       if (!inner.ok()) return inner;
       auto n = Make(NodeKind::kNot, off);
-      n->args.push_back(std::move(inner).value());
+      if (Status st = Adopt(*n, std::move(inner).value()); !st.ok()) return st;
       return n;
     }
     return ParseCmp();
@@ -318,8 +347,8 @@ class Parser {
     if (!right.ok()) return right;
     auto parent = Make(NodeKind::kBinary, n->offset);
     parent->op = op;
-    parent->args.push_back(std::move(n));
-    parent->args.push_back(std::move(right).value());
+    if (Status st = Adopt(*parent, std::move(n)); !st.ok()) return st;
+    if (Status st = Adopt(*parent, std::move(right).value()); !st.ok()) return st;
     switch (Peek().type) {
       case Tok::kEq: case Tok::kNe: case Tok::kLt: case Tok::kLe: case Tok::kGt: case Tok::kGe:
         return Status::InvalidArgument(At("chained comparison (use parentheses)", Peek().offset));
@@ -348,8 +377,8 @@ class Parser {
       if (!right.ok()) return right;
       auto parent = Make(NodeKind::kBinary, n->offset);
       parent->op = op;
-      parent->args.push_back(std::move(n));
-      parent->args.push_back(std::move(right).value());
+      if (Status st = Adopt(*parent, std::move(n)); !st.ok()) return st;
+      if (Status st = Adopt(*parent, std::move(right).value()); !st.ok()) return st;
       n = std::move(parent);
     }
     return n;
@@ -357,6 +386,8 @@ class Parser {
 
   Result<std::unique_ptr<Node>> ParseUnary() {
     if (Peek().type == Tok::kMinus) {
+      Nesting nest(depth_);
+      if (nest.too_deep()) return TooDeep(Peek().offset);
       uint32_t off = Next().offset;
       auto inner = ParseUnary();
       if (!inner.ok()) return inner;
@@ -377,7 +408,7 @@ class Parser {
         return in;
       }
       auto n = Make(NodeKind::kNeg, off);
-      n->args.push_back(std::move(in));
+      if (Status st = Adopt(*n, std::move(in)); !st.ok()) return st;
       return n;
     }
     return ParsePostfix();
@@ -398,7 +429,7 @@ class Parser {
       } else {
         auto m = Make(NodeKind::kMember, n->offset);
         m->path.push_back(std::move(seg));
-        m->args.push_back(std::move(n));
+        if (Status st = Adopt(*m, std::move(n)); !st.ok()) return st;
         n = std::move(m);
       }
     }
@@ -477,7 +508,7 @@ class Parser {
           // A dotted path after a map name reads into the map's value.
           if (Peek().type == Tok::kDot) {
             auto m = Make(NodeKind::kMember, offset);
-            m->args.push_back(std::move(n));
+            if (Status st = Adopt(*m, std::move(n)); !st.ok()) return st;
             while (Peek().type == Tok::kDot) {
               Next();
               const Token& seg = Peek();
@@ -511,7 +542,7 @@ class Parser {
       while (true) {
         auto arg = ParseOr();
         if (!arg.ok()) return arg;
-        n->args.push_back(std::move(arg).value());
+        if (Status st = Adopt(*n, std::move(arg).value()); !st.ok()) return st;
         if (Peek().type == Tok::kComma) {
           Next();
           continue;
@@ -549,6 +580,7 @@ class Parser {
 
   std::vector<Token> toks_;
   size_t pos_ = 0;
+  uint32_t depth_ = 0;  // ParseOr, ParseNot and ParseUnary calls active (Nesting)
   const ParseOptions& opt_;
 };
 

@@ -76,7 +76,13 @@ struct Node {
   std::string text;                // a string literal's bytes (literal.s views it)
   std::vector<std::string> path;  // kField / kMember segments
   std::vector<std::unique_ptr<Node>> args;
+  uint32_t height = 1;  // levels from this node down to its deepest leaf
 };
+
+// The deepest expression tree (and parenthesis or operator nesting) a
+// definition may hold, as a document's JSON nesting: evaluating, visiting
+// and freeing a tree recurse once per level on a thread's stack.
+inline constexpr uint32_t kMaxExpressionDepth = 256;
 
 // How identifiers resolve while parsing.
 struct ParseOptions {

@@ -296,7 +296,14 @@ Result<QueryResult> MapReduceIndexImpl::Query(const std::vector<std::pair<std::s
     f.has_num = ParseNumber(value, &f.num);
     if (value == "true") f.boolean = 1;
     if (value == "false") f.boolean = 0;
-    filters.push_back(std::move(f));
+    // A filter given twice (c=a&c=b, c.gte=b&c.gte=a) takes its last value,
+    // as every parameter does (docs/http-choices.md).
+    auto same = std::find_if(filters.begin(), filters.end(),
+                             [&](const Filter& o) { return o.field == f.field && o.op == f.op; });
+    if (same != filters.end())
+      *same = std::move(f);
+    else
+      filters.push_back(std::move(f));
   }
   for (size_t s = 0; s < sort.size(); ++s) {
     if (sort[s].is_group && sort[s].index >= level)

@@ -201,6 +201,33 @@ TEST_CASE("compile errors name the offset", "[mapreduce]") {
   CHECK(Eval("1e999") == "compile: number out of range at offset 0");
 }
 
+TEST_CASE("expressions deeper than 256 levels are refused, however they nest", "[mapreduce]") {
+  auto repeat = [](const std::string& s, size_t n) {
+    std::string out;
+    for (size_t i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  const std::string too_deep = "nested deeper than 256 levels";
+  // A chain of n terms is a tree n levels deep: 256 evaluate, 257 do not.
+  CHECK(Eval(std::string("a") + repeat("+a", 255), kDoc) == "1792");
+  CHECK(Eval(std::string("a") + repeat("+a", 256), kDoc) == "compile: expression " + too_deep + " at offset 0");
+  CHECK(Eval(std::string("a") + repeat("*b", 256), kDoc) == "compile: expression " + too_deep + " at offset 0");
+  CHECK(Eval(std::string("t") + repeat(" && t", 256), kDoc) == "compile: expression " + too_deep + " at offset 0");
+  CHECK(Eval(repeat("(", 255) + "a" + repeat(")", 255), kDoc) == "7");
+  CHECK_THAT(Eval(repeat("(", 256) + "a" + repeat(")", 256), kDoc), Catch::Contains(too_deep));
+  CHECK(Eval(repeat("-", 254) + "a", kDoc) == "7");
+  CHECK_THAT(Eval(repeat("-", 256) + "a", kDoc), Catch::Contains(too_deep));
+  CHECK_THAT(Eval(repeat("!", 256) + "t", kDoc), Catch::Contains(too_deep));
+  CHECK_THAT(Eval(repeat("concat(", 256) + "s" + repeat(")", 256), kDoc), Catch::Contains(too_deep));
+  CHECK_THAT(Eval(repeat("if(t, ", 256) + "s" + repeat(", 1)", 256), kDoc), Catch::Contains(too_deep));
+  // What crashed the server (the parser's or the evaluator's stack): a
+  // clear error now.
+  CHECK_THAT(Eval(std::string("a") + repeat("+a", 40000), kDoc), Catch::Contains(too_deep));
+  CHECK_THAT(Eval(repeat("(", 100000) + "a" + repeat(")", 100000), kDoc), Catch::Contains(too_deep));
+  CHECK_THAT(Eval(repeat("-", 100000) + "a", kDoc), Catch::Contains(too_deep));
+  CHECK_THAT(Eval(repeat("concat(", 20000) + "s" + repeat(")", 20000), kDoc), Catch::Contains(too_deep));
+}
+
 TEST_CASE("map references in reducer arguments", "[mapreduce]") {
   std::vector<std::string> names = {"score", "month"};
   ParseOptions opt;

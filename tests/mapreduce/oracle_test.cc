@@ -404,6 +404,10 @@ void CheckAll(const MapReduceIndex& idx, Sql& sql, const std::map<std::string, D
   Compare(idx, {{"c", "3"}, {"groupLevel", "1"}}, 1, sql.Query(1, SqlFilter(0, "=", "3"), ""));
   Compare(idx, {{"c.gte", "b"}, {"c.lt", "h"}}, 2, sql.Query(2, SqlFilter(0, ">=", "b") + " AND " + SqlFilter(0, "<", "h"), ""));
   Compare(idx, {{"c.gt", "-1"}, {"c.lte", "1.5"}}, 2, sql.Query(2, SqlFilter(0, ">", "-1") + " AND " + SqlFilter(0, "<=", "1.5"), ""));
+  // A filter given twice takes its last value, as every parameter does.
+  Compare(idx, {{"c", "beta"}, {"c", "3"}}, 2, sql.Query(2, SqlFilter(0, "=", "3"), ""));
+  Compare(idx, {{"c.gte", "h"}, {"c.lt", "z"}, {"c.gte", "b"}}, 2,
+          sql.Query(2, SqlFilter(0, ">=", "b") + " AND " + SqlFilter(0, "<", "z"), ""));
   Compare(idx, {{"k2", unwind ? "red" : "true"}, {"groupLevel", "1"}}, 1,
           sql.Query(1, SqlFilter(1, "=", unwind ? "red" : "true"), ""));
   Compare(idx, {{"k2.lt", "y"}, {"groupLevel", "0"}}, 0, sql.Query(0, SqlFilter(1, "<", "y"), ""));
