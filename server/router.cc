@@ -134,7 +134,8 @@ void Router::Handle(Request request, Reply reply) {
                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     reply(std::move(r));
   };
-  const bool is_health = target->segments.size() == 1 && target->segments[0] == "health";
+  // API.md: every request but GET /health needs the key (a HEAD is a GET here).
+  const bool is_health = target->segments.size() == 1 && target->segments[0] == "health" && request.method == "GET";
   if (!state_->options.api_key.empty() && !is_health) {
     if (!request.has_authorization) {
       reply(Unauthorized("missing Authorization: Bearer <key>"));

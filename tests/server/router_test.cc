@@ -496,6 +496,8 @@ TEST_CASE("router: API key", "[server]") {
   options.api_key = "s3cret";
   Fixture fx(options);
   CHECK(fx.Call("GET", "/health").status == 200);
+  CHECK(fx.Call("HEAD", "/health").status == 200);
+  CHECK(ErrorCode(fx.Call("POST", "/health")) == "unauthorized");  // only GET /health is open
   Response missing = fx.Call("GET", "/collections");
   CHECK(ErrorCode(missing) == "unauthorized");
   CHECK(missing.www_authenticate == "Bearer");
