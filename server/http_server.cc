@@ -140,9 +140,14 @@ class Session : public std::enable_shared_from_this<Session> {
     if (r.has_authorization) r.authorization = std::string(auth->value());
     r.body = std::move(msg.body());
     ++server_.in_flight;
+    // A reply made while this handler runs (most: Handle answers before
+    // it returns) is written at once, on this thread; one from elsewhere
+    // (a query that waited for its index, on a timer) goes through the
+    // strand. Posting every reply cost a wake-up of the other I/O thread
+    // and a hand-off per request.
     server_.router->Handle(std::move(r), [self = shared_from_this()](Response resp) {
-      asio::post(self->stream_.get_executor(),
-                 [self, resp = std::move(resp)]() mutable { self->Write(std::move(resp), true); });
+      asio::dispatch(self->stream_.get_executor(),
+                     [self, resp = std::move(resp)]() mutable { self->Write(std::move(resp), true); });
     });
   }
 
