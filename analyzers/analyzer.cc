@@ -90,7 +90,8 @@ class AnalyzerImpl final : public Analyzer {
 
   std::string_view name() const override { return name_; }
   // folding 2: letters with a stroke and ligatures fold to ASCII (ø → o).
-  uint32_t revision() const override { return kind_ == Kind::kFolding ? 2 : 1; }
+  // folding 2: more letters fold (ø → o, ...); keyword 2: "" is a term.
+  uint32_t revision() const override { return kind_ == Kind::kFolding || kind_ == Kind::kKeyword ? 2 : 1; }
 
   Status Analyze(std::string_view utf8, TokenSink& sink) const override {
     return Run(utf8, sink, /*icu_only=*/false);

@@ -274,6 +274,9 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
     // A changed analyzer is a changed definition: the index rebuilds. (Its
     // first revision adds nothing, so older indexes keep their fingerprint.)
     if (f.analyzer != nullptr && f.analyzer->revision() > 1) canon += "rev" + std::to_string(f.analyzer->revision()) + ";";
+    // Likewise a path of several components since it reads keys that hold
+    // dots (KeySpells): documents may yield more values than before.
+    if (f.path.size() > 1) canon += "keys2;";
   }
   for (auto& f : def->fields_) (f.kind == FieldKind::kText ? def->text_ : def->numeric_).push_back(&f);
   canon += def->store_all_ ? "*" : "";

@@ -86,6 +86,14 @@ TEST_CASE("definition fingerprints: pinned, and an analyzer revision changes the
   CHECK(standard->Fingerprint() == Fnv1a("search|a|t:0:standard:1.000000:0;"));  // revision 1 adds nothing
   CHECK(folding->Fingerprint() == 15574743535756568409ull);
   CHECK(folding->Fingerprint() != Fnv1a("search|a|t:0:folding:1.000000:0;"));  // what revision 1 had
+  // keyword 2 indexes "" (it made no term of it); a dotted path reads keys
+  // holding dots: both rebuild the indexes they describe.
+  CHECK(Def(R"({"type":"search","collection":"a","fields":{"t":{"analyzer":"keyword"}}})")->Fingerprint() !=
+        Fnv1a("search|a|t:0:keyword:1.000000:0;"));
+  CHECK(Def(R"({"type":"search","collection":"a","fields":{"a.b":{}}})")->Fingerprint() !=
+        Fnv1a("search|a|a.b:0:standard:1.000000:0;"));
+  CHECK(Def(R"({"type":"search","collection":"a","fields":{"ab":{}}})")->Fingerprint() ==
+        Fnv1a("search|a|ab:0:standard:1.000000:0;"));
 }
 
 TEST_CASE("ISO-8601 dates", "[postings]") {
