@@ -73,6 +73,14 @@ std::vector<std::string> SplitPath(std::string_view path);
 // {"author.name": "x"} is {"author": {"name": "x"}}.
 size_t KeySpells(std::string_view key, const std::vector<std::string>& path, size_t i);
 
+// Calls fn(value, n) for every member of object `obj` whose key spells n
+// components of `path` from i (KeySpells), in document order.
+template <typename Fn>
+void ForEachSpelledMember(const rapidjson::Value& obj, const std::vector<std::string>& path, size_t i, Fn&& fn) {
+  for (const auto& m : obj.GetObject())
+    if (const size_t n = KeySpells({m.name.GetString(), m.name.GetStringLength()}, path, i)) fn(m.value, n);
+}
+
 // Calls fn(const rapidjson::Value&) for every value at `path` in `doc`,
 // descending into arrays at every level (so [[1,2],3] yields 1, 2, 3), in
 // document order; every key that spells the next components is followed
@@ -88,9 +96,7 @@ void ForEachValue(const rapidjson::Value& v, const std::vector<std::string>& pat
     return;
   }
   if (!v.IsObject()) return;
-  for (const auto& m : v.GetObject())
-    if (const size_t n = KeySpells({m.name.GetString(), m.name.GetStringLength()}, path, i))
-      ForEachValue(m.value, path, i + n, fn);
+  ForEachSpelledMember(v, path, i, [&](const rapidjson::Value& m, size_t n) { ForEachValue(m, path, i + n, fn); });
 }
 
 // Parses an ISO-8601 date or date-time (YYYY, YYYY-MM, YYYY-MM-DD,

@@ -788,29 +788,30 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg, PhraseTfs& phras
       ranks.emplace_back(lists[i].get());
       readers.emplace_back(seg, a.field, static_cast<uint32_t>(ti[i]));
     }
-    std::vector<std::vector<uint32_t>> pos(ti.size());
-    uint32_t r[2] = {0, 0};
-    for (uint32_t d : docs) {
-      bool match;
-      if (ti.size() == 2 && !repeats) {
-        ranks[0].Find(d, &r[0]);
-        ranks[1].Find(d, &r[1]);
-        match = PhraseMatches2(readers[0].Begin(r[0]), readers[0].tf(r[0]), a.rel[0], readers[1].Begin(r[1]),
-                               readers[1].tf(r[1]), a.rel[1], a.slop);
-        if (match) {
-          out.tfs.push_back(readers[0].tf(r[0]));
-          out.tfs.push_back(readers[1].tf(r[1]));
-        }
-      } else {
-        for (size_t i = 0; i < ti.size(); ++i) {
-          ranks[i].Find(d, &r[0]);
-          readers[i].Decode(r[0], pos[i]);
-        }
-        match = repeats ? PhraseMatchesRepeated(pos, a.rel, same, a.slop) : PhraseMatches(pos, a.rel, a.slop);
-        if (match)
-          for (const auto& p : pos) out.tfs.push_back(static_cast<uint32_t>(p.size()));
+    if (ti.size() == 2 && !repeats) {  // most phrases: positions compared in place, not decoded
+      for (uint32_t d : docs) {
+        uint32_t r0, r1;
+        ranks[0].Find(d, &r0);
+        ranks[1].Find(d, &r1);
+        if (!PhraseMatches2(readers[0].Begin(r0), readers[0].tf(r0), a.rel[0], readers[1].Begin(r1), readers[1].tf(r1),
+                            a.rel[1], a.slop))
+          continue;
+        out.tfs.push_back(readers[0].tf(r0));
+        out.tfs.push_back(readers[1].tf(r1));
+        out.matched.push_back(d);
       }
-      if (match) out.matched.push_back(d);
+      return;
+    }
+    std::vector<std::vector<uint32_t>> pos(ti.size());
+    for (uint32_t d : docs) {
+      for (size_t i = 0; i < ti.size(); ++i) {
+        uint32_t r;
+        ranks[i].Find(d, &r);
+        readers[i].Decode(r, pos[i]);
+      }
+      if (!(repeats ? PhraseMatchesRepeated(pos, a.rel, same, a.slop) : PhraseMatches(pos, a.rel, a.slop))) continue;
+      for (const auto& p : pos) out.tfs.push_back(static_cast<uint32_t>(p.size()));
+      out.matched.push_back(d);
     }
   };
   // Many candidates (a common word's long position lists read for each:
@@ -1198,15 +1199,13 @@ const rapidjson::Value* ValueAt(const rapidjson::Value& doc, const std::vector<s
   for (size_t i = 0; i < path.size();) {
     if (!v->IsObject()) return nullptr;
     const rapidjson::Value* next = nullptr;
-    size_t spelt = 0;
-    for (const auto& m : v->GetObject()) {
-      const size_t n = KeySpells({m.name.GetString(), m.name.GetStringLength()}, path, i);
-      if (n == 0) continue;
-      if (next != nullptr) return nullptr;
-      next = &m.value;
+    size_t spelt = 0, keys = 0;
+    ForEachSpelledMember(*v, path, i, [&](const rapidjson::Value& m, size_t n) {
+      next = &m;
       spelt = n;
-    }
-    if (next == nullptr) return nullptr;
+      ++keys;
+    });
+    if (keys != 1) return nullptr;
     v = next;
     i += spelt;
   }
