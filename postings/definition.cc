@@ -277,6 +277,9 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
     // Likewise a path of several components since it reads keys that hold
     // dots (KeySpells): documents may yield more values than before.
     if (f.path.size() > 1) canon += "keys2;";
+    // And a number field since it holds integers beyond 2^53 exactly
+    // (Number, segment.h): its older segments hold their doubles.
+    if (f.kind == FieldKind::kNumber) canon += "exact2;";
   }
   for (auto& f : def->fields_) (f.kind == FieldKind::kText ? def->text_ : def->numeric_).push_back(&f);
   canon += def->store_all_ ? "*" : "";

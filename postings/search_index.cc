@@ -408,14 +408,18 @@ Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std
     } else {
       bool reported = false;
       ForEachValue(d, f.path, 0, [&](const rapidjson::Value& v) {
-        std::optional<double> x;
-        if (v.IsNumber()) {
-          x = v.GetDouble();
+        std::optional<Number> x;
+        if (v.IsInt64()) {
+          x = Number::Of(v.GetInt64());  // exact: Number
+        } else if (v.IsUint64()) {
+          x = Number::Of(v.GetUint64());
+        } else if (v.IsNumber()) {
+          x = Number{v.GetDouble(), 0};
         } else if (f.kind == FieldKind::kDate && v.IsString()) {
-          x = ParseIsoDate(std::string_view(v.GetString(), v.GetStringLength()));
+          if (auto ms = ParseIsoDate(std::string_view(v.GetString(), v.GetStringLength()))) x = Number{*ms, 0};
         }
         if (v.IsNull()) return;
-        if (!x || !std::isfinite(*x)) {
+        if (!x || !std::isfinite(x->value)) {
           if (!reported)
             errors.push_back(IndexError{c.etag, std::string(c.id),
                                         "fields." + f.name + ": not a " + (f.kind == FieldKind::kDate ? "date" : "number") +
@@ -610,7 +614,7 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
     }
     for (uint32_t n = 0; n < nn; ++n)
       for (const NumEntry& e : seg.sorted(n))
-        if (remap[k][e.doc] != kGone) b.AddNumber(n, remap[k][e.doc], e.value);
+        if (remap[k][e.doc] != kGone) b.AddNumber(n, remap[k][e.doc], e.number());
   }
   // Per text field: a k-way merge of the segments' sorted dictionaries
   // (no hashing, no sort in Encode); each term's live postings are copied

@@ -32,6 +32,7 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -98,7 +99,7 @@ struct CNode {
   std::vector<std::pair<Occur, std::unique_ptr<CNode>>> clauses;
   std::vector<Alt> alts;
   uint32_t slot = 0;  // numeric slot or text field
-  double lo = -HUGE_VAL, hi = HUGE_VAL;
+  Number lo{-HUGE_VAL, 0}, hi{HUGE_VAL, 0};
   bool lo_incl = true, hi_incl = true;
   std::string slo, shi;
   bool lo_open = true, hi_open = true;
@@ -170,17 +171,28 @@ double BlockBound(double weight, double idf, const BlockMax& bm, double avglen) 
 // ("2024-03-17" is that whole day; ParseIsoDate); end == start for a
 // number, or a date with a fraction of a second (a point).
 struct QueryValue {
-  double start, end;
+  Number start, end;
 };
+
+// An integer literal is exact up to 64 bits, as a document's JSON integer
+// is (Number); any other number is the nearest double.
+std::optional<Number> ParseNumber(std::string_view s) {
+  const char *b = s.data(), *e = s.data() + s.size();
+  int64_t i = 0;
+  if (auto r = std::from_chars(b, e, i); r.ec == std::errc() && r.ptr == e) return Number::Of(i);
+  uint64_t u = 0;
+  if (auto r = std::from_chars(b, e, u); r.ec == std::errc() && r.ptr == e) return Number::Of(u);
+  double v = 0;
+  if (auto r = std::from_chars(b, e, v); r.ec == std::errc() && r.ptr == e && std::isfinite(v)) return Number{v, 0};
+  return std::nullopt;
+}
 
 Result<QueryValue> ParseNumberOrDate(const FieldDef& f, std::string_view s, size_t offset) {
   if (f.kind == FieldKind::kDate) {
     double end = 0;
-    if (auto d = ParseIsoDate(s, &end)) return QueryValue{*d, end};
+    if (auto d = ParseIsoDate(s, &end)) return QueryValue{Number{*d, 0}, Number{end, 0}};
   }
-  double v = 0;
-  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (r.ec == std::errc() && r.ptr == s.data() + s.size() && std::isfinite(v)) return QueryValue{v, v};
+  if (auto v = ParseNumber(s)) return QueryValue{*v, *v};
   return Bad("field '" + f.name + "' expects a " + (f.kind == FieldKind::kDate ? "date" : "number") + ", not '" +
              std::string(s) + "' at offset " + std::to_string(offset));
 }
@@ -805,7 +817,7 @@ ConstBitmap EvalAlt(const Alt& a, size_t k, const Segment& seg, PhraseTfs& phras
     std::vector<std::vector<uint32_t>> pos(ti.size());
     for (uint32_t d : docs) {
       for (size_t i = 0; i < ti.size(); ++i) {
-        uint32_t r;
+        uint32_t r = 0;  // set by Find: a candidate is in every list
         ranks[i].Find(d, &r);
         readers[i].Decode(r, pos[i]);
       }
@@ -885,12 +897,12 @@ const roaring_bitmap_t* Eval(const CNode& n, size_t k, SegEval& ev) {
     case CNode::Kind::kNumRange: {
       Bitmap own = NewBitmap();
       auto sorted = seg.sorted(n.slot);
-      auto lo = std::lower_bound(sorted.begin(), sorted.end(), n.lo, [&](const NumEntry& e, double v) {
-        return n.lo_incl ? e.value < v : e.value <= v;
+      auto lo = std::lower_bound(sorted.begin(), sorted.end(), n.lo, [&](const NumEntry& e, const Number& v) {
+        return n.lo_incl ? e.number() < v : e.number() <= v;
       });
       std::vector<uint32_t> docs;
       for (auto it = lo; it != sorted.end(); ++it) {
-        if (n.hi_incl ? it->value > n.hi : it->value >= n.hi) break;
+        if (n.hi_incl ? it->number() > n.hi : it->number() >= n.hi) break;
         docs.push_back(it->doc);
       }
       roaring_bitmap_add_many(own.get(), docs.size(), docs.data());
@@ -1055,7 +1067,7 @@ struct Hit {
   uint32_t seg;
   uint32_t doc;
   std::string_view id;
-  std::vector<double> num;            // per sort key (numeric)
+  std::vector<Number> num;            // per sort key (numeric)
   std::vector<std::string_view> str;  // per sort key (keyword)
   std::vector<bool> missing;
 };
@@ -2085,31 +2097,35 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       for (size_t j = 0; j < m; ++j)
         if (!set[j]) kw[si][j] = std::string_view(nullptr, 0);
     }
-    // Numeric keys descending, where some document has several values:
-    // the largest, from the values in ascending order (the column holds
-    // the smallest).
-    std::vector<std::vector<double>> largest(sort.size());
+    // Numeric keys from the values in ascending order, where the column
+    // (the double of each document's smallest value) is not the key: the
+    // largest value descending when some document has several, and every
+    // key when some value is an integer beyond 2^53 (a residual).
+    std::vector<std::vector<Number>> exact(sort.size());
     for (size_t si = 0; si < sort.size(); ++si) {
       const FieldDef* fd = sort[si].field;
-      if (fd == nullptr || fd->kind == FieldKind::kText || !sort[si].desc || !seg.multi_valued(fd->slot)) continue;
-      largest[si].assign(m, 0.0);
+      if (fd == nullptr || fd->kind == FieldKind::kText) continue;
+      const bool largest = sort[si].desc && seg.multi_valued(fd->slot);
+      if (!largest && !seg.has_residuals(fd->slot)) continue;
+      exact[si].assign(m, Number{std::numeric_limits<double>::quiet_NaN(), 0});
       for (const NumEntry& e : seg.sorted(fd->slot)) {
         const uint32_t doc = e.doc;  // a copy: NumEntry is packed
         const auto at = std::lower_bound(docs.begin(), docs.end(), doc);
-        if (at != docs.end() && *at == doc) largest[si][at - docs.begin()] = e.value;
+        if (at == docs.end() || *at != doc) continue;
+        Number& key = exact[si][at - docs.begin()];
+        if (largest || std::isnan(key.value)) key = e.number();
       }
     }
     for (size_t j = 0; j < m; ++j) {
       Hit h{scores[j], static_cast<uint32_t>(k), docs[j], seg.id(docs[j]), {}, {}, {}};
       for (size_t si = 0; si < sort.size(); ++si) {
         const FieldDef* fd = sort[si].field;
-        double v = 0;
+        Number v;
         std::string_view sv;
         bool missing = false;
         if (fd != nullptr && fd->kind != FieldKind::kText) {
-          v = seg.column(fd->slot)[docs[j]];
-          missing = std::isnan(v);
-          if (!missing && !largest[si].empty()) v = largest[si][j];
+          v = exact[si].empty() ? Number{seg.column(fd->slot)[docs[j]], 0} : exact[si][j];
+          missing = std::isnan(v.value);
         } else if (fd != nullptr) {
           sv = kw[si][j];
           missing = sv.data() == nullptr;

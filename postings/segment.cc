@@ -45,9 +45,11 @@
 //     entry: W3's many-fields batches have ~950k lists of ~2.6 postings,
 //     and format 3 spent 40 + ~16 + 9 bytes on each of them.
 //     The common-word pair section (format in pairs.h).
-//   Per numeric (number/date) field: f64 column[doc_count] (the document's
-//     smallest value, NaN when it has none); NumEntry[m] {f64 value, u32 doc,
-//     u32 0} sorted by (value, doc), one per value of every document.
+//   Per numeric (number/date) field: f64 column[doc_count] (the double of
+//     the document's smallest value, NaN when it has none); NumEntry[m]
+//     {f64 value, u32 doc, i32 residual} sorted by (value, residual, doc),
+//     one per value of every document (Number, segment.h: the residual is
+//     what an integer beyond 2^53 differs from its double by, else 0).
 //   Directory: u64 ids_offsets_off, u64 ids_blob_off; per text field
 //     {u64 lengths_off, u64 sum_len, u32 docs_with_tokens, u32 term_count,
 //      u64 term_offsets_off, u64 term_blob_off, u64 list_offsets_off,
@@ -420,7 +422,7 @@ size_t SegmentBuilder::RetainedBytes() const {
            sizeof(BlockMax) * blocks_.capacity() + bitmap_.capacity();
   bytes += common_of_.capacity();
   for (const auto& l : lengths_) bytes += 4 * l.capacity();
-  for (const auto& c : columns_) bytes += 8 * c.capacity();
+  for (const auto& c : columns_) bytes += sizeof(Number) * c.capacity();
   for (const auto& n : numbers_) bytes += sizeof(NumEntry) * n.capacity();
   return bytes;
 }
@@ -474,8 +476,8 @@ const std::vector<uint32_t>& SegmentBuilder::SortedTerms() {
 uint32_t SegmentBuilder::AddDoc(std::string_view id) {
   ids_.emplace_back(id);
   for (auto& l : lengths_) l.push_back(0);
-  for (auto& c : columns_) c.push_back(std::numeric_limits<double>::quiet_NaN());
-  memory_ += id.size() + 16 + 4 * lengths_.size() + 8 * columns_.size();
+  for (auto& c : columns_) c.push_back(Number{std::numeric_limits<double>::quiet_NaN(), 0});
+  memory_ += id.size() + 16 + 4 * lengths_.size() + sizeof(Number) * columns_.size();
   return static_cast<uint32_t>(ids_.size() - 1);
 }
 
@@ -749,10 +751,10 @@ void SegmentBuilder::AddEncodedPostings(uint32_t field, uint32_t index, std::spa
   memory_ += 8 * docs.size() + bytes.size();
 }
 
-void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, double v) {
-  double& c = columns_[slot][doc];
-  if (std::isnan(c) || v < c) c = v;
-  numbers_[slot].push_back(NumEntry{v, doc, 0});
+void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, Number v) {
+  Number& c = columns_[slot][doc];
+  if (std::isnan(c.value) || v < c) c = v;
+  numbers_[slot].push_back(NumEntry{v.value, doc, v.residual});
   memory_ += 16;
 }
 
@@ -1041,11 +1043,12 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
   for (size_t s = 0; s < columns_.size(); ++s) {
     Align(out);
     uint64_t col_off = out.size();
-    PutArray(out, columns_[s].data(), columns_[s].size());
+    for (const Number& c : columns_[s]) PutFixed<double>(out, c.value);
     Align(out);
     std::vector<NumEntry> sorted = numbers_[s];
     std::sort(sorted.begin(), sorted.end(), [](const NumEntry& a, const NumEntry& b) {
-      return a.value < b.value || (a.value == b.value && a.doc < b.doc);
+      const Number x = a.number(), y = b.number();
+      return x < y || (x == y && a.doc < b.doc);
     });
     uint64_t sorted_off = out.size();
     PutArray(out, sorted.data(), sorted.size());
@@ -1137,6 +1140,8 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     uint64_t with_value = 0;
     for (uint32_t doc = 0; doc < n; ++doc) with_value += !std::isnan(nf.column[doc]);
     nf.multi_valued = nf.sorted_count > with_value;
+    nf.has_residuals = false;
+    for (size_t i = 0; i < nf.sorted_count && !nf.has_residuals; ++i) nf.has_residuals = nf.sorted[i].residual != 0;
     s->numeric_.push_back(nf);
   }
   return std::shared_ptr<const Segment>(std::move(s));

@@ -8,6 +8,7 @@
 #include <roaring/roaring.h>
 
 #include <bit>
+#include <compare>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -93,11 +94,33 @@ struct TermEntry {
   uint32_t skip_shift;  // a long list's SkipShift (0 for a short list)
   BlockMax whole;
 };
+// A number as a number field indexes it: a double and, for an integer
+// beyond 2^53 that no double holds, the integer minus its nearest double
+// (|residual| <= 2^11 for 64-bit integers; 0 for everything else). JSON
+// integers are then exact up to 64 bits, as Elasticsearch's `long`, and
+// (value, residual) order is the numbers' order: rounding to the nearest
+// double never reverses two integers, and integers rounding to the same
+// double differ by their residuals.
+struct Number {
+  double value = 0;
+  int32_t residual = 0;
+  static Number Of(int64_t v) { return FromInteger(v); }
+  static Number Of(uint64_t v) { return FromInteger(v); }
+  friend auto operator<=>(const Number&, const Number&) = default;
+
+ private:
+  __extension__ using Int128 = __int128;
+  static Number FromInteger(Int128 v) {
+    const double d = static_cast<double>(v);  // the nearest double (ties to even)
+    return Number{d, static_cast<int32_t>(v - static_cast<Int128>(d))};
+  }
+};
 #pragma pack(push, 1)
 struct NumEntry {
   double value;
   uint32_t doc;
-  uint32_t reserved;
+  int32_t residual;  // Number::residual (written as 0 before integers were exact)
+  Number number() const { return Number{value, residual}; }
 };
 #pragma pack(pop)
 
@@ -239,7 +262,7 @@ class SegmentBuilder {
   void AddEncodedPostings(uint32_t field, uint32_t index, std::span<const uint32_t> docs, std::span<const uint32_t> tfs,
                           std::string_view bytes);
   void SetLength(uint32_t field, uint32_t doc, uint32_t length) { lengths_[field][doc] = length; }
-  void AddNumber(uint32_t slot, uint32_t doc, double v);
+  void AddNumber(uint32_t slot, uint32_t doc, Number v);
   uint32_t doc_count() const { return static_cast<uint32_t>(ids_.size()); }
   size_t MemoryBytes() const { return memory_; }
   // Serializes to the segment format. Cost: O(tokens + postings + terms)
@@ -370,7 +393,7 @@ class SegmentBuilder {
   std::vector<std::string> ids_;
   std::vector<FieldBuild> text_;
   std::vector<std::vector<uint32_t>> lengths_;
-  std::vector<std::vector<double>> columns_;  // per numeric field, per doc: min value or NaN
+  std::vector<std::vector<Number>> columns_;  // per numeric field, per doc: min value (NaN: none)
   std::vector<std::vector<NumEntry>> numbers_;
   size_t memory_ = 0;
 };
@@ -471,11 +494,15 @@ class Segment {
     out->reset(docs != nullptr ? docs : roaring_bitmap_create());
     return true;
   }
-  // Numeric field `n`: per-doc minimum value (NaN: none), and all values sorted.
+  // Numeric field `n`: per-doc minimum value (NaN: none; its double
+  // only), and all values sorted by (number, doc).
   const double* column(uint32_t n) const { return numeric_[n].column; }
   std::span<const NumEntry> sorted(uint32_t n) const { return {numeric_[n].sorted, numeric_[n].sorted_count}; }
   // Whether some document has several values in numeric field `n`.
   bool multi_valued(uint32_t n) const { return numeric_[n].multi_valued; }
+  // Whether some value of numeric field `n` has a residual (the column's
+  // doubles then do not order its documents exactly).
+  bool has_residuals(uint32_t n) const { return numeric_[n].has_residuals; }
 
  private:
   friend class DocReader;
@@ -498,6 +525,7 @@ class Segment {
     const NumEntry* sorted;
     size_t sorted_count;
     bool multi_valued;
+    bool has_residuals;
   };
   MappedFile file_;
   uint32_t doc_count_ = 0;

@@ -94,6 +94,12 @@ TEST_CASE("definition fingerprints: pinned, and an analyzer revision changes the
         Fnv1a("search|a|a.b:0:standard:1.000000:0;"));
   CHECK(Def(R"({"type":"search","collection":"a","fields":{"ab":{}}})")->Fingerprint() ==
         Fnv1a("search|a|ab:0:standard:1.000000:0;"));
+  // A number field holds integers beyond 2^53 exactly: its older segments,
+  // which held doubles, rebuild. A date field's do not.
+  CHECK(Def(R"({"type":"search","collection":"a","fields":{"n":{"type":"number"}}})")->Fingerprint() !=
+        Fnv1a("search|a|n:1::1.000000:0;"));
+  CHECK(Def(R"({"type":"search","collection":"a","fields":{"n":{"type":"date"}}})")->Fingerprint() ==
+        Fnv1a("search|a|n:2::1.000000:0;"));
 }
 
 TEST_CASE("ISO-8601 dates", "[postings]") {
@@ -664,6 +670,62 @@ TEST_CASE("multi-valued sort keys: smallest ascending, largest descending", "[po
   CHECK(order("-score") == "cabd");  // 40, 39, 30
   CHECK(order("-tags") == "cbad");   // n, m, l
   CHECK(order("-createdAt") == "cbad");
+}
+
+// JSON integers are exact up to 64 bits, as Elasticsearch's `long`: 2^53
+// and 2^53 + 1 are one double, and neither an equality, a range nor a sort
+// may confuse them. Other numbers are doubles (1e300 is a value too).
+TEST_CASE("integers beyond 2^53 are exact in matches, ranges and sorts, also after merges", "[postings]") {
+  Fixture fx;
+  fx.store.Put("e53", R"({"title": "x", "score": 9007199254740992})");            // 2^53
+  fx.store.Put("d53", R"({"title": "x", "score": 9007199254740993})");            // 2^53 + 1: the same double
+  fx.store.Put("c53", R"({"title": "x", "score": 9007199254740995})");            // rounds up to 2^53 + 4
+  fx.store.Put("b53", R"({"title": "x", "score": 9007199254740996})");            // 2^53 + 4
+  fx.store.Put("umax", R"({"title": "x", "score": [18446744073709551615, 5]})");  // 2^64 - 1 rounds up to 2^64
+  fx.store.Put("imin", R"({"title": "x", "score": -9223372036854775807})");       // 2^63 - 1 below zero
+  fx.store.Put("big", R"({"title": "x", "score": 1e300})");
+  fx.store.Put("half", R"({"title": "x", "score": 2.5})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  using V = std::vector<std::string>;
+  auto order = [&](const std::string& sort) {
+    SearchRequest r;
+    r.q = "title:x";
+    r.sort = sort;
+    std::string out;
+    for (auto& h : ParseHits(fx.Run(r).hits_json)) out += h.id + " ";
+    return out;
+  };
+  auto check = [&] {
+    CHECK(fx.Ids("score:9007199254740992") == V{"e53"});
+    CHECK(fx.Ids("score:9007199254740993") == V{"d53"});
+    CHECK(fx.Ids("score:9007199254740994") == V{});
+    CHECK(fx.Ids("score:9007199254740995") == V{"c53"});
+    CHECK(fx.Ids("score:[9007199254740993 TO 9007199254740995]") == V{"c53", "d53"});
+    CHECK(fx.Ids("score:{9007199254740992 TO 9007199254740996}") == V{"c53", "d53"});
+    CHECK(fx.Ids("score:[9007199254740993 TO *]") == V{"b53", "big", "c53", "d53", "umax"});
+    CHECK(fx.Ids("score:18446744073709551615") == V{"umax"});
+    CHECK(fx.Ids("score:18446744073709551614") == V{});
+    CHECK(fx.Ids("score:{18446744073709551615 TO *]") == V{"big"});
+    CHECK(fx.Ids("score:-9223372036854775807") == V{"imin"});
+    CHECK(fx.Ids("score:[* TO -9223372036854775808]") == V{});
+    CHECK(fx.Ids("score:[2.5 TO 5]") == V{"half", "umax"});
+    CHECK(fx.Ids("score:1e300") == V{"big"});
+    CHECK(order("score") == "imin half umax e53 d53 c53 b53 big ");  // ties would sort by id
+    CHECK(order("-score") == "big umax b53 c53 d53 e53 half imin ");
+  };
+  check();
+  // Ten segments: one level, so they merge (and carry the residuals).
+  for (int b = 0; b < 9; ++b) {
+    std::string id = "filler";
+    id += std::to_string(b);
+    fx.store.Put(id, R"({"title": "y"})");
+    REQUIRE(fx.store.Flush(*fx.idx).ok());
+  }
+  WaitForMerges(*fx.idx);
+  CHECK(SegmentFiles(fx.dir.path()) < 10);
+  check();
+  fx.Reopen();
+  check();
 }
 
 TEST_CASE("date values and bounds stand for their whole period", "[postings]") {

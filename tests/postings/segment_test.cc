@@ -36,8 +36,8 @@ TEST_CASE("segment round trip", "[postings]") {
       b.SetLength(1, doc, 1);
     }
     if (d % 2 == 0) {
-      b.AddNumber(0, doc, 1000.0 - d);
-      b.AddNumber(0, doc, 5000.0 + d);
+      b.AddNumber(0, doc, Number{1000.0 - d});
+      b.AddNumber(0, doc, Number{5000.0 + d});
     }
   }
   // A tf of 300 needs wide term frequencies.
@@ -160,7 +160,7 @@ void FillBatch(SegmentBuilder& b, uint32_t seed) {
     std::sort(positions.begin(), positions.end());
     for (uint32_t i = 0; i < n; ++i) b.AddToken(0, doc, terms[i], positions[i]);
     b.SetLength(0, doc, n);
-    if (next() % 3 == 0) b.AddNumber(0, doc, next() % 1000);
+    if (next() % 3 == 0) b.AddNumber(0, doc, Number{static_cast<double>(next() % 1000)});
   }
 }
 
