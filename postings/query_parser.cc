@@ -135,8 +135,10 @@ class Parser {
   }
 
   // Reads a term: a run of non-space, non-special characters (backslash
-  // escapes one character). Stops before a trailing "~" or "^".
-  std::string ReadTerm(bool* had_escape) {
+  // escapes one character). Stops before a trailing "~" or "^". If `wild`
+  // is given, it receives the indexes in the term of its unescaped '*' and
+  // '?' (wildcards; escaped, they are the characters).
+  std::string ReadTerm(bool* had_escape, std::vector<size_t>* wild = nullptr) {
     std::string out;
     *had_escape = false;
     while (pos_ < q_.size()) {
@@ -152,6 +154,7 @@ class Parser {
       if (IsSpecial(c)) break;
       if ((c == '&' || c == '|') && pos_ + 1 < q_.size() && q_[pos_ + 1] == c) break;
       if (c == '!' && out.empty()) break;
+      if (wild != nullptr && (c == '*' || c == '?')) wild->push_back(out.size());
       out.push_back(c);
       ++pos_;
     }
@@ -303,7 +306,8 @@ class Parser {
     if (c == ')') return Error("unexpected ')'", pos_);
     size_t term_at = pos_;
     bool esc;
-    std::string word = ReadTerm(&esc);
+    std::vector<size_t> wild;
+    std::string word = ReadTerm(&esc, &wild);
     if (word.empty()) return Error(std::string("unexpected '") + c + "'", pos_);
     // AND, OR and NOT are operators wherever they stand (Lucene's lexer):
     // one where a term should be is an error ("a AND OR b", "NOT NOT a",
@@ -313,7 +317,7 @@ class Parser {
     auto n = std::make_unique<QueryNode>();
     n->field = field;
     n->offset = start;
-    if (word == "*" && !esc) {
+    if (!wild.empty() && wild.size() == word.size() && word.find('?') == std::string::npos) {  // "*" (or "**")
       if (field.empty()) {
         n = MatchAll(start);
       } else {
@@ -321,18 +325,23 @@ class Parser {
         n->kind = QueryNode::Kind::kRange;
         n->lo_open = n->hi_open = true;
       }
-    } else {
-      size_t star = word.find('*');
-      size_t q = word.find('?');
-      if (q != std::string::npos) return Error("'?' wildcards are not supported", term_at + q);
-      if (star != std::string::npos && star + 1 != word.size()) return Error("only a trailing '*' is supported", term_at + star);
-      if (star != std::string::npos) {
-        n->kind = QueryNode::Kind::kPrefix;
-        word.pop_back();
-      } else {
-        n->kind = QueryNode::Kind::kTerm;
-      }
+    } else if (wild.empty()) {
+      n->kind = QueryNode::Kind::kTerm;
       n->text = std::move(word);
+    } else if (wild.size() == 1 && wild[0] + 1 == word.size() && word.back() == '*') {
+      n->kind = QueryNode::Kind::kPrefix;
+      word.pop_back();
+      n->text = std::move(word);
+    } else {
+      // Lucene's WildcardQuery: '*' any characters, '?' one; the pattern
+      // keeps the characters that are not wildcards escaped (WildcardMatch).
+      n->kind = QueryNode::Kind::kWildcard;
+      for (size_t i = 0, w = 0; i < word.size(); ++i) {
+        const bool is_wild = w < wild.size() && wild[w] == i;
+        w += is_wild;
+        if (!is_wild && (word[i] == '*' || word[i] == '?' || word[i] == '\\')) n->text += '\\';
+        n->text += word[i];
+      }
     }
     if (pos_ < q_.size() && q_[pos_] == '~') {
       size_t t = pos_++;
@@ -399,6 +408,10 @@ void Render(const QueryNode& n, std::string& out) {
       }
       break;
     case QueryNode::Kind::kPrefix: field(); out += n.text + "*"; break;
+    case QueryNode::Kind::kWildcard:
+      field();
+      out += n.text;
+      break;
     case QueryNode::Kind::kFuzzy:
       field();
       out += n.text;

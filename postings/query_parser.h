@@ -18,14 +18,15 @@ namespace corvid::postings {
 enum class Occur { kMust, kShould, kMustNot };
 
 struct QueryNode {
-  enum class Kind { kBool, kTerm, kPhrase, kPrefix, kFuzzy, kRange, kMatchAll };
+  enum class Kind { kBool, kTerm, kPhrase, kPrefix, kWildcard, kFuzzy, kRange, kMatchAll };
   Kind kind = Kind::kTerm;
   // kBool: Lucene's BooleanQuery. With any kMust clause the kShould ones only
   // add to the score; without, at least one kShould must match; with only
   // kMustNot clauses every document but theirs matches.
   std::vector<std::pair<Occur, std::unique_ptr<QueryNode>>> clauses;
   std::string field;     // "" = every text field (leaves only)
-  std::string text;      // term, phrase text, prefix (without '*'), fuzzy word
+  std::string text;      // term, phrase text, prefix (without '*'), fuzzy word, wildcard pattern
+                         // ('*' and '?' wildcards, '\\' escaping the next character)
   uint32_t slop = 0;     // kPhrase
   uint32_t edits = 0;    // kFuzzy: 0..2
   std::string lo, hi;    // kRange; an open end is empty with *_open set

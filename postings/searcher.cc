@@ -256,7 +256,8 @@ class Compiler {
         return n;
       }
       if (q.kind != K::kRange)
-        return Bad("field '" + f.name + "' takes a value or a range, not a prefix or fuzzy term at offset " + std::to_string(q.offset));
+        return Bad("field '" + f.name + "' takes a value or a range, not a prefix, wildcard or fuzzy term at offset " +
+                   std::to_string(q.offset));
       if (!q.lo_open) {
         auto v = ParseNumberOrDate(f, q.lo, q.offset);
         if (!v.ok()) return v.status();
@@ -287,7 +288,7 @@ class Compiler {
       return n;
     }
     n->kind = CNode::Kind::kLeaf;
-    if (q.kind == K::kPrefix || q.kind == K::kFuzzy) {
+    if (q.kind == K::kPrefix || q.kind == K::kWildcard || q.kind == K::kFuzzy) {
       Expand(q, fields, boost, *n);  // a word no dictionary has: a leaf that matches nothing
       if (fields.empty()) n->kind = CNode::Kind::kDropped;
       return n;
@@ -321,7 +322,7 @@ class Compiler {
   }
 
  private:
-  // A prefix or fuzzy word: per field, one Alt (`any`) of the dictionary
+  // A prefix, wildcard or fuzzy word: per field, one Alt (`any`) of the dictionary
   // terms it matches in any segment. The dictionaries are searched, and
   // the matches' live document frequencies read, one piece per field and
   // segment, in parallel (a short prefix matches hundreds of terms, whose
@@ -329,7 +330,9 @@ class Compiler {
   void Expand(const QueryNode& q, const std::vector<const FieldDef*>& fields, double boost, CNode& n) {
     const size_t ns = snap_.segments.size();
     std::vector<std::string> text(fields.size());
-    for (size_t fi = 0; fi < fields.size(); ++fi) text[fi] = NormalizeMultiTermText(*fields[fi], q.text);
+    for (size_t fi = 0; fi < fields.size(); ++fi)
+      text[fi] = q.kind == QueryNode::Kind::kWildcard ? NormalizeWildcard(*fields[fi], q.text)
+                                                      : NormalizeMultiTermText(*fields[fi], q.text);
     struct Found {
       std::vector<uint32_t> terms;  // dictionary indexes, in dictionary (bytewise) order
       std::vector<uint64_t> df;     // their live document frequencies
@@ -345,6 +348,12 @@ class Compiler {
       if (q.kind == QueryNode::Kind::kPrefix) {
         for (uint32_t i = seg.LowerBound(slot, t); i < seg.term_count(slot) && seg.term(slot, i).starts_with(t); ++i)
           out.terms.push_back(i);
+      } else if (q.kind == QueryNode::Kind::kWildcard) {
+        // The terms starting with the pattern's literal head, matched.
+        const std::string head = WildcardHead(t);
+        for (uint32_t i = seg.LowerBound(slot, head); i < seg.term_count(slot) && seg.term(slot, i).starts_with(head);
+             ++i)
+          if (WildcardMatch(t, seg.term(slot, i))) out.terms.push_back(i);
       } else {
         ForEachFuzzyTerm(seg, slot, t, q.edits, [&](uint32_t i) { out.terms.push_back(i); });
       }
@@ -1850,6 +1859,82 @@ std::string NormalizeMultiTermText(const FieldDef& field, std::string_view text)
   if (field.analyzer_name == "keyword") return std::string(text);
   auto normalized = analyzers::NormalizeText(text, /*fold=*/field.analyzer_name == "folding");
   return normalized.ok() ? *std::move(normalized) : std::string(text);
+}
+
+std::string NormalizeWildcard(const FieldDef& field, std::string_view pattern) {
+  std::string out, run;
+  auto flush = [&] {
+    for (char c : NormalizeMultiTermText(field, run)) {
+      if (c == '*' || c == '?' || c == '\\') out += '\\';
+      out += c;
+    }
+    run.clear();
+  };
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      run += pattern[++i];
+    } else if (c == '*' || c == '?') {
+      flush();
+      out += c;
+    } else {
+      run += c;
+    }
+  }
+  flush();
+  return out;
+}
+
+std::string WildcardHead(std::string_view pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size() && pattern[i] != '*' && pattern[i] != '?'; ++i) {
+    if (pattern[i] == '\\' && i + 1 < pattern.size()) ++i;
+    out += pattern[i];
+  }
+  return out;
+}
+
+namespace {
+// Bytes of the UTF-8 sequence starting at s[i] (1 for a stray byte),
+// within s.
+size_t CodePointBytes(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const size_t n = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  return std::min(n, s.size() - i);
+}
+}  // namespace
+
+bool WildcardMatch(std::string_view pattern, std::string_view term) {
+  // Greedy, backtracking to the last '*' only (which suffices: a later
+  // star can absorb whatever an earlier one would have): O(|p| * |t|)
+  // at worst. A '?' takes one code point, and so does each step of a '*'.
+  size_t p = 0, t = 0, star = std::string_view::npos, star_t = 0;
+  while (t < term.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = ++p;
+      star_t = t;
+      continue;
+    }
+    if (p < pattern.size() && pattern[p] == '?') {
+      ++p;
+      t += CodePointBytes(term, t);
+      continue;
+    }
+    if (p < pattern.size()) {
+      const size_t lit = pattern[p] == '\\' && p + 1 < pattern.size() ? p + 1 : p;
+      if (pattern[lit] == term[t]) {
+        p = lit + 1;
+        ++t;
+        continue;
+      }
+    }
+    if (star == std::string_view::npos) return false;
+    p = star;
+    star_t += CodePointBytes(term, star_t);
+    t = star_t;
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
 }
 
 uint32_t EditDistance(std::string_view a8, std::string_view b8, uint32_t max) {

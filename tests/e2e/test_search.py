@@ -481,9 +481,16 @@ class Oracle:
                 alts.append(([t[0] for t in toks], [t[1] - toks[0][1] for t in toks], slop))
             else:
                 any_tokens = True
-                t = self._normalize_multi(f, node[2])
+                t = self._normalize_multi(f, node[2]) if kind != 'wildcard' else None
                 if kind == 'prefix':
                     exp = [x for x in self._dict(f) if bkey(x).startswith(bkey(t))]
+                elif kind == 'wildcard':
+                    # Each run between wildcards normalized; '?' is one code
+                    # point, '*' any run (Python's str is code points).
+                    parts = re.split(r'([*?])', node[2])
+                    rx = ''.join('.*' if p == '*' else '.' if p == '?' else
+                                 re.escape(self._normalize_multi(f, p)) for p in parts)
+                    exp = [x for x in self._dict(f) if re.fullmatch(rx, x, re.S)]
                 else:
                     edits = 2 if node[3] is None else node[3]
                     exp = [x for x in self._dict(f) if osa_distance(x, t) <= edits]
@@ -556,6 +563,7 @@ def occurrences(clauses, op):
 #
 # ('term', field|None, text, boost) ('phrase', field|None, text, slop, boost)
 # ('prefix', field|None, text, boost) ('fuzzy', field|None, text, edits|None, boost)
+# ('wildcard', field|None, pattern of letters, '*' and '?', boost)
 # ('range', field, lo|None, hi|None, lo_incl, hi_incl, boost) ('all',)
 # ('group', [(conj|None, mod|None, node)], boost) ('fgroup', field, group)
 
@@ -600,6 +608,8 @@ def render(node, top=True):
         return s + fmt_boost(node[4])
     if kind == 'prefix':
         return f + node[2] + '*' + fmt_boost(node[3])
+    if kind == 'wildcard':
+        return f + node[2] + fmt_boost(node[3])
     if kind == 'fuzzy':
         return f + node[2] + '~' + ('' if node[3] is None else str(node[3])) + fmt_boost(node[4])
     if kind == 'range':
@@ -672,6 +682,21 @@ class QueryGen:
         if pre[-1] in '+' or pre in ('-',):
             pre = src[:1] if src[0].isalnum() else 'a'
         return ('prefix', f, pre, self.boost())
+
+    def wildcard(self):
+        f = self.field()
+        words = [w for w in (TAGS if f == 'tags' else ALL_WORDS + TAGS) if w.isalnum()]
+        w = list(cap(self.rng, self.rng.choice(words)))
+        out = []
+        for i, c in enumerate(w):
+            if self.rng.random() < 0.15:
+                out.append('*')
+            out.append('?' if self.rng.random() < 0.25 else c)
+        if not any(c in '*?' for c in out[:-1]) and out[-1] != '?':
+            out[self.rng.randrange(len(out))] = '?'  # not a plain word or prefix
+        if self.rng.random() < 0.3:
+            out.append('*')
+        return ('wildcard', f, ''.join(out), self.boost())
 
     def fuzzy(self):
         f = self.field()
@@ -763,7 +788,7 @@ class QueryGen:
     def query(self, kind):
         return {
             'term': self.term, 'phrase': self.phrase, 'prefix': self.prefix,
-            'fuzzy': self.fuzzy, 'range': self.range_, 'numeq': self.numeq,
+            'wildcard': self.wildcard, 'fuzzy': self.fuzzy, 'range': self.range_, 'numeq': self.numeq,
             'bool': self.group, 'fgroup': lambda: ('group', [(None, None, self.fgroup()),
                                                             (self.rng.choice([None, 'AND', 'OR']),
                                                              None, self.leaf())], 1.0),
@@ -923,7 +948,7 @@ class SearchOracleTest(CorpusTestCase):
 
     def run_queries(self, count_per_kind, label):
         gen = QueryGen(self.rng, self.oracle)
-        kinds = ['term', 'phrase', 'prefix', 'fuzzy', 'range', 'numeq', 'bool', 'fgroup']
+        kinds = ['term', 'phrase', 'prefix', 'wildcard', 'fuzzy', 'range', 'numeq', 'bool', 'fgroup']
         weights = {'bool': 4, 'term': 2}
         nonempty = 0
         checked = 0
@@ -1385,7 +1410,7 @@ class SearchFeaturesTest(CorpusTestCase):
             self.assertEqual(err.get('offset'), off, 'q=%r: %s' % (text, resp.describe()))
         for text in ['n:[1 TO', 'n:[1 5]', 'n:[1 TO 5', 'n:{1 TO 5', 'n:[abc TO 5]',
                      'd:[2024-13-45 TO *]', 'dog AND', 'OR dog', 'dog^', 'dog AND AND cat',
-                     'dog AND OR cat', 'dog NOT NOT cat', '(AND)', 'do?g', 'd*g', '+', 'title:',
+                     'dog AND OR cat', 'dog NOT NOT cat', '(AND)', 'd*g~1', '+', 'title:',
                      'nosuchfield:dog', 'n:ab*', ')']:
             resp = self.c.get(search_path(self.index, {'q': text}))
             err = self.assertError(resp, 400, 'invalid_query')

@@ -641,6 +641,49 @@ TEST_CASE("prefix, fuzzy and range words are normalized as the field's terms", "
   CHECK(ids("t:[B TO D]") == std::set<std::string>{"a", "b"});
   CHECK(ids("t:[b TO d]") == std::set<std::string>{"a", "b"});
   CHECK(ids("k:[B TO D]") == std::set<std::string>{"a"});
+  // Wildcard words too, each run between wildcards whole.
+  CHECK(ids("f:ÉL?PH*T") == std::set<std::string>{"a", "b"});
+  CHECK(ids("f:*È?RE") == std::set<std::string>{"c"});
+  CHECK(ids("t:BR?VO") == std::set<std::string>{"a"});
+  CHECK(ids("k:BR?VO") == std::set<std::string>{});
+  CHECK(ids("k:Br?vo") == std::set<std::string>{"a"});
+}
+
+// '*' and '?' are Lucene's wildcards; escaped, they are characters, and
+// a pattern's escaped characters match only themselves. Terms a wildcard
+// expands to are highlighted as a prefix's are.
+TEST_CASE("wildcard words match terms whole; escaped wildcards are characters", "[postings]") {
+  Fixture fx;
+  fx.def = Def(R"({"type": "search", "collection": "c", "store": ["t"],
+    "fields": {"t": {"analyzer": "standard"}, "k": {"analyzer": "keyword"}}})");
+  fx.Reopen();
+  fx.store.Put("star", R"({"k": "c*t", "t": "the quick fox"})");
+  fx.store.Put("qmark", R"({"k": "c?t", "t": "a quack"})");
+  fx.store.Put("cat", R"({"k": "cat", "t": "quickly"})");
+  fx.store.Put("coat", R"({"k": "coat", "t": "a queue"})");
+  fx.store.Put("back", R"({"k": "c\\t", "t": "quick, quick"})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  using V = std::vector<std::string>;
+  CHECK(fx.Ids("k:c?t") == V{"back", "cat", "qmark", "star"});
+  CHECK(fx.Ids("k:c*t") == V{"back", "cat", "coat", "qmark", "star"});
+  CHECK(fx.Ids("k:c\\*t") == V{"star"});   // a term
+  CHECK(fx.Ids("k:c\\*?") == V{"star"});   // 'c', '*', any one
+  CHECK(fx.Ids("k:c\\?*") == V{"qmark"});  // the prefix "c?"
+  CHECK(fx.Ids("k:*\\**") == V{"star"});   // holds a '*'
+  CHECK(fx.Ids("k:?\\\\?") == V{"back"});  // any one, '\\', any one
+  CHECK(fx.Ids("k:\\*") == V{});
+  CHECK(fx.Ids("t:qu?ck") == V{"back", "qmark", "star"});
+  CHECK(fx.Ids("t:q*k*") == V{"back", "cat", "qmark", "star"});
+  CHECK(fx.Ids("t:*e") == V{"coat", "star"});  // "queue", "the"
+  SearchRequest r;
+  r.q = "t:q?ick*";
+  r.highlight = {"t"};
+  r.fetch_document = fx.store.Fetcher();
+  const std::string hits = fx.Run(r).hits_json;
+  CHECK_THAT(hits, Catch::Contains("the <em>quick</em> fox"));
+  CHECK_THAT(hits, Catch::Contains("<em>quickly</em>"));
+  CHECK_THAT(hits, Catch::Contains("<em>quick</em>, <em>quick</em>"));
+  CHECK_THAT(hits, !Catch::Contains("quack</em>"));
 }
 
 TEST_CASE("multi-valued sort keys: smallest ascending, largest descending", "[postings]") {

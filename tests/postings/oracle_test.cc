@@ -95,6 +95,20 @@ uint32_t Osa(const std::u32string& a, const std::u32string& b) {
     }
   return d[a.size()][b.size()];
 }
+std::string Utf8(char32_t c) {
+  std::string s;
+  if (c < 0x80) {
+    s += static_cast<char>(c);
+  } else if (c < 0x800) {
+    s += static_cast<char>(0xC0 | (c >> 6));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    s += static_cast<char>(0xE0 | (c >> 12));
+    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  }
+  return s;
+}
 std::u32string U32(const std::string& s) {
   std::u32string out;
   for (size_t i = 0; i < s.size();) {
@@ -106,6 +120,37 @@ std::u32string U32(const std::string& s) {
     i += n;
   }
   return out;
+}
+// A wildcard pattern (QueryNode::text) as code points, kAnyRun for '*'
+// and kAnyOne for '?', each run of other characters normalized whole as a
+// prefix is; and a recursive matcher over it (the engine's is iterative,
+// over bytes).
+constexpr char32_t kAnyRun = 0x110000, kAnyOne = 0x110001;
+std::u32string WildcardPattern(const FieldDef& f, const std::string& text) {
+  std::u32string out;
+  std::string run;
+  auto flush = [&] {
+    out += U32(NormalizeMultiTermText(f, run));
+    run.clear();
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\\' && i + 1 < text.size()) {
+      run += text[++i];
+    } else if (text[i] == '*' || text[i] == '?') {
+      flush();
+      out += text[i] == '*' ? kAnyRun : kAnyOne;
+    } else {
+      run += text[i];
+    }
+  }
+  flush();
+  return out;
+}
+bool WildcardMatches(const std::u32string& p, size_t i, const std::u32string& t, size_t j) {
+  if (i == p.size()) return j == t.size();
+  if (p[i] == kAnyRun) return WildcardMatches(p, i + 1, t, j) || (j < t.size() && WildcardMatches(p, i, t, j + 1));
+  if (j == t.size()) return false;
+  return (p[i] == kAnyOne || p[i] == t[j]) && WildcardMatches(p, i + 1, t, j + 1);
 }
 
 class Oracle {
@@ -267,10 +312,13 @@ class Oracle {
           bool ok = (q.lo_open || (q.lo_incl ? t >= lo : t > lo)) && (q.hi_open || (q.hi_incl ? t <= hi : t < hi));
           if (ok) matched = true;
         }
-      } else if (q.kind == K::kPrefix || q.kind == K::kFuzzy) {
+      } else if (q.kind == K::kPrefix || q.kind == K::kFuzzy || q.kind == K::kWildcard) {
         std::string t = NormalizeMultiTermText(*f, q.text);
+        const std::u32string pattern = q.kind == K::kWildcard ? WildcardPattern(*f, q.text) : U"";
         for (auto& x : doc_terms) {
-          bool ok = q.kind == K::kPrefix ? x.rfind(t, 0) == 0 : Osa(U32(x), U32(t)) <= q.edits;
+          bool ok = q.kind == K::kPrefix  ? x.rfind(t, 0) == 0
+                    : q.kind == K::kFuzzy ? Osa(U32(x), U32(t)) <= q.edits
+                                          : WildcardMatches(pattern, 0, U32(x), 0);
           if (!ok) continue;
           matched = true;
           s += w * Bm25(f->slot, x, b);
@@ -367,13 +415,28 @@ class Gen {
         std::string w = Word();
         auto u = U32(w);
         if (u.size() < 2) return Field() + Escape(w);
+        if (P(0.5)) {
+          // A wildcard pattern: code points become '?', '*'s go in (the
+          // other characters escaped as needed); at least one wildcard
+          // that is not a lone trailing '*'.
+          std::string pat;
+          bool wild = false;
+          for (size_t i = 0; i < u.size(); ++i) {
+            if (P(0.15)) pat += '*';
+            if (i + 1 == u.size() && !wild) {
+              pat += '?';
+            } else if (P(0.2)) {
+              pat += '?';
+              wild = true;
+            } else {
+              pat += Escape(Utf8(u[i]));
+            }
+          }
+          return Field() + pat + (P(0.3) ? "*" : "");
+        }
         std::u32string pre = u.substr(0, 1 + U(std::min<size_t>(3, u.size() - 1)));
         std::string s;
-        for (char32_t c : pre) {
-          if (c < 0x80) s += static_cast<char>(c);
-          else if (c < 0x800) s += static_cast<char>(0xC0 | (c >> 6)), s += static_cast<char>(0x80 | (c & 0x3F));
-          else s += static_cast<char>(0xE0 | (c >> 12)), s += static_cast<char>(0x80 | ((c >> 6) & 0x3F)), s += static_cast<char>(0x80 | (c & 0x3F));
-        }
+        for (char32_t c : pre) s += Utf8(c);
         std::string esc = Escape(s);
         if (esc.find('\\') != std::string::npos || esc.find('-') == 0) return Field() + Escape(w);
         return Field() + esc + "*";

@@ -13,6 +13,43 @@ std::string P(std::string_view q, DefaultOperator op = DefaultOperator::kOr) {
   return ToDebugString(**r);
 }
 
+// The kind and text of a one-clause query.
+std::string Leaf(std::string_view q) {
+  auto r = ParseQuery(q, DefaultOperator::kOr);
+  REQUIRE(r.ok());
+  const QueryNode& n = **r;
+  using K = QueryNode::Kind;
+  const char* kind = n.kind == K::kTerm       ? "term"
+                     : n.kind == K::kPrefix   ? "prefix"
+                     : n.kind == K::kWildcard ? "wildcard"
+                     : n.kind == K::kMatchAll ? "all"
+                     : n.kind == K::kRange    ? "range"
+                                              : "other";
+  return std::string(kind) + " " + n.field + (n.field.empty() ? "" : ":") + n.text;
+}
+
+// Lucene's wildcards: '*' and '?' anywhere in a word; escaped, they are
+// characters. A lone trailing '*' is a prefix, and a word of stars alone
+// matches everything (or every document with a value in the field).
+TEST_CASE("wildcards, and escaped wildcard characters", "[postings]") {
+  CHECK(Leaf("te?t") == "wildcard te?t");
+  CHECK(Leaf("t*st") == "wildcard t*st");
+  CHECK(Leaf("*est") == "wildcard *est");
+  CHECK(Leaf("?") == "wildcard ?");
+  CHECK(Leaf("title:a*b?") == "wildcard title:a*b?");
+  CHECK(Leaf("pre*") == "prefix pre");
+  CHECK(Leaf("**") == "all ");
+  CHECK(Leaf("f:**") == "range f:");
+  // Escaped: characters of the term; in a pattern, escaped again.
+  CHECK(Leaf("tes\\*") == "term tes*");
+  CHECK(Leaf("te\\?t") == "term te?t");
+  CHECK(Leaf("\\*") == "term *");
+  CHECK(Leaf("c\\*\\?*") == "prefix c*?");
+  CHECK(Leaf("a\\*b*c") == "wildcard a\\*b*c");
+  CHECK(Leaf("a\\\\?") == "wildcard a\\\\?");  // an escaped backslash, then a wildcard
+  CHECK(P("te?t^2") == "te?t^2");
+}
+
 TEST_CASE("parser constructs", "[postings]") {
   CHECK(P("") == "*:*");
   CHECK(P("*") == "*:*");
@@ -122,8 +159,7 @@ TEST_CASE("parser errors carry offsets", "[postings]") {
   CHECK_THAT(err("a^1.2.3"), Catch::Contains("malformed number at offset 2"));
   CHECK_THAT(err("a~1.2.3"), Catch::Contains("malformed number at offset 2"));
   CHECK_THAT(err("pre*~1"), Catch::Contains("'~' applies to a term or a phrase at offset 4"));
-  CHECK_THAT(err("te?t"), Catch::Contains("'?' wildcards are not supported at offset 2"));
-  CHECK_THAT(err("t*st"), Catch::Contains("only a trailing '*' is supported at offset 1"));
+  CHECK_THAT(err("te?t~1"), Catch::Contains("'~' applies to a term or a phrase at offset 4"));
   CHECK_THAT(err("n:[1 2]"), Catch::Contains("expected 'TO' in range at offset 5"));
   CHECK_THAT(err("n:[1 TO 2"), Catch::Contains("missing ']' or '}' for range at offset 2"));
   CHECK_THAT(err("n:[1 TO"), Catch::Contains("unterminated range at offset 7"));
