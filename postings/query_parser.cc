@@ -335,10 +335,15 @@ class Parser {
     } else {
       // Lucene's WildcardQuery: '*' any characters, '?' one; the pattern
       // keeps the characters that are not wildcards escaped (WildcardMatch).
+      // Stars in a row are one ("a**b" is "a*b": the matcher's cost grows
+      // with the pattern).
       n->kind = QueryNode::Kind::kWildcard;
+      bool star = false;
       for (size_t i = 0, w = 0; i < word.size(); ++i) {
         const bool is_wild = w < wild.size() && wild[w] == i;
         w += is_wild;
+        if (is_wild && word[i] == '*' && star) continue;
+        star = is_wild && word[i] == '*';
         if (!is_wild && (word[i] == '*' || word[i] == '?' || word[i] == '\\')) n->text += '\\';
         n->text += word[i];
       }

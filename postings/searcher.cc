@@ -197,6 +197,100 @@ Result<QueryValue> ParseNumberOrDate(const FieldDef& f, std::string_view s, size
              std::string(s) + "' at offset " + std::to_string(offset));
 }
 
+// Wildcard words (QueryNode::kWildcard: '*' any characters, none included,
+// '?' exactly one code point, '\\' escaping the next character), as
+// Lucene's WildcardQuery. NormalizeWildcard normalizes a pattern as
+// NormalizeMultiTermText normalizes a word: each run of characters
+// between wildcards, whole.
+std::string NormalizeWildcard(const FieldDef& field, std::string_view pattern) {
+  std::string out, run;
+  auto flush = [&] {
+    for (char c : NormalizeMultiTermText(field, run)) {
+      if (c == '*' || c == '?' || c == '\\') out += '\\';
+      out += c;
+    }
+    run.clear();
+  };
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      run += pattern[++i];
+    } else if (c == '*' || c == '?') {
+      flush();
+      out += c;
+    } else {
+      run += c;
+    }
+  }
+  flush();
+  return out;
+}
+
+// The pattern's characters before its first wildcard, unescaped: every
+// term it matches starts with them.
+std::string WildcardHead(std::string_view pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size() && pattern[i] != '*' && pattern[i] != '?'; ++i) {
+    if (pattern[i] == '\\' && i + 1 < pattern.size()) ++i;
+    out += pattern[i];
+  }
+  return out;
+}
+
+// Bytes of the UTF-8 sequence starting at s[i] (1 for a stray byte),
+// within s.
+size_t CodePointBytes(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const size_t n = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  return std::min(n, s.size() - i);
+}
+
+// The fewest bytes a term matching `pattern` has: one per character and
+// per '?' (a shorter term is refused without running the matcher).
+size_t WildcardMinBytes(std::string_view pattern) {
+  size_t n = 0;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '*') continue;
+    i += pattern[i] == '\\' && i + 1 < pattern.size();
+    ++n;
+  }
+  return n;
+}
+
+// Whether `term` matches `pattern` whole.
+bool WildcardMatch(std::string_view pattern, std::string_view term) {
+  // Greedy, backtracking to the last '*' only (which suffices: a later
+  // star can absorb whatever an earlier one would have): O(|p| * |t|)
+  // at worst. A '?' takes one code point, and so does each step of a '*'.
+  size_t p = 0, t = 0, star = std::string_view::npos, star_t = 0;
+  while (t < term.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = ++p;
+      star_t = t;
+      continue;
+    }
+    if (p < pattern.size() && pattern[p] == '?') {
+      ++p;
+      t += CodePointBytes(term, t);
+      continue;
+    }
+    if (p < pattern.size()) {
+      const size_t lit = pattern[p] == '\\' && p + 1 < pattern.size() ? p + 1 : p;
+      if (pattern[lit] == term[t]) {
+        p = lit + 1;
+        ++t;
+        continue;
+      }
+    }
+    if (star == std::string_view::npos) return false;
+    p = star;
+    star_t += CodePointBytes(term, star_t);
+    t = star_t;
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
 class Compiler {
  public:
   Compiler(const Snapshot& snap) : snap_(snap), def_(*snap.def) {}
@@ -351,9 +445,12 @@ class Compiler {
       } else if (q.kind == QueryNode::Kind::kWildcard) {
         // The terms starting with the pattern's literal head, matched.
         const std::string head = WildcardHead(t);
+        const size_t least = WildcardMinBytes(t);
         for (uint32_t i = seg.LowerBound(slot, head); i < seg.term_count(slot) && seg.term(slot, i).starts_with(head);
-             ++i)
-          if (WildcardMatch(t, seg.term(slot, i))) out.terms.push_back(i);
+             ++i) {
+          const std::string_view term = seg.term(slot, i);
+          if (term.size() >= least && WildcardMatch(t, term)) out.terms.push_back(i);
+        }
       } else {
         ForEachFuzzyTerm(seg, slot, t, q.edits, [&](uint32_t i) { out.terms.push_back(i); });
       }
@@ -1859,82 +1956,6 @@ std::string NormalizeMultiTermText(const FieldDef& field, std::string_view text)
   if (field.analyzer_name == "keyword") return std::string(text);
   auto normalized = analyzers::NormalizeText(text, /*fold=*/field.analyzer_name == "folding");
   return normalized.ok() ? *std::move(normalized) : std::string(text);
-}
-
-std::string NormalizeWildcard(const FieldDef& field, std::string_view pattern) {
-  std::string out, run;
-  auto flush = [&] {
-    for (char c : NormalizeMultiTermText(field, run)) {
-      if (c == '*' || c == '?' || c == '\\') out += '\\';
-      out += c;
-    }
-    run.clear();
-  };
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    const char c = pattern[i];
-    if (c == '\\' && i + 1 < pattern.size()) {
-      run += pattern[++i];
-    } else if (c == '*' || c == '?') {
-      flush();
-      out += c;
-    } else {
-      run += c;
-    }
-  }
-  flush();
-  return out;
-}
-
-std::string WildcardHead(std::string_view pattern) {
-  std::string out;
-  for (size_t i = 0; i < pattern.size() && pattern[i] != '*' && pattern[i] != '?'; ++i) {
-    if (pattern[i] == '\\' && i + 1 < pattern.size()) ++i;
-    out += pattern[i];
-  }
-  return out;
-}
-
-namespace {
-// Bytes of the UTF-8 sequence starting at s[i] (1 for a stray byte),
-// within s.
-size_t CodePointBytes(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  const size_t n = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-  return std::min(n, s.size() - i);
-}
-}  // namespace
-
-bool WildcardMatch(std::string_view pattern, std::string_view term) {
-  // Greedy, backtracking to the last '*' only (which suffices: a later
-  // star can absorb whatever an earlier one would have): O(|p| * |t|)
-  // at worst. A '?' takes one code point, and so does each step of a '*'.
-  size_t p = 0, t = 0, star = std::string_view::npos, star_t = 0;
-  while (t < term.size()) {
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = ++p;
-      star_t = t;
-      continue;
-    }
-    if (p < pattern.size() && pattern[p] == '?') {
-      ++p;
-      t += CodePointBytes(term, t);
-      continue;
-    }
-    if (p < pattern.size()) {
-      const size_t lit = pattern[p] == '\\' && p + 1 < pattern.size() ? p + 1 : p;
-      if (pattern[lit] == term[t]) {
-        p = lit + 1;
-        ++t;
-        continue;
-      }
-    }
-    if (star == std::string_view::npos) return false;
-    p = star;
-    star_t += CodePointBytes(term, star_t);
-    t = star_t;
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
 }
 
 uint32_t EditDistance(std::string_view a8, std::string_view b8, uint32_t max) {

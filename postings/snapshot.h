@@ -46,17 +46,6 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& reques
 // words and text range bounds.
 std::string NormalizeMultiTermText(const FieldDef& field, std::string_view text);
 
-// A wildcard pattern (QueryNode::text: '*', '?', '\\' escapes) normalized
-// as NormalizeMultiTermText normalizes a word: each run of characters
-// between wildcards, whole.
-std::string NormalizeWildcard(const FieldDef& field, std::string_view pattern);
-// The pattern's characters before its first wildcard, unescaped: every
-// term it matches starts with them.
-std::string WildcardHead(std::string_view pattern);
-// Whether `term` matches `pattern` whole, as Lucene's WildcardQuery: '*'
-// any characters (none included), '?' exactly one code point.
-bool WildcardMatch(std::string_view pattern, std::string_view term);
-
 // Optimal-string-alignment edit distance (insertions, deletions,
 // substitutions, adjacent transpositions) over Unicode code points, or
 // max+1 if it exceeds `max`.

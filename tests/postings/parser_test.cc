@@ -48,6 +48,8 @@ TEST_CASE("wildcards, and escaped wildcard characters", "[postings]") {
   CHECK(Leaf("a\\*b*c") == "wildcard a\\*b*c");
   CHECK(Leaf("a\\\\?") == "wildcard a\\\\?");  // an escaped backslash, then a wildcard
   CHECK(P("te?t^2") == "te?t^2");
+  CHECK(Leaf("a**b***?") == "wildcard a*b*?");   // stars in a row are one
+  CHECK(Leaf("a*\\**b") == "wildcard a*\\**b");  // an escaped one is a character
 }
 
 TEST_CASE("parser constructs", "[postings]") {
