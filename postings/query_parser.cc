@@ -185,6 +185,22 @@ class Parser {
   }
   void SkipSpaceNone() {}
 
+  // The bound of f:>x and friends: a quoted string, or characters up to a
+  // space, ')' or '^' (a boost).
+  Result<std::string> ReadOneSidedBound() {
+    if (pos_ < q_.size() && q_[pos_] == '"') {
+      bool open;
+      return ReadBound(&open);  // a quoted bound is never open
+    }
+    std::string out;
+    while (pos_ < q_.size() && !IsSpace(q_[pos_]) && q_[pos_] != ')' && q_[pos_] != '^') {
+      if (q_[pos_] == '\\' && pos_ + 1 < q_.size()) ++pos_;
+      out.push_back(q_[pos_++]);
+    }
+    if (out.empty()) return Error("expected a range bound", pos_);
+    return out;
+  }
+
   // A range bound: a quoted string, or characters up to space / ] / }.
   Result<std::string> ReadBound(bool* open) {
     SkipSpace();
@@ -275,6 +291,31 @@ class Parser {
           if (*v > 1e6) return Error("slop too large", t);
           n->slop = static_cast<uint32_t>(*v);
         }
+      }
+      if (auto s = ReadBoost(*n); !s.ok()) return s;
+      return n;
+    }
+    if ((c == '>' || c == '<') && !field.empty()) {
+      // Elasticsearch's one-sided ranges (query_string): f:>x is
+      // f:{x TO *], f:>=x is f:[x TO *], f:<x is f:[* TO x}, f:<=x is
+      // f:[* TO x]; also in a field's group, f:(>=1 AND <5).
+      ++pos_;
+      const bool incl = pos_ < q_.size() && q_[pos_] == '=';
+      pos_ += incl;
+      auto n = std::make_unique<QueryNode>();
+      n->kind = QueryNode::Kind::kRange;
+      n->field = field;
+      n->offset = start;
+      auto bound = ReadOneSidedBound();
+      if (!bound.ok()) return bound.status();
+      if (c == '>') {
+        n->lo = std::move(bound).value();
+        n->lo_incl = incl;
+        n->hi_open = true;
+      } else {
+        n->hi = std::move(bound).value();
+        n->hi_incl = incl;
+        n->lo_open = true;
       }
       if (auto s = ReadBoost(*n); !s.ok()) return s;
       return n;

@@ -614,6 +614,12 @@ def render(node, top=True):
         return f + node[2] + '~' + ('' if node[3] is None else str(node[3])) + fmt_boost(node[4])
     if kind == 'range':
         _, fld, lo, hi, li, hi_i, b = node
+        one = lo if hi is None else hi if lo is None else None
+        if one is not None and len(one) % 2 == 0:
+            # Half of the one-sided ranges in Elasticsearch's form: f:>x, f:<=x, ...
+            if hi is None:
+                return '%s:>%s%s%s' % (fld, '=' if li else '', lo, fmt_boost(b))
+            return '%s:<%s%s%s' % (fld, '=' if hi_i else '', hi, fmt_boost(b))
         return '%s:%s%s TO %s%s%s' % (fld, '[' if li else '{', '*' if lo is None else lo,
                                        '*' if hi is None else hi, ']' if hi_i else '}',
                                        fmt_boost(b))

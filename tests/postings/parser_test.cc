@@ -52,6 +52,23 @@ TEST_CASE("wildcards, and escaped wildcard characters", "[postings]") {
   CHECK(Leaf("a*\\**b") == "wildcard a*\\**b");  // an escaped one is a character
 }
 
+// Elasticsearch's query_string one-sided ranges, after a field or in a
+// field's group.
+TEST_CASE("one-sided ranges: f:>x, f:>=x, f:<x, f:<=x", "[postings]") {
+  CHECK(P("n:>5") == "n:{5 TO *]");
+  CHECK(P("n:>=5") == "n:[5 TO *]");
+  CHECK(P("n:<5") == "n:[* TO 5}");
+  CHECK(P("n:<=-2.5") == "n:[* TO -2.5]");
+  CHECK(P("d:>=\"2024-01-01T10:00:00Z\"") == "d:[2024-01-01T10:00:00Z TO *]");
+  CHECK(P("n:>5^2") == "n:{5 TO *]^2");
+  CHECK(P("n:(>=1 AND <5)") == "(+n:[1 TO *] +n:[* TO 5})");
+  CHECK(P("t:<b OR x") == "(t:[* TO b} x)");
+  CHECK(P(">5") == ">5");  // no field: a word
+  CHECK(P("n:>") == "ERROR query syntax error: expected a range bound at offset 3");
+  CHECK(P("n:>= 5") == "ERROR query syntax error: expected a range bound at offset 4");
+  CHECK(P("n:(<)") == "ERROR query syntax error: expected a range bound at offset 4");
+}
+
 TEST_CASE("parser constructs", "[postings]") {
   CHECK(P("") == "*:*");
   CHECK(P("*") == "*:*");
