@@ -366,6 +366,11 @@ class Parser {
         n->kind = QueryNode::Kind::kRange;
         n->lo_open = n->hi_open = true;
       }
+    } else if (wild.empty() && field == "_exists_") {
+      // Elasticsearch's _exists_:f is f:* (a value in f).
+      n->kind = QueryNode::Kind::kRange;
+      n->field = std::move(word);
+      n->lo_open = n->hi_open = true;
     } else if (wild.empty()) {
       n->kind = QueryNode::Kind::kTerm;
       n->text = std::move(word);

@@ -53,8 +53,8 @@ TEST_CASE("wildcards, and escaped wildcard characters", "[postings]") {
 }
 
 // Elasticsearch's query_string one-sided ranges, after a field or in a
-// field's group.
-TEST_CASE("one-sided ranges: f:>x, f:>=x, f:<x, f:<=x", "[postings]") {
+// field's group; and its _exists_:f, which is f:*.
+TEST_CASE("one-sided ranges: f:>x, f:>=x, f:<x, f:<=x; _exists_:f", "[postings]") {
   CHECK(P("n:>5") == "n:{5 TO *]");
   CHECK(P("n:>=5") == "n:[5 TO *]");
   CHECK(P("n:<5") == "n:[* TO 5}");
@@ -64,6 +64,8 @@ TEST_CASE("one-sided ranges: f:>x, f:>=x, f:<x, f:<=x", "[postings]") {
   CHECK(P("n:(>=1 AND <5)") == "(+n:[1 TO *] +n:[* TO 5})");
   CHECK(P("t:<b OR x") == "(t:[* TO b} x)");
   CHECK(P(">5") == ">5");  // no field: a word
+  CHECK(P("_exists_:title") == "title:[* TO *]");  // as title:*
+  CHECK(P("-_exists_:a.b") == "(-a.b:[* TO *])");
   CHECK(P("n:>") == "ERROR query syntax error: expected a range bound at offset 3");
   CHECK(P("n:>= 5") == "ERROR query syntax error: expected a range bound at offset 4");
   CHECK(P("n:(<)") == "ERROR query syntax error: expected a range bound at offset 4");
