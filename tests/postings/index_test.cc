@@ -2,17 +2,16 @@
 // updates/deletes, reopen, corrupt files, merges (also with batches applied
 // while a background merge runs), sort, facets, stored fields, highlights,
 // filters and request errors.
-#include <catch2/catch.hpp>
-
-#include <set>
-#include <span>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <random>
+#include <set>
+#include <span>
 #include <thread>
 
 #include "common/utf8.h"
@@ -575,6 +574,24 @@ TEST_CASE("sort, facets, fields, highlights, filter", "[postings]") {
   CHECK(oo->total == 4);
 }
 
+// Runs `check` on fx's index, which has had `batches` batches; then adds
+// one-document batches (title "y") up to ten segments, one level, so they
+// merge; runs it after the merge and again after a reopen.
+void CheckThroughMergeAndReopen(Fixture& fx, int batches, const std::function<void()>& check) {
+  check();
+  for (int b = batches; b < 10; ++b) {
+    std::string id = "filler";
+    id += std::to_string(b);  // not "f" + string: GCC 12 warns (-Wrestrict) on that
+    fx.store.Put(id, R"({"title": "y"})");
+    REQUIRE(fx.store.Flush(*fx.idx).ok());
+  }
+  WaitForMerges(*fx.idx);
+  CHECK(SegmentFiles(fx.dir.path()) < 10);
+  check();
+  fx.Reopen();
+  check();
+}
+
 TEST_CASE("an empty keyword value is a value: faceted, matched, sorted, kept by merges", "[postings]") {
   Fixture fx;
   fx.store.Put("a", R"({"title": "x", "tags": ""})");
@@ -601,19 +618,7 @@ TEST_CASE("an empty keyword value is a value: faceted, matched, sorted, kept by 
   };
   fx.store.Put("e", R"({"title": "x", "tags": [""]})");
   REQUIRE(fx.store.Flush(*fx.idx).ok());
-  check();
-  // Ten segments: one level, so they merge.
-  for (int b = 0; b < 8; ++b) {
-    std::string id = "filler";
-    id += std::to_string(b);  // not "f" + string: GCC 12 warns (-Wrestrict) on that
-    fx.store.Put(id, R"({"title": "y"})");
-    REQUIRE(fx.store.Flush(*fx.idx).ok());
-  }
-  WaitForMerges(*fx.idx);
-  CHECK(SegmentFiles(fx.dir.path()) < 10);
-  check();
-  fx.Reopen();
-  check();
+  CheckThroughMergeAndReopen(fx, 2, check);
 }
 
 TEST_CASE("prefix, fuzzy and range words are normalized as the field's terms", "[postings]") {
@@ -756,19 +761,7 @@ TEST_CASE("integers beyond 2^53 are exact in matches, ranges and sorts, also aft
     CHECK(order("score") == "imin half umax e53 d53 c53 b53 big ");  // ties would sort by id
     CHECK(order("-score") == "big umax b53 c53 d53 e53 half imin ");
   };
-  check();
-  // Ten segments: one level, so they merge (and carry the residuals).
-  for (int b = 0; b < 9; ++b) {
-    std::string id = "filler";
-    id += std::to_string(b);
-    fx.store.Put(id, R"({"title": "y"})");
-    REQUIRE(fx.store.Flush(*fx.idx).ok());
-  }
-  WaitForMerges(*fx.idx);
-  CHECK(SegmentFiles(fx.dir.path()) < 10);
-  check();
-  fx.Reopen();
-  check();
+  CheckThroughMergeAndReopen(fx, 1, check);  // merges carry the residuals
 }
 
 TEST_CASE("date values and bounds stand for their whole period", "[postings]") {
