@@ -422,7 +422,7 @@ size_t SegmentBuilder::RetainedBytes() const {
            sizeof(BlockMax) * blocks_.capacity() + bitmap_.capacity();
   bytes += common_of_.capacity();
   for (const auto& l : lengths_) bytes += 4 * l.capacity();
-  for (const auto& c : columns_) bytes += sizeof(Number) * c.capacity();
+  for (const auto& c : columns_) bytes += 8 * c.capacity();
   for (const auto& n : numbers_) bytes += sizeof(NumEntry) * n.capacity();
   return bytes;
 }
@@ -476,8 +476,8 @@ const std::vector<uint32_t>& SegmentBuilder::SortedTerms() {
 uint32_t SegmentBuilder::AddDoc(std::string_view id) {
   ids_.emplace_back(id);
   for (auto& l : lengths_) l.push_back(0);
-  for (auto& c : columns_) c.push_back(Number{std::numeric_limits<double>::quiet_NaN(), 0});
-  memory_ += id.size() + 16 + 4 * lengths_.size() + sizeof(Number) * columns_.size();
+  for (auto& c : columns_) c.push_back(std::numeric_limits<double>::quiet_NaN());
+  memory_ += id.size() + 16 + 4 * lengths_.size() + 8 * columns_.size();
   return static_cast<uint32_t>(ids_.size() - 1);
 }
 
@@ -752,8 +752,10 @@ void SegmentBuilder::AddEncodedPostings(uint32_t field, uint32_t index, std::spa
 }
 
 void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, Number v) {
-  Number& c = columns_[slot][doc];
-  if (std::isnan(c.value) || v < c) c = v;
+  // The smallest value's double is the smallest double (rounding to the
+  // nearest double keeps order): the column needs no residual.
+  double& c = columns_[slot][doc];
+  if (std::isnan(c) || v.value < c) c = v.value;
   numbers_[slot].push_back(NumEntry{v.value, doc, v.residual});
   memory_ += 16;
 }
@@ -1043,7 +1045,7 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
   for (size_t s = 0; s < columns_.size(); ++s) {
     Align(out);
     uint64_t col_off = out.size();
-    for (const Number& c : columns_[s]) PutFixed<double>(out, c.value);
+    PutArray(out, columns_[s].data(), columns_[s].size());
     Align(out);
     std::vector<NumEntry> sorted = numbers_[s];
     std::sort(sorted.begin(), sorted.end(), [](const NumEntry& a, const NumEntry& b) {

@@ -393,7 +393,7 @@ class SegmentBuilder {
   std::vector<std::string> ids_;
   std::vector<FieldBuild> text_;
   std::vector<std::vector<uint32_t>> lengths_;
-  std::vector<std::vector<Number>> columns_;  // per numeric field, per doc: min value (NaN: none)
+  std::vector<std::vector<double>> columns_;  // per numeric field, per doc: min value's double or NaN
   std::vector<std::vector<NumEntry>> numbers_;
   size_t memory_ = 0;
 };
