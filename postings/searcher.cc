@@ -197,17 +197,26 @@ Result<QueryValue> ParseNumberOrDate(const FieldDef& f, std::string_view s, size
              std::string(s) + "' at offset " + std::to_string(offset));
 }
 
-// Wildcard words (QueryNode::kWildcard: '*' any characters, none included,
-// '?' exactly one code point, '\\' escaping the next character), as
-// Lucene's WildcardQuery. NormalizeWildcard normalizes a pattern as
-// NormalizeMultiTermText normalizes a word: each run of characters
-// between wildcards, whole.
-std::string NormalizeWildcard(const FieldDef& field, std::string_view pattern) {
-  std::string out, run;
+// A wildcard word (QueryNode::kWildcard: '*' any characters, none
+// included, '?' exactly one code point, '\\' escaping the next character),
+// as Lucene's WildcardQuery, normalized for one field.
+struct WildcardWord {
+  std::string pattern;   // each run between wildcards normalized as NormalizeMultiTermText does a word
+  std::string head;      // its characters before the first wildcard: every match starts with them
+  size_t min_bytes = 0;  // one per character and per '?': a shorter term cannot match
+};
+
+WildcardWord NormalizeWildcard(const FieldDef& field, std::string_view pattern) {
+  WildcardWord w;
+  std::string run;
+  bool wild_seen = false;
   auto flush = [&] {
-    for (char c : NormalizeMultiTermText(field, run)) {
-      if (c == '*' || c == '?' || c == '\\') out += '\\';
-      out += c;
+    const std::string normalized = NormalizeMultiTermText(field, run);
+    if (!wild_seen) w.head = normalized;
+    w.min_bytes += normalized.size();
+    for (char c : normalized) {
+      if (c == '*' || c == '?' || c == '\\') w.pattern += '\\';
+      w.pattern += c;
     }
     run.clear();
   };
@@ -217,24 +226,15 @@ std::string NormalizeWildcard(const FieldDef& field, std::string_view pattern) {
       run += pattern[++i];
     } else if (c == '*' || c == '?') {
       flush();
-      out += c;
+      wild_seen = true;
+      w.pattern += c;
+      w.min_bytes += c == '?';
     } else {
       run += c;
     }
   }
   flush();
-  return out;
-}
-
-// The pattern's characters before its first wildcard, unescaped: every
-// term it matches starts with them.
-std::string WildcardHead(std::string_view pattern) {
-  std::string out;
-  for (size_t i = 0; i < pattern.size() && pattern[i] != '*' && pattern[i] != '?'; ++i) {
-    if (pattern[i] == '\\' && i + 1 < pattern.size()) ++i;
-    out += pattern[i];
-  }
-  return out;
+  return w;
 }
 
 // Bytes of the UTF-8 sequence starting at s[i] (1 for a stray byte),
@@ -243,18 +243,6 @@ size_t CodePointBytes(std::string_view s, size_t i) {
   const auto c = static_cast<unsigned char>(s[i]);
   const size_t n = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
   return std::min(n, s.size() - i);
-}
-
-// The fewest bytes a term matching `pattern` has: one per character and
-// per '?' (a shorter term is refused without running the matcher).
-size_t WildcardMinBytes(std::string_view pattern) {
-  size_t n = 0;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '*') continue;
-    i += pattern[i] == '\\' && i + 1 < pattern.size();
-    ++n;
-  }
-  return n;
 }
 
 // Whether `term` matches `pattern` whole.
@@ -424,9 +412,15 @@ class Compiler {
   void Expand(const QueryNode& q, const std::vector<const FieldDef*>& fields, double boost, CNode& n) {
     const size_t ns = snap_.segments.size();
     std::vector<std::string> text(fields.size());
-    for (size_t fi = 0; fi < fields.size(); ++fi)
-      text[fi] = q.kind == QueryNode::Kind::kWildcard ? NormalizeWildcard(*fields[fi], q.text)
-                                                      : NormalizeMultiTermText(*fields[fi], q.text);
+    std::vector<WildcardWord> wildcard(q.kind == QueryNode::Kind::kWildcard ? fields.size() : 0);
+    for (size_t fi = 0; fi < fields.size(); ++fi) {
+      if (wildcard.empty()) {
+        text[fi] = NormalizeMultiTermText(*fields[fi], q.text);
+      } else {
+        wildcard[fi] = NormalizeWildcard(*fields[fi], q.text);
+        text[fi] = wildcard[fi].pattern;
+      }
+    }
     struct Found {
       std::vector<uint32_t> terms;  // dictionary indexes, in dictionary (bytewise) order
       std::vector<uint64_t> df;     // their live document frequencies
@@ -444,12 +438,11 @@ class Compiler {
           out.terms.push_back(i);
       } else if (q.kind == QueryNode::Kind::kWildcard) {
         // The terms starting with the pattern's literal head, matched.
-        const std::string head = WildcardHead(t);
-        const size_t least = WildcardMinBytes(t);
-        for (uint32_t i = seg.LowerBound(slot, head); i < seg.term_count(slot) && seg.term(slot, i).starts_with(head);
-             ++i) {
+        const WildcardWord& w = wildcard[fi];
+        for (uint32_t i = seg.LowerBound(slot, w.head);
+             i < seg.term_count(slot) && seg.term(slot, i).starts_with(w.head); ++i) {
           const std::string_view term = seg.term(slot, i);
-          if (term.size() >= least && WildcardMatch(t, term)) out.terms.push_back(i);
+          if (term.size() >= w.min_bytes && WildcardMatch(t, term)) out.terms.push_back(i);
         }
       } else {
         ForEachFuzzyTerm(seg, slot, t, q.edits, [&](uint32_t i) { out.terms.push_back(i); });
