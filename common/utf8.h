@@ -58,6 +58,15 @@ inline size_t CountCodePoints(std::string_view s) {
   return n;
 }
 
+// The index just past the code point that starts at s[i] (i < s.size()):
+// past the continuation bytes after it, the code points CountCodePoints
+// counts.
+inline size_t NextCodePoint(std::string_view s, size_t i) {
+  ++i;
+  while (i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) ++i;
+  return i;
+}
+
 // The longest prefix of `s` of at most `max_bytes` that does not end inside
 // a multi-byte character, for echoing a cut-down value in a message. When
 // `s` is valid UTF-8 so is the result.

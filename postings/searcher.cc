@@ -39,6 +39,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "common/utf8.h"
 #include "postings/fuzzy.h"
 #include "postings/parallel.h"
 #include "postings/query_parser.h"
@@ -237,14 +238,6 @@ WildcardWord NormalizeWildcard(const FieldDef& field, std::string_view pattern) 
   return w;
 }
 
-// Bytes of the UTF-8 sequence starting at s[i] (1 for a stray byte),
-// within s.
-size_t CodePointBytes(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  const size_t n = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-  return std::min(n, s.size() - i);
-}
-
 // Whether `term` matches `pattern` whole.
 bool WildcardMatch(std::string_view pattern, std::string_view term) {
   // Greedy, backtracking to the last '*' only (which suffices: a later
@@ -259,7 +252,7 @@ bool WildcardMatch(std::string_view pattern, std::string_view term) {
     }
     if (p < pattern.size() && pattern[p] == '?') {
       ++p;
-      t += CodePointBytes(term, t);
+      t = NextCodePoint(term, t);
       continue;
     }
     if (p < pattern.size()) {
@@ -272,7 +265,7 @@ bool WildcardMatch(std::string_view pattern, std::string_view term) {
     }
     if (star == std::string_view::npos) return false;
     p = star;
-    star_t += CodePointBytes(term, star_t);
+    star_t = NextCodePoint(term, star_t);
     t = star_t;
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
