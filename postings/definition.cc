@@ -52,6 +52,47 @@ std::vector<std::string> SplitPath(std::string_view s) {
   return out;
 }
 
+const rapidjson::Value* ValueAt(const rapidjson::Value& doc, const std::vector<std::string>& path) {
+  const rapidjson::Value* v = &doc;
+  for (size_t i = 0; i < path.size();) {
+    if (!v->IsObject()) return nullptr;
+    const rapidjson::Value* next = nullptr;
+    size_t spelt = 0, keys = 0;
+    ForEachSpelledMember(*v, path, i, [&](const rapidjson::Value& m, size_t n) {
+      next = &m;
+      spelt = n;
+      ++keys;
+    });
+    if (keys != 1) return nullptr;
+    v = next;
+    i += spelt;
+  }
+  return v;
+}
+
+void WriteStoredFields(const rapidjson::Value& doc, const std::vector<std::string>& paths,
+                       const std::vector<std::vector<std::string>>& split,
+                       rapidjson::Writer<rapidjson::StringBuffer>& w) {
+  w.StartObject();
+  std::vector<const rapidjson::Value*> found;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string& p = paths[i];
+    if (const rapidjson::Value* v = ValueAt(doc, split[i])) {
+      w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
+      v->Accept(w);
+      continue;
+    }
+    found.clear();
+    ForEachValue(doc, split[i], 0, [&](const rapidjson::Value& v) { found.push_back(&v); });
+    if (found.empty()) continue;
+    w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
+    w.StartArray();
+    for (const rapidjson::Value* v : found) v->Accept(w);
+    w.EndArray();
+  }
+  w.EndObject();
+}
+
 size_t KeySpells(std::string_view key, const std::vector<std::string>& path, size_t i) {
   for (size_t j = i; j < path.size(); ++j) {
     const std::string& c = path[j];
@@ -257,9 +298,14 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
           def->store_all_ = true;  // ["*"] as "*", as the request's fields=* reads
           continue;
         }
-        def->store_.emplace_back(s.GetString(), s.GetStringLength());
-        for (const auto& c : SplitPath(def->store_.back()))
-          if (c.empty()) return Invalid("store", "a dotted path must not have empty components ('" + def->store_.back() + "')");
+        std::string path(s.GetString(), s.GetStringLength());
+        std::vector<std::string> split = SplitPath(path);
+        for (const auto& c : split)
+          if (c.empty()) return Invalid("store", "a dotted path must not have empty components ('" + path + "')");
+        if (std::find(def->store_.begin(), def->store_.end(), path) != def->store_.end())
+          continue;  // a hit has each key once
+        def->store_.push_back(std::move(path));
+        def->store_split_.push_back(std::move(split));
       }
     } else {
       return Invalid("store", "must be \"*\" or an array of field paths");

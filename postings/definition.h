@@ -4,6 +4,8 @@
 #pragma once
 
 #include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include <cstdint>
 #include <string>
@@ -52,7 +54,13 @@ class SearchDefinitionImpl final : public SearchDefinition {
   const std::vector<const FieldDef*>& numeric_fields() const { return numeric_; }
   const FieldDef* Find(std::string_view name) const;
   bool store_all() const { return store_all_; }
+  // The "store" paths (duplicates dropped) and their components.
   const std::vector<std::string>& store() const { return store_; }
+  const std::vector<std::vector<std::string>>& store_split() const { return store_split_; }
+  // Whether segments keep each document's stored fields (StoredFields,
+  // below): when "store" lists paths. "*" keeps the whole document, so its
+  // hits read the document store instead of holding every body twice.
+  bool stores_in_segments() const { return !store_all_ && !store_.empty(); }
 
  private:
   std::string collection_;
@@ -61,6 +69,7 @@ class SearchDefinitionImpl final : public SearchDefinition {
   std::vector<const FieldDef*> numeric_;
   bool store_all_ = false;
   std::vector<std::string> store_;
+  std::vector<std::vector<std::string>> store_split_;
   uint64_t fingerprint_ = 0;
 };
 
@@ -98,6 +107,21 @@ void ForEachValue(const rapidjson::Value& v, const std::vector<std::string>& pat
   if (!v.IsObject()) return;
   ForEachSpelledMember(v, path, i, [&](const rapidjson::Value& m, size_t n) { ForEachValue(m, path, i + n, fn); });
 }
+
+// The one value at `path` (SplitPath) through objects only; nullptr if it
+// is missing, goes through an array, or two keys reach it ({"a": {"b": 1},
+// "a.b": 2}): ForEachValue lists those.
+const rapidjson::Value* ValueAt(const rapidjson::Value& doc, const std::vector<std::string>& path);
+
+// Writes a hit's "fields" object for `paths` (split[i] = SplitPath(paths[i])):
+// {path: value} for each path `doc` has, where a path through arrays of
+// objects ("author.name" of "author": [{"name": …}, …]) gives every value it
+// reaches as an array, arrays flattened, in document order (as
+// Elasticsearch's `fields`); paths `doc` lacks are left out. The index
+// writes this for the definition's "store" when it indexes a document.
+void WriteStoredFields(const rapidjson::Value& doc, const std::vector<std::string>& paths,
+                       const std::vector<std::vector<std::string>>& split,
+                       rapidjson::Writer<rapidjson::StringBuffer>& w);
 
 // Parses an ISO-8601 date or date-time (YYYY, YYYY-MM, YYYY-MM-DD,
 // YYYY-MM-DDTHH[:MM[:SS[.fff…]]][Z|±HH:MM|±HHMM]; a space may replace 'T') into

@@ -374,7 +374,16 @@ Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std
     errors.push_back(IndexError{c.etag, std::string(c.id), "not a JSON object; document skipped"});
     return Status::Ok();
   }
-  const uint32_t doc = b.AddDoc(c.id);
+  // Stored fields are rendered once, here, as a hit returns them: a search
+  // copies them from the segment instead of reading and parsing the
+  // document (and shows the version the index matched).
+  static thread_local rapidjson::StringBuffer stored;
+  stored.Clear();
+  if (def_->stores_in_segments()) {
+    rapidjson::Writer<rapidjson::StringBuffer> w(stored);
+    WriteStoredFields(d, def_->store(), def_->store_split(), w);
+  }
+  const uint32_t doc = b.AddDoc(c.id, std::string_view(stored.GetString(), stored.GetSize()));
   char numbuf[64];
   for (const FieldDef& f : def_->fields()) {
     if (f.kind == FieldKind::kText) {
@@ -608,7 +617,7 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
     remap[k].assign(seg.doc_count(), kGone);
     for (uint32_t d = 0; d < seg.doc_count(); ++d) {
       if (roaring_bitmap_contains(s.deleted.get(), d)) continue;
-      uint32_t nd = b.AddDoc(seg.id(d));
+      uint32_t nd = b.AddDoc(seg.id(d), seg.has_stored() ? seg.stored(d) : std::string_view());
       remap[k][d] = nd;
       for (uint32_t f = 0; f < nt; ++f) b.SetLength(f, nd, seg.lengths(f)[d]);
     }

@@ -1295,28 +1295,6 @@ void Fragments(std::string_view text, const std::vector<std::pair<uint32_t, uint
   }
 }
 
-// The one value at `path` (SplitPath) through objects only; nullptr if it
-// is missing, goes through an array, or two keys reach it ({"a": {"b": 1},
-// "a.b": 2}): ForEachValue lists those.
-const rapidjson::Value* ValueAt(const rapidjson::Value& doc, const std::vector<std::string>& path) {
-  const rapidjson::Value* v = &doc;
-  for (size_t i = 0; i < path.size();) {
-    if (!v->IsObject()) return nullptr;
-    const rapidjson::Value* next = nullptr;
-    size_t spelt = 0, keys = 0;
-    ForEachSpelledMember(*v, path, i, [&](const rapidjson::Value& m, size_t n) {
-      next = &m;
-      spelt = n;
-      ++keys;
-    });
-    if (keys != 1) return nullptr;
-    v = next;
-    i += spelt;
-  }
-  return v;
-}
-
-
 // Top-k by (score desc, id asc); the heap's front is the worst kept entry.
 struct TopEntry {
   double score;
@@ -2255,18 +2233,34 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   // Rendering.
   std::map<uint32_t, HighlightQuery> hl_terms;
   if (!highlight.empty()) CollectHighlight(**root, false, hl_terms);
-  std::vector<std::string> store_paths;
-  bool store_all = false;
+  // A hit's "fields" come from its segment when every path asked for is
+  // one the definition stores there (the default: all of them, copied as
+  // indexed); otherwise, and for "*" and highlights, from the document.
+  const std::vector<std::string>* store_paths = &def.store();
+  const std::vector<std::vector<std::string>>* store_split = &def.store_split();
+  bool store_all = def.store_all();
+  std::vector<std::string> asked_paths;
+  std::vector<std::vector<std::string>> asked_split;
   if (req.fields) {
-    for (const auto& f : *req.fields) (f == "*" ? store_all = true : (store_paths.push_back(f), false));
-  } else {
-    store_all = def.store_all();
-    store_paths = def.store();
+    store_all = false;
+    for (const auto& f : *req.fields) {
+      if (f == "*") {
+        store_all = true;
+      } else if (std::find(asked_paths.begin(), asked_paths.end(), f) == asked_paths.end()) {
+        asked_paths.push_back(f);
+        asked_split.push_back(SplitPath(f));
+      }
+    }
+    store_paths = &asked_paths;
+    store_split = &asked_split;
   }
-  std::vector<std::vector<std::string>> store_split;  // per stored path, its components
-  for (const auto& p : store_paths) store_split.push_back(SplitPath(p));
-  std::vector<const rapidjson::Value*> found;  // a path's values through arrays, per hit (reused)
-  const bool fetch = (store_all || !store_paths.empty() || !highlight.empty()) && req.fetch_document;
+  const bool want_fields = store_all || !store_paths->empty();
+  const bool all_stored = def.stores_in_segments() && !store_all &&
+                          std::all_of(store_paths->begin(), store_paths->end(), [&](const std::string& p) {
+                            return std::find(def.store().begin(), def.store().end(), p) != def.store().end();
+                          });
+  const bool whole_stored = all_stored && *store_paths == def.store();  // copy the segment's object as it is
+  std::string scratch;  // a hit's stored object, parsed in place when only some paths are asked for
   rapidjson::StringBuffer buf;
   rapidjson::Writer<rapidjson::StringBuffer> w(buf);
   w.StartArray();
@@ -2277,6 +2271,28 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     w.String(h.id.data(), static_cast<rapidjson::SizeType>(h.id.size()));
     w.Key("score");
     w.Double(h.score);
+    const Segment& seg = *snap.segments[h.seg].segment;
+    const bool fields_from_segment = want_fields && all_stored && seg.has_stored();
+    if (fields_from_segment) {
+      const std::string_view stored = seg.stored(h.doc);
+      w.Key("fields");
+      if (whole_stored) {
+        w.RawValue(stored.data(), stored.size(), rapidjson::kObjectType);
+      } else {
+        scratch.assign(stored.data(), stored.size());
+        rapidjson::Document d;
+        d.ParseInsitu(scratch.data());
+        w.StartObject();
+        for (const std::string& p : *store_paths) {
+          auto m = d.FindMember(rapidjson::StringRef(p.data(), p.size()));
+          if (m == d.MemberEnd()) continue;
+          w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
+          m->value.Accept(w);
+        }
+        w.EndObject();
+      }
+    }
+    const bool fetch = ((want_fields && !fields_from_segment) || !highlight.empty()) && req.fetch_document;
     if (fetch) {
       auto json = req.fetch_document(h.id);
       rapidjson::Document d;
@@ -2285,33 +2301,12 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       // holds no raw NUL before its end.
       if (json) d.ParseInsitu(json->data());
       if (json && !d.HasParseError() && d.IsObject()) {
-        if (store_all || !store_paths.empty()) {
+        if (want_fields && !fields_from_segment) {
           w.Key("fields");
-          if (store_all) {
+          if (store_all)
             d.Accept(w);
-          } else {
-            w.StartObject();
-            for (size_t pi = 0; pi < store_paths.size(); ++pi) {
-              const std::string& p = store_paths[pi];
-              if (const rapidjson::Value* v = ValueAt(d, store_split[pi])) {
-                w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
-                v->Accept(w);
-                continue;
-              }
-              // A path through arrays of objects ("author.name" of
-              // "author": [{"name": ...}, ...]): every value it reaches,
-              // arrays flattened, in document order (as Elasticsearch's
-              // `fields` gives them).
-              found.clear();
-              ForEachValue(d, store_split[pi], 0, [&](const rapidjson::Value& v) { found.push_back(&v); });
-              if (found.empty()) continue;
-              w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
-              w.StartArray();
-              for (const rapidjson::Value* v : found) v->Accept(w);
-              w.EndArray();
-            }
-            w.EndObject();
-          }
+          else
+            WriteStoredFields(d, *store_paths, *store_split, w);
         }
         if (!highlight.empty()) {
           w.Key("highlights");

@@ -1,12 +1,13 @@
 // Segment file encoder and reader.
 //
-// Segment file format, version 5 (all integers little-endian; every section
+// Segment file format, version 7 (all integers little-endian; every section
 // and every frozen roaring bitmap starts at a 32-byte aligned offset, which
 // frozen views require; posting lists are otherwise unaligned):
 //
 //   Header, 64 bytes:
 //     0  char[8] magic "CVDSEG01"
-//     8  u32 format version (5; 4 had a skip table entry per 64 postings,
+//     8  u32 format version (7; 6 had no stored fields, 5 a fixed skip
+//            stride of 16, 4 a skip table entry per 64 postings,
 //            3 a 40-byte entry per term and a
 //            frozen bitmap for every list, 2 56-byte entries and a skip
 //            table and block maxima for every term, 1 no pair sections)
@@ -18,6 +19,9 @@
 //    48  u64 file length
 //    56  u64 0
 //   Ids: u32 offsets[doc_count + 1] into a blob of the concatenated document ids.
+//   Stored fields, when the definition's "store" lists paths: u64
+//     offsets[doc_count + 1] into a blob of the documents' stored-field
+//     objects (JSON text, as a hit's "fields" renders them), back to back.
 //   Per text field (definition order of text fields, sorted by path):
 //     u32 lengths[doc_count]          tokens of each document in the field
 //     u32 term_offsets[T + 1], blob   the T terms, sorted bytewise
@@ -50,7 +54,8 @@
 //     {f64 value, u32 doc, i32 residual} sorted by (value, residual, doc),
 //     one per value of every document (Number, segment.h: the residual is
 //     what an integer beyond 2^53 differs from its double by, else 0).
-//   Directory: u64 ids_offsets_off, u64 ids_blob_off; per text field
+//   Directory: u64 ids_offsets_off, u64 ids_blob_off, u64
+//     stored_offsets_off, u64 stored_blob_off (both 0: none); per text field
 //     {u64 lengths_off, u64 sum_len, u32 docs_with_tokens, u32 term_count,
 //      u64 term_offsets_off, u64 term_blob_off, u64 list_offsets_off,
 //      u64 pairs_off (the field's common-word pair section, pairs.h)};
@@ -383,6 +388,8 @@ void SegmentBuilder::Reset() {
     fb.from_log = true;
   }
   ids_.clear();
+  stored_.clear();
+  stored_ends_.clear();
   for (auto& l : lengths_) l.clear();
   for (auto& c : columns_) c.clear();
   for (auto& n : numbers_) n.clear();
@@ -416,6 +423,7 @@ size_t SegmentBuilder::RetainedBytes() const {
       if (l) bytes += sizeof(Lists) + l->pos.capacity() + 4 * (l->docs.capacity() + l->tfs.capacity());
   }
   for (const auto& id : ids_) bytes += id.capacity() > 15 ? id.capacity() : 0;
+  bytes += stored_.capacity() + 8 * stored_ends_.capacity();
   bytes += sizeof(std::string) * ids_.capacity() + 4 * count_buf_.capacity() + 8 * sort_buf_.capacity() +
            4 * (local_terms_.capacity() + local_of_.capacity()) +
            scratch_.pos.capacity() + 4 * (scratch_.docs.capacity() + scratch_.tfs.capacity()) +
@@ -473,14 +481,15 @@ const std::vector<uint32_t>& SegmentBuilder::SortedTerms() {
   return order;
 }
 
-uint32_t SegmentBuilder::AddDoc(std::string_view id) {
+uint32_t SegmentBuilder::AddDoc(std::string_view id, std::string_view stored) {
   ids_.emplace_back(id);
+  stored_ += stored;
+  stored_ends_.push_back(stored_.size());
   for (auto& l : lengths_) l.push_back(0);
   for (auto& c : columns_) c.push_back(std::numeric_limits<double>::quiet_NaN());
-  memory_ += id.size() + 16 + 4 * lengths_.size() + 8 * columns_.size();
+  memory_ += id.size() + stored.size() + 24 + 4 * lengths_.size() + 8 * columns_.size();
   return static_cast<uint32_t>(ids_.size() - 1);
 }
-
 
 namespace {
 inline bool SameTerm(std::string_view a, std::string_view b) {
@@ -1018,9 +1027,22 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
     for (const auto& id : ids_) out += id;
     Align(out);
   }
+  // Stored fields, if any document has some.
+  if (stored_.empty()) {
+    PutFixed<uint64_t>(dir, 0);
+    PutFixed<uint64_t>(dir, 0);
+  } else {
+    PutFixed<uint64_t>(dir, out.size());
+    PutFixed<uint64_t>(out, 0);
+    PutArray(out, stored_ends_.data(), stored_ends_.size());
+    Align(out);
+    PutFixed<uint64_t>(dir, out.size());
+    out += stored_;
+    Align(out);
+  }
   {
     // One allocation for the image: an upper bound of its size.
-    size_t est = kHeaderBytes + 64 + 8 * n + 64;
+    size_t est = kHeaderBytes + 64 + 8 * n + 64 + 8 * n + 72 + stored_.size();
     for (const auto& id : ids_) est += id.size();
     for (size_t f = 0; f < text_.size(); ++f) {
       est += 4 * n + 96;
@@ -1100,7 +1122,7 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     return bad("field counts differ from the definition");
   uint64_t dir = GetFixed<uint64_t>(b + 40);
   const uint64_t n = s->doc_count_;
-  uint64_t need = 16 + text_fields * kTextDirBytes + numeric_fields * kNumericDirBytes;
+  uint64_t need = 32 + text_fields * kTextDirBytes + numeric_fields * kNumericDirBytes;
   if (dir + need > size - 16) return bad("directory out of bounds");
   auto in = [&](uint64_t off, uint64_t bytes) { return off <= size - 16 && bytes <= size - 16 - off; };
   const char* d = b + dir;
@@ -1110,6 +1132,21 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
   s->ids_off_ = reinterpret_cast<const uint32_t*>(b + ids_off);
   if (!in(ids_blob, s->ids_off_[n])) return bad("ids out of bounds");
   s->ids_blob_ = b + ids_blob;
+  uint64_t stored_off = GetFixed<uint64_t>(d), stored_blob = GetFixed<uint64_t>(d + 8);
+  d += 16;
+  if (stored_off != 0) {
+    if (!in(stored_off, 8 * (n + 1))) return bad("stored fields out of bounds");
+    const char* offs = b + stored_off;
+    uint64_t prev = GetFixed<uint64_t>(offs);
+    for (uint64_t i = 1; i <= n; ++i) {
+      const uint64_t end = GetFixed<uint64_t>(offs + 8 * i);
+      if (end < prev) return bad("stored fields out of order");
+      prev = end;
+    }
+    if (GetFixed<uint64_t>(offs) != 0 || !in(stored_blob, prev)) return bad("stored fields out of bounds");
+    s->stored_off_ = offs;
+    s->stored_blob_ = b + stored_blob;
+  }
   for (uint32_t f = 0; f < text_fields; ++f, d += kTextDirBytes) {
     TextField t;
     uint64_t lo = GetFixed<uint64_t>(d);

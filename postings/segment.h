@@ -23,7 +23,7 @@
 
 namespace corvid::postings {
 
-inline constexpr uint32_t kSegmentFormatVersion = 6;
+inline constexpr uint32_t kSegmentFormatVersion = 7;
 // The frozen roaring layout is tied to the library version (DESIGN.md):
 // a segment written by another CRoaring is "unknown" and rebuilt.
 inline constexpr uint32_t kRoaringTag = ROARING_VERSION_MAJOR * 10000 + ROARING_VERSION_MINOR * 100 + ROARING_VERSION_REVISION;
@@ -227,7 +227,10 @@ class SegmentBuilder {
   // After Reset: frees the buffers a batch fills (token logs, sort and
   // scratch buffers, per-term lists) and keeps the dictionary.
   void ReleaseBuffers();
-  uint32_t AddDoc(std::string_view id);
+  // A new document: its id and its stored fields (the JSON object a hit
+  // returns as "fields", SearchDefinitionImpl::store; empty if the
+  // definition stores none in segments).
+  uint32_t AddDoc(std::string_view id, std::string_view stored = {});
   // Tokens of one document and field must come with non-decreasing doc
   // numbers per term and increasing positions within a document. A token
   // costs a probe of the dictionary (one for all fields) and a log entry;
@@ -391,6 +394,8 @@ class SegmentBuilder {
   Dictionary dict_;
 
   std::vector<std::string> ids_;
+  std::string stored_;                 // the documents' stored fields, back to back
+  std::vector<uint64_t> stored_ends_;  // per doc, where its stored fields end in stored_
   std::vector<FieldBuild> text_;
   std::vector<std::vector<uint32_t>> lengths_;
   std::vector<std::vector<double>> columns_;  // per numeric field, per doc: min value's double or NaN
@@ -415,6 +420,17 @@ class Segment {
   size_t file_bytes() const { return file_.size(); }
   std::string_view id(uint32_t doc) const {
     return std::string_view(ids_blob_ + ids_off_[doc], ids_off_[doc + 1] - ids_off_[doc]);
+  }
+  // Whether the segment keeps its documents' stored fields (the
+  // definition's "store" lists paths; SearchDefinitionImpl).
+  bool has_stored() const { return stored_off_ != nullptr; }
+  // A document's stored fields: the JSON object its hits return as
+  // "fields", as indexed. Requires has_stored().
+  std::string_view stored(uint32_t doc) const {
+    uint64_t from, to;
+    std::memcpy(&from, stored_off_ + 8 * uint64_t{doc}, 8);
+    std::memcpy(&to, stored_off_ + 8 * (uint64_t{doc} + 1), 8);
+    return std::string_view(stored_blob_ + from, to - from);
   }
   // Text field `f`:
   const uint32_t* lengths(uint32_t f) const { return text_[f].lengths; }
@@ -531,6 +547,8 @@ class Segment {
   uint32_t doc_count_ = 0;
   const uint32_t* ids_off_ = nullptr;
   const char* ids_blob_ = nullptr;
+  const char* stored_off_ = nullptr;  // u64 per doc + 1, or nullptr: none kept
+  const char* stored_blob_ = nullptr;
   std::vector<TextField> text_;
   std::vector<NumericField> numeric_;
 };

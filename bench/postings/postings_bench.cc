@@ -7,6 +7,7 @@
 //
 //   postings_bench [--docs 100000] [--batch 5000] [--queries 1000] [--passes 3]
 //                  [--peer-passes 1] [--peers 0|1] [--dir /tmp/postings_bench]
+//                  [--store title,score]  (the definition's "store"; none by default)
 #include <time.h>
 #include <unistd.h>
 
@@ -152,6 +153,7 @@ int main(int argc, char** argv) {
   int passes = 3, peer_passes = 1;
   bool peers = true;
   std::string dir = "/tmp/postings_bench";
+  std::string store;       // --store "title,score": the definition's "store" (what w2_search_http.py's keeps)
   std::string only, dump;  // --only TYPE: one query type; --dump FILE: every query's total and hits (to diff runs)
   for (int i = 1; i < argc; i += 2) {
     std::string k = argv[i];
@@ -165,10 +167,12 @@ int main(int argc, char** argv) {
     else if (k == "--peers") peers = std::string(argv[i + 1]) != "0";
     else if (k == "--only") only = argv[i + 1];
     else if (k == "--dump") dump = argv[i + 1];
+    else if (k == "--store") store = argv[i + 1];
     else {
       fprintf(stderr,
               "usage: postings_bench [--docs 100000] [--batch 5000] [--queries 1000] [--passes 3] [--peer-passes 1]\n"
-              "                      [--peers 0|1] [--only term|and|or|phrase|prefix] [--dump FILE] [--dir DIR]\n");
+              "                      [--peers 0|1] [--only term|and|or|phrase|prefix] [--dump FILE] [--dir DIR]\n"
+              "                      [--store PATH,PATH...]\n");
       return 2;
     }
   }
@@ -185,9 +189,17 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
 
   // --- Corvid ---
+  std::string store_json;
+  for (size_t from = 0; from < store.size();) {
+    const size_t comma = std::min(store.find(',', from), store.size());
+    store_json += (store_json.empty() ? "\"" : ",\"") + store.substr(from, comma - from) + "\"";
+    from = comma + 1;
+  }
   auto def = postings::SearchDefinition::Compile(
       R"({"type":"search","collection":"w2","fields":{"title":{"analyzer":"standard","boost":2},)"
-      R"("body":{"analyzer":"standard"},"tags":{"analyzer":"keyword","facet":true},"score":{"type":"number"}}})");
+      R"("body":{"analyzer":"standard"},"tags":{"analyzer":"keyword","facet":true},"score":{"type":"number"}},)"
+      R"("store":[)" +
+      store_json + "]}");
   if (!def.ok()) {
     fprintf(stderr, "%s\n", def.status().ToString().c_str());
     return 1;

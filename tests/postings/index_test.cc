@@ -867,6 +867,50 @@ TEST_CASE("stored fields at paths through arrays of objects", "[postings]") {
   CHECK(fx.Ids("author.name:fox") == std::vector<std::string>{"a"});
 }
 
+TEST_CASE("stored fields are kept in the segments, as indexed", "[postings]") {
+  Fixture fx;
+  fx.def = Def(R"({"type": "search", "collection": "c", "fields": {"title": {}, "score": {"type": "number"}},
+    "store": ["title", "author.name", "meta.y", "score", "title"]})");
+  fx.Reopen();
+  fx.store.Put("a", R"({"title": "x", "author": [{"name": "Blue door"}, {"name": "fox to"}], "score": 4})");
+  fx.store.Put("b", R"({"title": "x", "author": {"name": "Ann"}, "meta": [{"y": [1, 2]}, {"y": 3}, {"z": 0}]})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  // The store now holds newer versions the index has not seen: a hit's
+  // fields are the version the index matched, as Elasticsearch's are.
+  fx.store.docs["a"] = R"({"title": "changed", "score": 5})";
+  fx.store.docs.erase("b");
+  int fetches = 0;
+  auto fetcher = [&](std::string_view id) {
+    ++fetches;
+    return fx.store.Fetcher()(id);
+  };
+  auto fields = [&](std::optional<std::vector<std::string>> asked) {
+    SearchRequest r;
+    r.q = "title:x";
+    r.sort = "-score";
+    r.fields = std::move(asked);
+    r.fetch_document = fetcher;
+    return fx.Run(r).hits_json;
+  };
+  auto check = [&] {
+    fetches = 0;
+    // Every stored path, once, in the definition's order (its repeated
+    // "title" dropped).
+    CHECK(fields(std::nullopt) ==
+          R"([{"id":"a","score":0.0,"fields":{"title":"x","author.name":["Blue door","fox to"],"score":4}},)"
+          R"({"id":"b","score":0.0,"fields":{"title":"x","author.name":"Ann","meta.y":[1,2,3]}}])");
+    // Some of them, in the order asked.
+    CHECK(fields(std::vector<std::string>{"meta.y", "score", "meta.y"}) ==
+          R"([{"id":"a","score":0.0,"fields":{"score":4}},{"id":"b","score":0.0,"fields":{"meta.y":[1,2,3]}}])");
+    CHECK(fetches == 0);
+    // A path the definition does not store reads the document store.
+    CHECK(fields(std::vector<std::string>{"title", "meta"}) ==
+          R"([{"id":"a","score":0.0,"fields":{"title":"changed"}},{"id":"b","score":0.0}])");
+    CHECK(fetches == 2);
+  };
+  CheckThroughMergeAndReopen(fx, 1, check);
+}
+
 TEST_CASE("store: \"*\", or a list holding \"*\", returns the whole document", "[postings]") {
   for (const char* store : {R"("*")", R"(["*"])", R"(["t", "*"])", R"(["t"])"}) {
     INFO(store);

@@ -164,6 +164,36 @@ void FillBatch(SegmentBuilder& b, uint32_t seed) {
   }
 }
 
+TEST_CASE("stored fields round trip per document, and a segment without them has none", "[postings]") {
+  TempDir dir;
+  for (const bool with_stored : {true, false}) {
+    INFO(with_stored);
+    SegmentBuilder b(1, 0);
+    std::vector<std::string> stored;
+    for (uint32_t d = 0; d < 200; ++d) {
+      // Lengths 0 (a document with none of the paths: "{}" in practice,
+      // but the segment does not care) up to a few hundred bytes.
+      stored.push_back(with_stored ? std::string(d % 13 == 0 ? 0 : d * 3 % 301, static_cast<char>('a' + d % 26)) : "");
+      const uint32_t doc = b.AddDoc(std::to_string(d), stored.back());
+      b.AddToken(0, doc, "x", 0);
+      b.SetLength(0, doc, 1);
+    }
+    REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(5)).ok());
+    auto seg = Segment::Open(dir.path() + "/s.cvs", 5, 1, 0);
+    REQUIRE(seg.ok());
+    REQUIRE((*seg)->has_stored() == with_stored);
+    if (!with_stored) continue;
+    for (uint32_t d = 0; d < 200; ++d) CHECK((*seg)->stored(d) == stored[d]);
+    // A reused builder keeps no stored bytes of its last batch.
+    b.Reset();
+    b.AddDoc("only", "{}");
+    REQUIRE(WriteFileAtomic(dir.path(), "r.cvs", b.Encode(5)).ok());
+    auto reused = Segment::Open(dir.path() + "/r.cvs", 5, 1, 0);
+    REQUIRE(reused.ok());
+    CHECK((*reused)->stored(0) == "{}");
+  }
+}
+
 TEST_CASE("a reused builder encodes exactly what a fresh one does", "[postings]") {
   SegmentBuilder reused(1, 1);
   std::string image;
