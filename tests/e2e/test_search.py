@@ -1227,6 +1227,36 @@ class SearchFeaturesTest(CorpusTestCase):
             resp = self.c.get(doc_path(self.coll_name, h['id']))
             self.assertEqual(h['fields'], json.loads(resp.body), h)
 
+    def test_fields_as_indexed(self):
+        """docs/http-choices.md: when `store` lists paths, a hit's fields are the
+        values its match was made on (as Elasticsearch returns _source from its
+        segments), also while the index is stale; a path the definition does not
+        store is read from the document as it is now."""
+        coll = self.coll()
+        self.putIndex('asindexed', {'type': 'search', 'collection': coll,
+                                    'fields': {'title': {'analyzer': 'standard'}}, 'store': ['title', 'n']})
+        last = self.bulk(coll, [{'id': '1', 'title': 'red fox', 'n': 1, 'x': 'a'},
+                                {'id': '2', 'title': 'red hen', 'n': 2, 'x': 'b'}])
+        self.fresh('asindexed', last, q='red')
+        self.assertStatus(self.c.post('/admin/indexes/asindexed/pause', ''), 200)
+        try:
+            self.bulk(coll, [{'id': '1', 'title': 'blue fox', 'n': 10, 'x': 'c'},
+                             {'id': '2', '_deleted': True}])
+            ans = self.search('asindexed', q='red')
+            self.assertTrue(ans['stale'], ans)
+            got = sorted((h['id'], h.get('fields')) for h in ans['hits'])
+            self.assertEqual(got, [('1', {'title': 'red fox', 'n': 1}), ('2', {'title': 'red hen', 'n': 2})],
+                             'stored fields as indexed: %r' % ans)
+            ans = self.search('asindexed', q='red', fields='title,x')
+            got = sorted((h['id'], h.get('fields')) for h in ans['hits'])
+            self.assertEqual(got, [('1', {'title': 'blue fox', 'x': 'c'}), ('2', None)],
+                             'a path not stored reads the document store: %r' % ans)
+        finally:
+            self.assertStatus(self.c.post('/admin/indexes/asindexed/resume', ''), 200)
+        ans = self.fresh('asindexed', self.c.last_etag(), q='fox OR hen')
+        self.assertEqual([(h['id'], h.get('fields')) for h in ans['hits']], [('1', {'title': 'blue fox', 'n': 10})])
+        self.assertStatus(self.c.delete('/indexes/asindexed'), 200)
+
     def test_dotted_paths(self):
         """API.md: a field key is a dotted path; store/fields return such paths."""
         coll = self.coll()
