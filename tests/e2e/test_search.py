@@ -25,7 +25,8 @@ postings/searcher.cc) against the real `corvid` binary.
   oracle again under minEtag/waitMs; stale/indexEtag/tookMs on every answer;
   a future minEtag with waitMs=300 answers stale:true.
 - Features: sort (number/date/keyword, asc/desc, missing last, _score then
-  id tie-breaks), offset/limit paging, fields (default store, list, `*`),
+  id tie-breaks), offset/limit paging, fields (default store, list, `*`,
+  as indexed while the index is paused and stale),
   highlight, facets vs the oracle, POST == GET, syntax errors (400
   invalid_query with the offset), unknown sort/facet fields, search on a
   map/reduce index, invalid definitions.
