@@ -11,6 +11,11 @@ in-process engine and its peers (SQLite FTS5, Xapian) are measured by
 bench/postings/postings_bench.
 
   python3 bench/w2_search_http.py --binary build/corvid [--docs 100000] [--queries 1000] [--settle 0]
+                                  [--wrk SECONDS]
+
+With --wrk, each type's queries are also sent by wrk (-t1 -c1, in order and
+round again for that long): the same one client, written in C, so its
+latency is the server's and the transport's without Python's own.
 """
 import argparse
 import bisect
@@ -71,6 +76,9 @@ def main():
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--settle", type=float, default=0,
                     help="seconds to wait after the index is fresh, for background merges (default 0)")
+    ap.add_argument("--wrk", type=float, default=0,
+                    help="also run each type's queries for this many seconds from wrk (-t1 -c1, "
+                         "bench/wrk/get_list.lua): one client without Python's own latency")
     args = ap.parse_args()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print("W2 search over HTTP: %d docs, %d queries per type; %s, %d cores, %s" %
@@ -147,6 +155,20 @@ def main():
             print("  %-7s %8.0f q/s   p50 %7.3f ms   p99 %7.3f ms   (server tookMs p50 %6.3f, p99 %6.3f)" %
                   (name, len(queries) / total, lat[len(lat) // 2] * 1e3, lat[int(len(lat) * 0.99)] * 1e3,
                    took[len(took) // 2], took[int(len(took) * 0.99)]))
+            if args.wrk > 0:
+                with tempfile.NamedTemporaryFile("w", suffix=".paths", delete=False) as f:
+                    f.write("".join("/indexes/w2/search?limit=10&q=%s\n" % urllib.parse.quote(q) for q in queries))
+                out = subprocess.run(
+                    ["wrk", "-t1", "-c1", "-d%gs" % args.wrk, "-s",
+                     os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrk", "get_list.lua"),
+                     "http://127.0.0.1:%d" % port],
+                    env=dict(os.environ, BENCH_PATHS=f.name), capture_output=True, text=True).stdout
+                os.unlink(f.name)
+                r = dict(kv.split("=") for kv in next(l for l in out.splitlines()
+                                                      if l.startswith("WRK_RESULT")).split()[1:])
+                print("  %-7s %8.0f q/s   p50 %7.3f ms   p99 %7.3f ms   (wrk -t1 -c1, %s requests, %s errors)" %
+                      ("  wrk", float(r["req_per_s"]), int(r["p50_us"]) / 1e3, int(r["p99_us"]) / 1e3,
+                       r["requests"], int(r["status_errors"]) + int(r["socket_errors"])))
     finally:
         proc.terminate()
         proc.wait(timeout=60)
