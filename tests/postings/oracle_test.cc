@@ -777,6 +777,34 @@ TEST_CASE("a phrase verified in chunks on every core matches the oracle", "[post
   }
 }
 
+// A conjunction of common words over one segment of 20,000 documents, most
+// of which match (bitset containers, not arrays), and the block-max windows run
+// through most of the segment with deletes and a filter restricting them.
+// Pages must be the oracle's, scores bit-identical.
+TEST_CASE("a dense conjunction over a large segment matches the oracle", "[postings]") {
+  TestIndex t;
+  auto& store = t.store;
+  auto& idx = t.idx;
+  std::mt19937 rng(31);
+  const std::vector<std::string> words = {"alpha", "beta", "gamma", "delta"};
+  int next = 0;
+  for (const int batch : {20000, 500}) {
+    for (int i = 0; i < batch; ++i, ++next) {
+      std::string title = words[rng() % 4], body;
+      for (int k = 8 + static_cast<int>(rng() % 12); k > 0; --k) body += words[rng() % 4] + " ";
+      store.Put(DocId(next), R"({"title": ")" + title + R"(", "body": ")" + body + R"(", "n": )" +
+                                 std::to_string(rng() % 100) + "}");
+    }
+    for (int i = 0; i < 300; ++i) store.Delete(DocId(static_cast<int>(rng() % static_cast<unsigned>(next))));
+    REQUIRE(store.Flush(*idx).ok());
+  }
+  const Oracle oracle(*t.def, store.docs);
+  for (const std::string q : {"alpha AND beta", "body:gamma AND body:delta AND alpha"}) {
+    CheckPages(*idx, oracle, q, {{0, 10}, {7, 25}, {0, 200}});
+    CheckQuery(*idx, oracle, q, "n:[10 TO 60]", DefaultOperator::kOr);
+  }
+}
+
 // Prefix and fuzzy words that expand to many terms (more than the
 // MaxScore path takes) are scored term-at-a-time into a dense accumulator
 // that also finds the matches; deletes, filters and prohibited clauses
