@@ -52,6 +52,11 @@ std::vector<std::string> SplitPath(std::string_view s) {
   return out;
 }
 
+namespace {
+
+// The one value at `path` (SplitPath) through objects only; nullptr if it
+// is missing, goes through an array, or two keys reach it ({"a": {"b": 1},
+// "a.b": 2}): ForEachValue lists those.
 const rapidjson::Value* ValueAt(const rapidjson::Value& doc, const std::vector<std::string>& path) {
   const rapidjson::Value* v = &doc;
   for (size_t i = 0; i < path.size();) {
@@ -69,6 +74,8 @@ const rapidjson::Value* ValueAt(const rapidjson::Value& doc, const std::vector<s
   }
   return v;
 }
+
+}  // namespace
 
 void WriteStoredFields(const rapidjson::Value& doc, const std::vector<std::string>& paths,
                        const std::vector<std::vector<std::string>>& split,

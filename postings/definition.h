@@ -108,11 +108,6 @@ void ForEachValue(const rapidjson::Value& v, const std::vector<std::string>& pat
   ForEachSpelledMember(v, path, i, [&](const rapidjson::Value& m, size_t n) { ForEachValue(m, path, i + n, fn); });
 }
 
-// The one value at `path` (SplitPath) through objects only; nullptr if it
-// is missing, goes through an array, or two keys reach it ({"a": {"b": 1},
-// "a.b": 2}): ForEachValue lists those.
-const rapidjson::Value* ValueAt(const rapidjson::Value& doc, const std::vector<std::string>& path);
-
 // Writes a hit's "fields" object for `paths` (split[i] = SplitPath(paths[i])):
 // {path: value} for each path `doc` has, where a path through arrays of
 // objects ("author.name" of "author": [{"name": …}, …]) gives every value it
