@@ -1306,6 +1306,7 @@ inline bool Better(const TopEntry& a, const TopEntry& b) { return a.score != b.s
 class TopK {
  public:
   explicit TopK(size_t k) : k_(k) {}
+  size_t k() const { return k_; }
   // Returns true if the threshold may have changed.
   bool Offer(const TopEntry& e) {
     if (k_ == 0) return false;
@@ -1610,7 +1611,10 @@ bool ConjunctionTerms(const CNode& root, std::vector<const Alt*>& out) {
 
 // Offers every document of `docs` to `top`, scored as the sum over `alts`
 // (single terms, in Score's order) of their contributions, each found by
-// rank: for a match set far sparser than the postings.
+// rank. The terms are read largest bound first, and a document is dropped
+// as soon as its contributions so far plus the later terms' bounds cannot
+// reach the threshold: among many matches of common words, most are
+// decided by one or two terms.
 void ScoreByRank(const std::vector<const Alt*>& alts, size_t k, const Segment& seg, Norms& norms,
                  const roaring_bitmap_t* docs, TopK& top) {
   struct T {
@@ -1620,6 +1624,7 @@ void ScoreByRank(const std::vector<const Alt*>& alts, size_t k, const Segment& s
     double weight, idf;
     FieldNorms* norm;
     const uint32_t* lens;
+    double bound;  // of the whole list
   };
   std::vector<T> ts;
   ts.reserve(alts.size());
@@ -1628,28 +1633,96 @@ void ScoreByRank(const std::vector<const Alt*>& alts, size_t k, const Segment& s
     if (ti < 0) continue;
     ConstBitmap postings = seg.Postings(a->field, static_cast<uint32_t>(ti));
     const roaring_bitmap_t* bm = postings.get();
-    ts.push_back(T{std::move(postings), RankCursor(bm), seg.Tfs(a->field, static_cast<uint32_t>(ti)), a->weight,
-                   a->idf[0], &norms.field(a->field), seg.lengths(a->field)});
+    const TermEntry e = seg.entry(a->field, static_cast<uint32_t>(ti));
+    const uint32_t max_tf = e.whole.max_tf, min_len = e.whole.min_len;  // copies: BlockMax is packed
+    FieldNorms* norm = &norms.field(a->field);
+    ts.push_back(T{std::move(postings), RankCursor(bm), seg.Tfs(e), a->weight, a->idf[0], norm, seg.lengths(a->field),
+                   ScoreBound(a->weight, a->idf[0], max_tf, min_len, norm->avglen())});
   }
+  const size_t n = ts.size();
+  std::vector<size_t> order(n);  // largest bound first
+  for (size_t j = 0; j < n; ++j) order[j] = j;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ts[a].bound > ts[b].bound; });
+  std::vector<double> rest(n, 0.0);  // [j]: the bounds of order[j + 1..] summed
+  for (size_t j = n; j-- > 1;) rest[j - 1] = rest[j] + ts[order[j]].bound;
+  std::vector<double> contribution(n);
   ForEachDoc(docs, [&](uint32_t d) {
-    double score = 0;
-    for (T& t : ts) {
+    const double threshold = top.threshold();
+    double partial = 0;
+    for (size_t j = 0; j < n; ++j) {
+      T& t = ts[order[j]];
       uint32_t r;
-      if (t.ranks.Find(d, &r)) score += t.weight * Bm25WithNorm(t.idf, t.tfs[r], (*t.norm)(t.lens[d]));
+      double c = 0;
+      if (t.ranks.Find(d, &r)) c = t.weight * Bm25WithNorm(t.idf, t.tfs[r], (*t.norm)(t.lens[d]));
+      contribution[order[j]] = c;
+      partial += c;
+      // Nudged up: partial is summed in another order than the score.
+      if ((partial + rest[j]) * (1 + 1e-9) < threshold) return;
     }
-    if (score >= top.threshold()) top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
+    double score = 0;  // in Score's order (bit-identical); an absent term adds 0
+    for (double c : contribution) score += c;
+    if (score >= threshold) top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
   });
 }
 
-// Top-k over the final matches of a ConjunctionTerms query, document at a
-// time with block-max skipping: for the window up to the nearest end of the
-// terms' current blocks, the sum of those blocks' bounds bounds every
-// document's score; a window that cannot reach the threshold is skipped
-// without touching the postings. Scores are summed in Score's order
-// (bit-identical).
-void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Snapshot& snap, Norms& norms,
-                        const roaring_bitmap_t* final_bm, TopK& top) {
-  const Segment& seg = *snap.segments[k].segment;
+constexpr uint64_t kDenseConjunction = 4096;  // fewer matches are walked as they are
+
+// A conjunction whose matches are most of the segment (common words):
+// the matches that can still rank are found by bitmap algebra, so that
+// `walk` (which offers a set of matches to the top-k) need not visit
+// every match. With the terms ordered by their list's bound (largest
+// first), the matches holding the first j terms are intersected for as
+// long as at least k remain; those deepest matches are walked first,
+// which sets the threshold. Then a match lacking term t scores at most
+// the other terms' bounds summed: when that sum is below the threshold, t
+// is required, and the required terms are a prefix of the order. Only
+// the matches holding them that were not walked yet are walked next.
+template <class Walk>
+void WalkRequiredFirst(const std::vector<const Alt*>& alts, size_t k, const Segment& seg, Norms& norms,
+                       const roaring_bitmap_t* final_bm, TopK& top, Walk&& walk) {
+  if (roaring_bitmap_get_cardinality(final_bm) < kDenseConjunction) return walk(final_bm);
+  struct T {
+    ConstBitmap postings;
+    double bound;
+  };
+  std::vector<T> ts;
+  for (const Alt* a : alts) {
+    const int64_t ti = a->SegScoreTerm(k, 0);
+    if (ti < 0) continue;
+    const TermEntry e = seg.entry(a->field, static_cast<uint32_t>(ti));
+    const uint32_t max_tf = e.whole.max_tf, min_len = e.whole.min_len;  // copies: BlockMax is packed
+    ts.push_back(T{seg.Postings(a->field, static_cast<uint32_t>(ti)),
+                   ScoreBound(a->weight, a->idf[0], max_tf, min_len, norms.field(a->field).avglen())});
+  }
+  std::stable_sort(ts.begin(), ts.end(), [](const T& a, const T& b) { return a.bound > b.bound; });
+  std::vector<Bitmap> deep;  // [j]: the matches holding ts[0..j]; the last holds at least k
+  for (const T& t : ts) {
+    Bitmap next(roaring_bitmap_and(deep.empty() ? final_bm : deep.back().get(), t.postings.get()));
+    if (roaring_bitmap_get_cardinality(next.get()) < top.k()) break;
+    deep.push_back(std::move(next));
+  }
+  if (deep.empty()) return walk(final_bm);
+  walk(deep.back().get());
+  size_t required = 0;
+  for (; required < ts.size(); ++required) {
+    double others = 0;
+    for (size_t i = 0; i < ts.size(); ++i)
+      if (i != required) others += ts[i].bound;
+    if (others >= top.threshold()) break;
+  }
+  if (required >= deep.size()) return;  // every match that can rank is walked
+  const Bitmap rest(roaring_bitmap_andnot(required == 0 ? final_bm : deep[required - 1].get(), deep.back().get()));
+  walk(rest.get());
+}
+
+// Offers the documents of `docs` (final matches of a ConjunctionTerms
+// query) to `top`, document at a time with block-max skipping: for the
+// window up to the nearest end of the terms' current blocks, the sum of
+// those blocks' bounds bounds every document's score; a window that cannot
+// reach the threshold is skipped without touching the postings. Scores
+// are summed in Score's order (bit-identical).
+void ConjunctionWindows(const std::vector<const Alt*>& alts, size_t k, const Segment& seg, Norms& norms,
+                        const roaring_bitmap_t* docs, TopK& top) {
   constexpr uint32_t kTfBounds = 256;  // TfBound is memoized below this tf
   struct T {
     std::unique_ptr<PostingCursor> cur;
@@ -1673,19 +1746,6 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     }
     double Contribution(uint32_t tf, uint32_t doc) const { return weight * Bm25WithNorm(idf, tf, (*norm)(lens[doc])); }
   };
-  // Few matches (no more than the longest list has blocks): block-max
-  // skipping would decode about a block per match and term, so each match
-  // is scored directly, its tf found by rank.
-  uint64_t max_blocks = 0;
-  for (const Alt* a : alts) {
-    const int64_t ti = a->SegScoreTerm(k, 0);
-    if (ti >= 0)
-      max_blocks = std::max(max_blocks, BlockCount(seg.entry(a->field, static_cast<uint32_t>(ti)).doc_freq));
-  }
-  if (roaring_bitmap_get_cardinality(final_bm) <= max_blocks) {
-    ScoreByRank(alts, k, seg, norms, final_bm, top);
-    return;
-  }
   std::vector<T> ts;
   for (const Alt* a : alts) {
     const int64_t ti = a->SegScoreTerm(k, 0);
@@ -1713,7 +1773,7 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
   std::vector<double> rest;                // [j]: the bounds of active[j + 1..] summed
   bool ranked = false;                     // active and rest are sorted for this window
   roaring_uint32_iterator_t it;
-  roaring_init_iterator(final_bm, &it);
+  roaring_init_iterator(docs, &it);
   uint32_t window_end = 0;
   bool in_window = false;
   for (;;) {
@@ -1824,6 +1884,36 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     }
     i += n;
   }
+}
+
+// Top-k over the final matches of a ConjunctionTerms query in segment k:
+// the required terms first when most documents match
+// (WalkRequiredFirst), each set of matches walked by ConjunctionWindows,
+// or by rank when it is small.
+void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Snapshot& snap, Norms& norms,
+                        const roaring_bitmap_t* final_bm, TopK& top) {
+  const Segment& seg = *snap.segments[k].segment;
+  // Few matches (no more than the longest list has blocks): block-max
+  // skipping would decode about a block per match and term, so each match
+  // is scored directly, its tf found by rank. So are the sets
+  // WalkRequiredFirst picks out of many matches when they are much
+  // sparser than the postings, which the windows would decode in full.
+  uint64_t max_blocks = 0, postings = 0;
+  for (const Alt* a : alts) {
+    const int64_t ti = a->SegScoreTerm(k, 0);
+    if (ti < 0) continue;
+    const uint32_t df = seg.entry(a->field, static_cast<uint32_t>(ti)).doc_freq;
+    max_blocks = std::max(max_blocks, BlockCount(df));
+    postings += df;
+  }
+  const bool dense = roaring_bitmap_get_cardinality(final_bm) >= kDenseConjunction;
+  WalkRequiredFirst(alts, k, seg, norms, final_bm, top, [&](const roaring_bitmap_t* docs) {
+    const uint64_t n = roaring_bitmap_get_cardinality(docs);
+    if (n <= max_blocks || (dense && n * 4 <= postings))
+      ScoreByRank(alts, k, seg, norms, docs, top);
+    else
+      ConjunctionWindows(alts, k, seg, norms, docs, top);
+  });
 }
 
 // Term-at-a-time for flat disjunctions of many terms (prefix and fuzzy

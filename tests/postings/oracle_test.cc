@@ -805,6 +805,43 @@ TEST_CASE("a dense conjunction over a large segment matches the oracle", "[posti
   }
 }
 
+// A conjunction of common words over titles and bodies: most documents
+// match, and the top is found by intersecting the terms of largest bound
+// first, scoring those deepest matches, then only the matches that hold
+// the terms the threshold makes required. Here the body words repeat and
+// the titles are long or short, so that for some pairs and pages a match
+// without the title terms still ranks (nothing is required), for others
+// only the first title term is. Checked against the oracle, and each
+// page against the head of the full ranking (which scores every match),
+// bit-identical.
+TEST_CASE("conjunctions of common words find their top through the required terms", "[postings]") {
+  TestIndex t;
+  auto& store = t.store;
+  auto& idx = t.idx;
+  std::mt19937 rng(47);
+  const std::vector<std::string> words = {"alpha", "beta",  "gamma", "delta", "eps", "zeta",
+                                          "eta",   "theta", "iota",  "kappa", "lam", "mu"};
+  int next = 0;
+  for (const int batch : {9000, 300}) {
+    for (int i = 0; i < batch; ++i, ++next) {
+      std::string title, body;
+      for (int k = 1 + static_cast<int>(rng() % 8); k > 0; --k) title += words[rng() % words.size()] + " ";
+      for (int k = 10 + static_cast<int>(rng() % 40); k > 0; --k) {
+        // A word and its run of repeats: tfs up to about 20.
+        const std::string& w = words[rng() % words.size()];
+        for (int r = rng() % 4 == 0 ? 1 + static_cast<int>(rng() % 8) : 1; r > 0; --r) body += w + " ";
+      }
+      store.Put(DocId(next), R"({"title": ")" + title + R"(", "body": ")" + body + R"("})");
+    }
+    for (int i = 0; i < 200; ++i) store.Delete(DocId(static_cast<int>(rng() % static_cast<unsigned>(next))));
+    REQUIRE(store.Flush(*idx).ok());
+  }
+  const Oracle oracle(*t.def, store.docs);
+  for (const std::string q : {"alpha AND beta", "beta AND gamma", "alpha AND delta", "delta AND eps",
+                              "alpha AND beta AND gamma", "gamma AND gamma"})
+    CheckPages(*idx, oracle, q, {{0, 10}, {4, 12}, {0, 60}, {30, 300}});
+}
+
 // Prefix and fuzzy words that expand to many terms (more than the
 // MaxScore path takes) are scored term-at-a-time into a dense accumulator
 // that also finds the matches; deletes, filters and prohibited clauses
