@@ -1324,8 +1324,11 @@ class TopK {
   // A document scoring below this cannot enter (none can when k is 0).
   double threshold() const {
     if (k_ == 0) return HUGE_VAL;
-    return heap_.size() < k_ ? -HUGE_VAL : heap_.front().score;
+    return std::max(floor_, heap_.size() < k_ ? -HUGE_VAL : heap_.front().score);
   }
+  // For a caller that knows k documents scoring at least f are yet to be
+  // offered: none scoring below f can enter.
+  void RaiseFloor(double f) { floor_ = std::max(floor_, f); }
   std::vector<TopEntry> Sorted() && {
     std::sort(heap_.begin(), heap_.end(), Better);
     return std::move(heap_);
@@ -1333,6 +1336,7 @@ class TopK {
 
  private:
   size_t k_;
+  double floor_ = -HUGE_VAL;
   std::vector<TopEntry> heap_;
 };
 
@@ -1916,6 +1920,85 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
   });
 }
 
+// Top-k of a flat disjunction of single terms in segment k (`check`, if
+// not null: the only documents that count), by MaxScore; first, when a
+// list is long (common words), the same reasoning as WalkRequiredFirst:
+// the documents holding the terms of largest bound are intersected as
+// deep as leaves at least k and scored aside, and the k-th of those
+// scores becomes the top-k's floor (they are scored again, in place, by
+// the walk). A document lacking term t then scores at most the other
+// terms' bounds; when that is below the floor, t is required, and only
+// the documents holding the required terms are scored. "aa OR ab", both
+// in nearly every body and in a third of the titles, is decided by the
+// titles: the documents with both.
+void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snapshot& snap, Norms& norms,
+                        const roaring_bitmap_t* check, TopK& top) {
+  const Segment& seg = *snap.segments[k].segment;
+  std::vector<const Alt*> alts;
+  uint64_t max_df = 0, postings = 0;
+  for (const FlatTerm& f : flat) {
+    if (f.alt->any) return MaxScoreSegment(flat, k, snap, norms, check, top);  // an expansion
+    alts.push_back(f.alt);
+    const int64_t ti = f.SegTerm(k);
+    if (ti < 0) continue;
+    const uint32_t df = seg.entry(f.alt->field, static_cast<uint32_t>(ti)).doc_freq;
+    max_df = std::max<uint64_t>(max_df, df);
+    postings += df;
+  }
+  // Worth its bitmap work only with a list in a quarter of the segment or
+  // more: below that, MaxScore rarely reads enough postings to lose.
+  if (max_df < kDenseConjunction || max_df * 4 < seg.doc_count() || top.k() == 0)
+    return MaxScoreSegment(flat, k, snap, norms, check, top);
+  struct T {
+    ConstBitmap postings;
+    double bound;
+  };
+  std::vector<T> ts;
+  for (const Alt* a : alts) {
+    const int64_t ti = a->SegScoreTerm(k, 0);
+    if (ti < 0) continue;
+    const TermEntry e = seg.entry(a->field, static_cast<uint32_t>(ti));
+    const uint32_t max_tf = e.whole.max_tf, min_len = e.whole.min_len;  // copies: BlockMax is packed
+    ts.push_back(T{seg.Postings(a->field, static_cast<uint32_t>(ti)),
+                   ScoreBound(a->weight, a->idf[0], max_tf, min_len, norms.field(a->field).avglen())});
+  }
+  std::stable_sort(ts.begin(), ts.end(), [](const T& a, const T& b) { return a.bound > b.bound; });
+  std::vector<Bitmap> deep;  // [j]: the documents that count holding ts[0..j]; the last holds at least k
+  for (const T& t : ts) {
+    const roaring_bitmap_t* from = deep.empty() ? check : deep.back().get();
+    Bitmap next(from != nullptr ? roaring_bitmap_and(from, t.postings.get()) : roaring_bitmap_copy(t.postings.get()));
+    if (roaring_bitmap_get_cardinality(next.get()) < top.k()) break;
+    deep.push_back(std::move(next));
+  }
+  // Scored by rank; when that would read most of the postings (one field
+  // of common words), MaxScore's block bounds do better.
+  if (deep.empty() || roaring_bitmap_get_cardinality(deep.back().get()) * 4 > postings)
+    return MaxScoreSegment(flat, k, snap, norms, check, top);
+  // The floor from the first of them: enough for a threshold near the
+  // final one, without scoring them all twice.
+  Bitmap sample(roaring_bitmap_copy(deep.back().get()));
+  uint32_t past = 0;
+  if (roaring_bitmap_select(sample.get(), static_cast<uint32_t>(std::min<uint64_t>(128 + 8 * top.k(), UINT32_MAX)),
+                            &past))
+    roaring_bitmap_remove_range_closed(sample.get(), past, UINT32_MAX);
+  TopK seeds(top.k());
+  ScoreByRank(alts, k, seg, norms, sample.get(), seeds);
+  top.RaiseFloor(seeds.threshold());
+  size_t required = 0;
+  for (; required < ts.size(); ++required) {
+    double others = 0;
+    for (size_t i = 0; i < ts.size(); ++i)
+      if (i != required) others += ts[i].bound;
+    if (others >= top.threshold()) break;
+  }
+  if (required == 0) return MaxScoreSegment(flat, k, snap, norms, check, top);
+  const roaring_bitmap_t* docs = deep[std::min(required, deep.size()) - 1].get();
+  if (roaring_bitmap_get_cardinality(docs) * 4 <= postings)
+    ScoreByRank(alts, k, seg, norms, docs, top);
+  else
+    MaxScoreSegment(flat, k, snap, norms, docs, top);
+}
+
 // Term-at-a-time for flat disjunctions of many terms (prefix and fuzzy
 // expansions), without a bitmap union: every posting adds its contribution
 // to a dense per-document accumulator and marks its document in a dense
@@ -2174,7 +2257,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       counted = CountFlatMatches(flat, k, seg);
     if (counted) {
       result.total += *counted;
-      if (*counted > 0 && want > 0) MaxScoreSegment(flat, k, snap, norms, nullptr, topk);
+      if (*counted > 0 && want > 0) DisjunctionSegment(flat, k, snap, norms, nullptr, topk);
       continue;
     }
     SegEval ev(s, comp.node_count());
@@ -2212,7 +2295,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       if (flat.size() > kMaxScoreTerms)
         AccumulateSegment(flat, k, snap, norms, final_bm, {}, topk);  // final_bm: its matches, found for the facets
       else
-        MaxScoreSegment(flat, k, snap, norms, check, topk);
+        DisjunctionSegment(flat, k, snap, norms, check, topk);
       continue;
     }
     if (use_conjunction) {

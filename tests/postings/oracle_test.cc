@@ -805,16 +805,16 @@ TEST_CASE("a dense conjunction over a large segment matches the oracle", "[posti
   }
 }
 
-// A conjunction of common words over titles and bodies: most documents
-// match, and the top is found by intersecting the terms of largest bound
-// first, scoring those deepest matches, then only the matches that hold
-// the terms the threshold makes required. Here the body words repeat and
-// the titles are long or short, so that for some pairs and pages a match
-// without the title terms still ranks (nothing is required), for others
-// only the first title term is. Checked against the oracle, and each
-// page against the head of the full ranking (which scores every match),
-// bit-identical.
-TEST_CASE("conjunctions of common words find their top through the required terms", "[postings]") {
+// A conjunction or disjunction of common words over titles and bodies:
+// most documents match, and the top is found by intersecting the terms of
+// largest bound first, scoring those deepest matches (for an OR, a sample
+// of them sets a floor), then only the matches that hold the terms the
+// threshold makes required. Here the body words repeat and the titles are
+// long or short, so that for some queries and pages a match without the
+// title terms still ranks (nothing is required), for others one or two
+// title terms are. Checked against the oracle, and each page against the
+// head of the full ranking (which scores every match), bit-identical.
+TEST_CASE("common words find their top through the required terms", "[postings]") {
   TestIndex t;
   auto& store = t.store;
   auto& idx = t.idx;
@@ -838,7 +838,8 @@ TEST_CASE("conjunctions of common words find their top through the required term
   }
   const Oracle oracle(*t.def, store.docs);
   for (const std::string q : {"alpha AND beta", "beta AND gamma", "alpha AND delta", "delta AND eps",
-                              "alpha AND beta AND gamma", "gamma AND gamma"})
+                              "alpha AND beta AND gamma", "gamma AND gamma", "alpha OR beta", "gamma OR delta",
+                              "alpha OR beta OR gamma", "eps OR eps", "alpha OR body:beta", "body:alpha OR body:beta"})
     CheckPages(*idx, oracle, q, {{0, 10}, {4, 12}, {0, 60}, {30, 300}});
 }
 
