@@ -1963,20 +1963,30 @@ void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snaps
                    ScoreBound(a->weight, a->idf[0], max_tf, min_len, norms.field(a->field).avglen())});
   }
   std::stable_sort(ts.begin(), ts.end(), [](const T& a, const T& b) { return a.bound > b.bound; });
-  std::vector<Bitmap> deep;  // [j]: the documents that count holding ts[0..j]; the last holds at least k
+  // [j]: the documents that count holding ts[0..j] (the first borrowed
+  // when every document counts); the last holds at least k.
+  std::vector<const roaring_bitmap_t*> deep;
+  std::vector<Bitmap> owned;
   for (const T& t : ts) {
-    const roaring_bitmap_t* from = deep.empty() ? check : deep.back().get();
-    Bitmap next(from != nullptr ? roaring_bitmap_and(from, t.postings.get()) : roaring_bitmap_copy(t.postings.get()));
+    const roaring_bitmap_t* from = deep.empty() ? check : deep.back();
+    if (from == nullptr) {
+      if (roaring_bitmap_get_cardinality(t.postings.get()) < top.k()) break;
+      deep.push_back(t.postings.get());
+      continue;
+    }
+    Bitmap next(roaring_bitmap_and(from, t.postings.get()));
     if (roaring_bitmap_get_cardinality(next.get()) < top.k()) break;
-    deep.push_back(std::move(next));
+    owned.push_back(std::move(next));
+    deep.push_back(owned.back().get());
   }
-  // Scored by rank; when that would read most of the postings (one field
-  // of common words), MaxScore's block bounds do better.
-  if (deep.empty() || roaring_bitmap_get_cardinality(deep.back().get()) * 4 > postings)
+  // Without an intersection, MaxScore's essential lists do as well; when
+  // scoring it by rank would read most of the postings (one field of
+  // common words), MaxScore's block bounds do better.
+  if (deep.size() < 2 || roaring_bitmap_get_cardinality(deep.back()) * 4 > postings)
     return MaxScoreSegment(flat, k, snap, norms, check, top);
   // The floor from the first of them: enough for a threshold near the
   // final one, without scoring them all twice.
-  Bitmap sample(roaring_bitmap_copy(deep.back().get()));
+  Bitmap sample(roaring_bitmap_copy(deep.back()));
   uint32_t past = 0;
   if (roaring_bitmap_select(sample.get(), static_cast<uint32_t>(std::min<uint64_t>(128 + 8 * top.k(), UINT32_MAX)),
                             &past))
@@ -1992,7 +2002,7 @@ void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snaps
     if (others >= top.threshold()) break;
   }
   if (required == 0) return MaxScoreSegment(flat, k, snap, norms, check, top);
-  const roaring_bitmap_t* docs = deep[std::min(required, deep.size()) - 1].get();
+  const roaring_bitmap_t* docs = deep[std::min(required, deep.size()) - 1];
   if (roaring_bitmap_get_cardinality(docs) * 4 <= postings)
     ScoreByRank(alts, k, seg, norms, docs, top);
   else

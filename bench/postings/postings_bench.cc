@@ -8,6 +8,7 @@
 //   postings_bench [--docs 100000] [--batch 5000] [--queries 1000] [--passes 3]
 //                  [--peer-passes 1] [--peers 0|1] [--dir /tmp/postings_bench]
 //                  [--store title,score]  (the definition's "store"; none by default)
+//                  [--query-words mid|zipf]  (query words of Zipf rank 10..2,000, or drawn Zipf)
 #include <time.h>
 #include <unistd.h>
 
@@ -67,7 +68,11 @@ std::string MakeWord(std::mt19937& rng) {
   return w;
 }
 
-Workload Generate(size_t ndocs, size_t nqueries) {
+// Query words: ranks 10..2,000 of the Zipf vocabulary (`mid`, neither stop
+// words nor hapaxes), or drawn Zipf like the documents' words (`zipf`, as
+// bench/w2_search_http.py draws them: the commonest words, in nearly every
+// document, come up often).
+Workload Generate(size_t ndocs, size_t nqueries, bool zipf_queries) {
   Workload w;
   std::mt19937 rng(42);
   std::set<std::string> seen;
@@ -97,10 +102,8 @@ Workload Generate(size_t ndocs, size_t nqueries) {
     d.json += "],\"score\":" + std::to_string(d.score) + "}";
     w.docs.push_back(std::move(d));
   }
-  // Query words: ranks 10..2000 of the Zipf vocabulary (neither stop-word
-  // frequent nor hapax).
   std::uniform_int_distribution<size_t> r(10, 1999), di(0, ndocs - 1);
-  auto word = [&] { return w.vocab[r(rng)]; };
+  auto word = [&] { return zipf_queries ? zipf() : w.vocab[r(rng)]; };
   std::vector<Query> term, andq, orq, phrase, prefix;
   for (size_t i = 0; i < nqueries; ++i) {
     std::string a = word(), b = word();
@@ -155,6 +158,7 @@ int main(int argc, char** argv) {
   std::string dir = "/tmp/postings_bench";
   std::string store;       // --store "title,score": the definition's "store" (what w2_search_http.py's keeps)
   std::string only, dump;  // --only TYPE: one query type; --dump FILE: every query's total and hits (to diff runs)
+  std::string query_words = "mid";  // --query-words mid|zipf (Generate)
   for (int i = 1; i < argc; i += 2) {
     std::string k = argv[i];
     if (i + 1 == argc) k = "--help";  // a flag without its value: refuse it, not run the defaults
@@ -168,20 +172,22 @@ int main(int argc, char** argv) {
     else if (k == "--only") only = argv[i + 1];
     else if (k == "--dump") dump = argv[i + 1];
     else if (k == "--store") store = argv[i + 1];
+    else if (k == "--query-words" && (std::string(argv[i + 1]) == "mid" || std::string(argv[i + 1]) == "zipf"))
+      query_words = argv[i + 1];
     else {
       fprintf(stderr,
               "usage: postings_bench [--docs 100000] [--batch 5000] [--queries 1000] [--passes 3] [--peer-passes 1]\n"
               "                      [--peers 0|1] [--only term|and|or|phrase|prefix] [--dump FILE] [--dir DIR]\n"
-              "                      [--store PATH,PATH...]\n");
+              "                      [--store PATH,PATH...] [--query-words mid|zipf]\n");
       return 2;
     }
   }
   setvbuf(stdout, nullptr, _IOLBF, 0);
   printf("machine: %s\n", bench::MachineDescription().c_str());
-  printf("W2: %zu docs, batches of %zu, %zu queries per type, median of %d passes (peers: %d)\n", ndocs, batch, nq, passes,
-         peer_passes);
+  printf("W2: %zu docs, batches of %zu, %zu queries per type, median of %d passes (peers: %d), query words %s\n", ndocs,
+         batch, nq, passes, peer_passes, query_words.c_str());
   auto t0 = Clock::now();
-  Workload w = Generate(ndocs, nq);
+  Workload w = Generate(ndocs, nq, query_words == "zipf");
   double mb = 0;
   for (auto& d : w.docs) mb += d.json.size();
   printf("generated in %.1f s, %.1f MB of JSON\n", std::chrono::duration<double>(Clock::now() - t0).count(), mb / 1e6);
