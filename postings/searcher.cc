@@ -1671,51 +1671,79 @@ void ScoreByRank(const std::vector<const Alt*>& alts, size_t k, const Segment& s
 
 constexpr uint64_t kDenseConjunction = 4096;  // fewer matches are walked as they are
 
+// The common-word reasoning of WalkRequiredFirst and DisjunctionSegment,
+// over single-term alternatives in segment k. With the terms ordered by
+// their list's bound (largest first), `deep[j]` holds the documents that
+// count (`from`; all when null) with the first j + 1 terms, intersected as
+// long as at least k remain. A document lacking term t scores at most the
+// other terms' bounds summed: when that sum is below the threshold, t is
+// required, and the required terms are a prefix of the order.
+class RequiredTerms {
+ public:
+  RequiredTerms(const std::vector<const Alt*>& alts, size_t k, const Segment& seg, Norms& norms,
+                const roaring_bitmap_t* from, size_t want) {
+    for (const Alt* a : alts) {
+      const int64_t ti = a->SegScoreTerm(k, 0);
+      if (ti < 0) continue;
+      const TermEntry e = seg.entry(a->field, static_cast<uint32_t>(ti));
+      const uint32_t max_tf = e.whole.max_tf, min_len = e.whole.min_len;  // copies: BlockMax is packed
+      lists_.push_back(List{seg.Postings(a->field, static_cast<uint32_t>(ti)),
+                            ScoreBound(a->weight, a->idf[0], max_tf, min_len, norms.field(a->field).avglen())});
+    }
+    std::stable_sort(lists_.begin(), lists_.end(), [](const List& x, const List& y) { return x.bound > y.bound; });
+    for (const List& l : lists_) {
+      const roaring_bitmap_t* prev = deep_.empty() ? from : deep_.back();
+      if (prev == nullptr) {  // the first list, borrowed
+        if (roaring_bitmap_get_cardinality(l.postings.get()) < want) break;
+        deep_.push_back(l.postings.get());
+        continue;
+      }
+      Bitmap next(roaring_bitmap_and(prev, l.postings.get()));
+      if (roaring_bitmap_get_cardinality(next.get()) < want) break;
+      owned_.push_back(std::move(next));
+      deep_.push_back(owned_.back().get());
+    }
+  }
+  const std::vector<const roaring_bitmap_t*>& deep() const { return deep_; }
+  // How many terms `threshold` makes required.
+  size_t Required(double threshold) const {
+    size_t required = 0;
+    for (; required < lists_.size(); ++required) {
+      double others = 0;
+      for (size_t i = 0; i < lists_.size(); ++i)
+        if (i != required) others += lists_[i].bound;
+      if (others >= threshold) break;
+    }
+    return required;
+  }
+
+ private:
+  struct List {
+    ConstBitmap postings;
+    double bound;  // of the whole list
+  };
+  std::vector<List> lists_;
+  std::vector<const roaring_bitmap_t*> deep_;
+  std::vector<Bitmap> owned_;
+};
+
 // A conjunction whose matches are most of the segment (common words):
-// the matches that can still rank are found by bitmap algebra, so that
-// `walk` (which offers a set of matches to the top-k) need not visit
-// every match. With the terms ordered by their list's bound (largest
-// first), the matches holding the first j terms are intersected for as
-// long as at least k remain; those deepest matches are walked first,
-// which sets the threshold. Then a match lacking term t scores at most
-// the other terms' bounds summed: when that sum is below the threshold, t
-// is required, and the required terms are a prefix of the order. Only
-// the matches holding them that were not walked yet are walked next.
+// the matches that can still rank are found by bitmap algebra
+// (RequiredTerms), so that `walk` (which offers a set of matches to the
+// top-k) need not visit every match. The deepest intersection is walked
+// first, which sets the threshold; then only the matches holding the
+// required terms that were not walked yet.
 template <class Walk>
 void WalkRequiredFirst(const std::vector<const Alt*>& alts, size_t k, const Segment& seg, Norms& norms,
                        const roaring_bitmap_t* final_bm, TopK& top, Walk&& walk) {
   if (roaring_bitmap_get_cardinality(final_bm) < kDenseConjunction) return walk(final_bm);
-  struct T {
-    ConstBitmap postings;
-    double bound;
-  };
-  std::vector<T> ts;
-  for (const Alt* a : alts) {
-    const int64_t ti = a->SegScoreTerm(k, 0);
-    if (ti < 0) continue;
-    const TermEntry e = seg.entry(a->field, static_cast<uint32_t>(ti));
-    const uint32_t max_tf = e.whole.max_tf, min_len = e.whole.min_len;  // copies: BlockMax is packed
-    ts.push_back(T{seg.Postings(a->field, static_cast<uint32_t>(ti)),
-                   ScoreBound(a->weight, a->idf[0], max_tf, min_len, norms.field(a->field).avglen())});
-  }
-  std::stable_sort(ts.begin(), ts.end(), [](const T& a, const T& b) { return a.bound > b.bound; });
-  std::vector<Bitmap> deep;  // [j]: the matches holding ts[0..j]; the last holds at least k
-  for (const T& t : ts) {
-    Bitmap next(roaring_bitmap_and(deep.empty() ? final_bm : deep.back().get(), t.postings.get()));
-    if (roaring_bitmap_get_cardinality(next.get()) < top.k()) break;
-    deep.push_back(std::move(next));
-  }
+  const RequiredTerms terms(alts, k, seg, norms, final_bm, top.k());
+  const auto& deep = terms.deep();
   if (deep.empty()) return walk(final_bm);
-  walk(deep.back().get());
-  size_t required = 0;
-  for (; required < ts.size(); ++required) {
-    double others = 0;
-    for (size_t i = 0; i < ts.size(); ++i)
-      if (i != required) others += ts[i].bound;
-    if (others >= top.threshold()) break;
-  }
+  walk(deep.back());
+  const size_t required = terms.Required(top.threshold());
   if (required >= deep.size()) return;  // every match that can rank is walked
-  const Bitmap rest(roaring_bitmap_andnot(required == 0 ? final_bm : deep[required - 1].get(), deep.back().get()));
+  const Bitmap rest(roaring_bitmap_andnot(required == 0 ? final_bm : deep[required - 1], deep.back()));
   walk(rest.get());
 }
 
@@ -1922,13 +1950,11 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
 
 // Top-k of a flat disjunction of single terms in segment k (`check`, if
 // not null: the only documents that count), by MaxScore; first, when a
-// list is long (common words), the same reasoning as WalkRequiredFirst:
-// the documents holding the terms of largest bound are intersected as
-// deep as leaves at least k and scored aside, and the k-th of those
+// list is long (common words), the reasoning of RequiredTerms: a sample
+// of the deepest intersection is scored aside, and the k-th of those
 // scores becomes the top-k's floor (they are scored again, in place, by
-// the walk). A document lacking term t then scores at most the other
-// terms' bounds; when that is below the floor, t is required, and only
-// the documents holding the required terms are scored. "aa OR ab", both
+// the walk); only the documents holding the terms the floor makes
+// required are scored. "aa OR ab", both
 // in nearly every body and in a third of the titles, is decided by the
 // titles: the documents with both.
 void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snapshot& snap, Norms& norms,
@@ -1949,36 +1975,8 @@ void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snaps
   // more: below that, MaxScore rarely reads enough postings to lose.
   if (max_df < kDenseConjunction || max_df * 4 < seg.doc_count() || top.k() == 0)
     return MaxScoreSegment(flat, k, snap, norms, check, top);
-  struct T {
-    ConstBitmap postings;
-    double bound;
-  };
-  std::vector<T> ts;
-  for (const Alt* a : alts) {
-    const int64_t ti = a->SegScoreTerm(k, 0);
-    if (ti < 0) continue;
-    const TermEntry e = seg.entry(a->field, static_cast<uint32_t>(ti));
-    const uint32_t max_tf = e.whole.max_tf, min_len = e.whole.min_len;  // copies: BlockMax is packed
-    ts.push_back(T{seg.Postings(a->field, static_cast<uint32_t>(ti)),
-                   ScoreBound(a->weight, a->idf[0], max_tf, min_len, norms.field(a->field).avglen())});
-  }
-  std::stable_sort(ts.begin(), ts.end(), [](const T& a, const T& b) { return a.bound > b.bound; });
-  // [j]: the documents that count holding ts[0..j] (the first borrowed
-  // when every document counts); the last holds at least k.
-  std::vector<const roaring_bitmap_t*> deep;
-  std::vector<Bitmap> owned;
-  for (const T& t : ts) {
-    const roaring_bitmap_t* from = deep.empty() ? check : deep.back();
-    if (from == nullptr) {
-      if (roaring_bitmap_get_cardinality(t.postings.get()) < top.k()) break;
-      deep.push_back(t.postings.get());
-      continue;
-    }
-    Bitmap next(roaring_bitmap_and(from, t.postings.get()));
-    if (roaring_bitmap_get_cardinality(next.get()) < top.k()) break;
-    owned.push_back(std::move(next));
-    deep.push_back(owned.back().get());
-  }
+  const RequiredTerms terms(alts, k, seg, norms, check, top.k());
+  const auto& deep = terms.deep();
   // Without an intersection, MaxScore's essential lists do as well; when
   // scoring it by rank would read most of the postings (one field of
   // common words), MaxScore's block bounds do better.
@@ -1994,13 +1992,7 @@ void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snaps
   TopK seeds(top.k());
   ScoreByRank(alts, k, seg, norms, sample.get(), seeds);
   top.RaiseFloor(seeds.threshold());
-  size_t required = 0;
-  for (; required < ts.size(); ++required) {
-    double others = 0;
-    for (size_t i = 0; i < ts.size(); ++i)
-      if (i != required) others += ts[i].bound;
-    if (others >= top.threshold()) break;
-  }
+  const size_t required = terms.Required(top.threshold());
   if (required == 0) return MaxScoreSegment(flat, k, snap, norms, check, top);
   const roaring_bitmap_t* docs = deep[std::min(required, deep.size()) - 1];
   if (roaring_bitmap_get_cardinality(docs) * 4 <= postings)
