@@ -1628,7 +1628,9 @@ void ScoreByRank(const std::vector<const Alt*>& alts, size_t k, const Segment& s
     double weight, idf;
     FieldNorms* norm;
     const uint32_t* lens;
-    double bound;  // of the whole list
+    double bound;             // of the whole list
+    double later = 0;         // the bounds of the terms read after this one, summed
+    double contribution = 0;  // to the current document
   };
   std::vector<T> ts;
   ts.reserve(alts.size());
@@ -1643,33 +1645,32 @@ void ScoreByRank(const std::vector<const Alt*>& alts, size_t k, const Segment& s
     ts.push_back(T{std::move(postings), RankCursor(bm), seg.Tfs(e), a->weight, a->idf[0], norm, seg.lengths(a->field),
                    ScoreBound(a->weight, a->idf[0], max_tf, min_len, norm->avglen())});
   }
-  const size_t n = ts.size();
-  std::vector<size_t> order(n);  // largest bound first
-  for (size_t j = 0; j < n; ++j) order[j] = j;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ts[a].bound > ts[b].bound; });
-  std::vector<double> rest(n, 0.0);  // [j]: the bounds of order[j + 1..] summed
-  for (size_t j = n; j-- > 1;) rest[j - 1] = rest[j] + ts[order[j]].bound;
-  std::vector<double> contribution(n);
+  std::vector<T*> order;  // largest bound first
+  for (T& t : ts) order.push_back(&t);
+  std::stable_sort(order.begin(), order.end(), [](const T* a, const T* b) { return a->bound > b->bound; });
+  for (size_t j = order.size(); j-- > 1;) order[j - 1]->later = order[j]->later + order[j]->bound;
   ForEachDoc(docs, [&](uint32_t d) {
     const double threshold = top.threshold();
     double partial = 0;
-    for (size_t j = 0; j < n; ++j) {
-      T& t = ts[order[j]];
+    for (T* t : order) {
       uint32_t r;
-      double c = 0;
-      if (t.ranks.Find(d, &r)) c = t.weight * Bm25WithNorm(t.idf, t.tfs[r], (*t.norm)(t.lens[d]));
-      contribution[order[j]] = c;
-      partial += c;
+      t->contribution = t->ranks.Find(d, &r) ? t->weight * Bm25WithNorm(t->idf, t->tfs[r], (*t->norm)(t->lens[d])) : 0;
+      partial += t->contribution;
       // Nudged up: partial is summed in another order than the score.
-      if ((partial + rest[j]) * (1 + 1e-9) < threshold) return;
+      if ((partial + t->later) * (1 + 1e-9) < threshold) return;
     }
     double score = 0;  // in Score's order (bit-identical); an absent term adds 0
-    for (double c : contribution) score += c;
+    for (const T& t : ts) score += t.contribution;
     if (score >= threshold) top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
   });
 }
 
 constexpr uint64_t kDenseConjunction = 4096;  // fewer matches are walked as they are
+
+// A set of `docs` documents among terms with `postings` postings in all is
+// scored by rank (ScoreByRank) when it is this much sparser: the block
+// walks (windows, MaxScore) would decode most of the postings.
+bool SparseBesidePostings(uint64_t docs, uint64_t postings) { return docs * 4 <= postings; }
 
 // The common-word reasoning of WalkRequiredFirst and DisjunctionSegment,
 // over single-term alternatives in segment k. With the terms ordered by
@@ -1941,7 +1942,7 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
   const bool dense = roaring_bitmap_get_cardinality(final_bm) >= kDenseConjunction;
   WalkRequiredFirst(alts, k, seg, norms, final_bm, top, [&](const roaring_bitmap_t* docs) {
     const uint64_t n = roaring_bitmap_get_cardinality(docs);
-    if (n <= max_blocks || (dense && n * 4 <= postings))
+    if (n <= max_blocks || (dense && SparseBesidePostings(n, postings)))
       ScoreByRank(alts, k, seg, norms, docs, top);
     else
       ConjunctionWindows(alts, k, seg, norms, docs, top);
@@ -1954,17 +1955,14 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
 // of the deepest intersection is scored aside, and the k-th of those
 // scores becomes the top-k's floor (they are scored again, in place, by
 // the walk); only the documents holding the terms the floor makes
-// required are scored. "aa OR ab", both
-// in nearly every body and in a third of the titles, is decided by the
-// titles: the documents with both.
+// required are scored. "aa OR ab", both in nearly every body and in a
+// third of the titles, is decided by the titles: the documents with both.
 void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snapshot& snap, Norms& norms,
                         const roaring_bitmap_t* check, TopK& top) {
   const Segment& seg = *snap.segments[k].segment;
-  std::vector<const Alt*> alts;
   uint64_t max_df = 0, postings = 0;
   for (const FlatTerm& f : flat) {
     if (f.alt->any) return MaxScoreSegment(flat, k, snap, norms, check, top);  // an expansion
-    alts.push_back(f.alt);
     const int64_t ti = f.SegTerm(k);
     if (ti < 0) continue;
     const uint32_t df = seg.entry(f.alt->field, static_cast<uint32_t>(ti)).doc_freq;
@@ -1975,12 +1973,14 @@ void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snaps
   // more: below that, MaxScore rarely reads enough postings to lose.
   if (max_df < kDenseConjunction || max_df * 4 < seg.doc_count() || top.k() == 0)
     return MaxScoreSegment(flat, k, snap, norms, check, top);
+  std::vector<const Alt*> alts;
+  for (const FlatTerm& f : flat) alts.push_back(f.alt);
   const RequiredTerms terms(alts, k, seg, norms, check, top.k());
   const auto& deep = terms.deep();
   // Without an intersection, MaxScore's essential lists do as well; when
   // scoring it by rank would read most of the postings (one field of
   // common words), MaxScore's block bounds do better.
-  if (deep.size() < 2 || roaring_bitmap_get_cardinality(deep.back()) * 4 > postings)
+  if (deep.size() < 2 || !SparseBesidePostings(roaring_bitmap_get_cardinality(deep.back()), postings))
     return MaxScoreSegment(flat, k, snap, norms, check, top);
   // The floor from the first of them: enough for a threshold near the
   // final one, without scoring them all twice.
@@ -1995,7 +1995,7 @@ void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snaps
   const size_t required = terms.Required(top.threshold());
   if (required == 0) return MaxScoreSegment(flat, k, snap, norms, check, top);
   const roaring_bitmap_t* docs = deep[std::min(required, deep.size()) - 1];
-  if (roaring_bitmap_get_cardinality(docs) * 4 <= postings)
+  if (SparseBesidePostings(roaring_bitmap_get_cardinality(docs), postings))
     ScoreByRank(alts, k, seg, norms, docs, top);
   else
     MaxScoreSegment(flat, k, snap, norms, docs, top);
