@@ -23,6 +23,12 @@ namespace {
 // microseconds, a whole piece of a fast query).
 constexpr auto kSpin = std::chrono::microseconds(200);
 
+// Set on a thread while it runs pieces (the helpers always): a piece that
+// calls ParallelFor runs its own pieces itself, rather than wait for
+// helpers that may be busy with its caller's pieces, or try the lock its
+// own thread holds.
+thread_local bool running_pieces = false;
+
 class Helpers {
  public:
   Helpers() {
@@ -43,9 +49,13 @@ class Helpers {
     auto serially = [&] {
       for (size_t i = 0; i < n; ++i) fn(ctx, i);
     };
-    if (threads_.empty() || n < 2 || n > 0xffff) return serially();
+    if (threads_.empty() || n < 2 || n > 0xffff || running_pieces) return serially();
     std::unique_lock lock(mu_, std::try_to_lock);
     if (!lock.owns_lock()) return serially();
+    running_pieces = true;
+    struct Reset {
+      ~Reset() { running_pieces = false; }
+    } reset;
     fn_ = fn;
     ctx_ = ctx;
     done_.store(0, std::memory_order_relaxed);
@@ -88,6 +98,7 @@ class Helpers {
   }
 
   void Loop() {
+    running_pieces = true;
     uint64_t seen = Epoch(word_.load(std::memory_order_acquire));
     for (;;) {
       uint64_t w = word_.load(std::memory_order_acquire);

@@ -18,7 +18,8 @@ namespace corvid::postings {
 
 // Calls fn(ctx, i) once for every i in [0, n) and returns when all calls
 // have returned; calls may run concurrently on different threads, in any
-// order (more than 65,535 pieces run on the caller, one after another).
+// order (more than 65,535 pieces run on the caller, one after another, as
+// do the pieces of a ParallelFor called from inside a piece).
 void ParallelFor(size_t n, void (*fn)(void* ctx, size_t i), void* ctx);
 
 template <class F>

@@ -1665,7 +1665,14 @@ void ScoreByRank(const std::vector<const Alt*>& alts, size_t k, const Segment& s
   });
 }
 
-constexpr uint64_t kDenseConjunction = 4096;  // fewer matches are walked as they are
+constexpr uint64_t kDenseConjunction = 4096;  // DisjunctionSegment: a list this long may make terms required
+
+// A conjunction with this many matches or more scores first those most
+// likely to rank (WalkRequiredFirst): "con AND prepreal" (1,700 matches in
+// a segment, "con" in most of them) is decided by the few with "prepreal"
+// in the title, and walking all its matches cost ~240 us where this costs
+// ~90 (bench/postings/RESULTS.md, 2026-12-02).
+constexpr uint64_t kManyMatches = 64;
 
 // A set of `docs` documents among terms with `postings` postings in all is
 // scored by rank (ScoreByRank) when it is this much sparser: the block
@@ -1728,8 +1735,8 @@ class RequiredTerms {
   std::vector<Bitmap> owned_;
 };
 
-// A conjunction whose matches are most of the segment (common words):
-// the matches that can still rank are found by bitmap algebra
+// A conjunction of many matches (kManyMatches; common words, or a common
+// word beside a rarer one): the matches that can still rank are found by bitmap algebra
 // (RequiredTerms), so that `walk` (which offers a set of matches to the
 // top-k) need not visit every match. The deepest intersection is walked
 // first, which sets the threshold; then only the matches holding the
@@ -1737,7 +1744,7 @@ class RequiredTerms {
 template <class Walk>
 void WalkRequiredFirst(const std::vector<const Alt*>& alts, size_t k, const Segment& seg, Norms& norms,
                        const roaring_bitmap_t* final_bm, TopK& top, Walk&& walk) {
-  if (roaring_bitmap_get_cardinality(final_bm) < kDenseConjunction) return walk(final_bm);
+  if (roaring_bitmap_get_cardinality(final_bm) < kManyMatches) return walk(final_bm);
   const RequiredTerms terms(alts, k, seg, norms, final_bm, top.k());
   const auto& deep = terms.deep();
   if (deep.empty()) return walk(final_bm);
@@ -1939,10 +1946,10 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
     max_blocks = std::max(max_blocks, BlockCount(df));
     postings += df;
   }
-  const bool dense = roaring_bitmap_get_cardinality(final_bm) >= kDenseConjunction;
+  const bool many = roaring_bitmap_get_cardinality(final_bm) >= kManyMatches;
   WalkRequiredFirst(alts, k, seg, norms, final_bm, top, [&](const roaring_bitmap_t* docs) {
     const uint64_t n = roaring_bitmap_get_cardinality(docs);
-    if (n <= max_blocks || (dense && SparseBesidePostings(n, postings)))
+    if (n <= max_blocks || (many && SparseBesidePostings(n, postings)))
       ScoreByRank(alts, k, seg, norms, docs, top);
     else
       ConjunctionWindows(alts, k, seg, norms, docs, top);
@@ -2219,26 +2226,19 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   // matches itself, without the union Eval would build.
   const bool accumulate = use_maxscore && flat.size() > kMaxScoreTerms && facets.empty();
   Norms norms(snap);
-  if (accumulate) {
-    // Term-at-a-time over each segment, the segments in parallel (each
-    // piece with its own top-k, merged after: the order is the same).
+  // Runs segment(k, norms, top) -> matches counted for every segment k in
+  // parallel, each with its own norms and top-k, merged after: the same
+  // hits and scores as one after another.
+  auto in_parallel = [&](auto&& segment) {
     struct Piece {
       uint64_t total = 0;
       std::vector<TopEntry> top;
     };
     std::vector<Piece> pieces(snap.segments.size());
     auto piece = [&](size_t k) {
-      const SegmentState& s = snap.segments[k];
-      SegEval ev(s, comp.node_count());
-      std::vector<const roaring_bitmap_t*> drop;
-      if (s.deleted_count > 0) drop.push_back(s.deleted.get());
-      for (const auto& [occ, c] : (**root).clauses)
-        if (occ == Occur::kMustNot) drop.push_back(Eval(*c, k, ev));
-      SegEval fev(s, filter ? filter_nodes : 0);
-      const roaring_bitmap_t* keep = filter ? Eval(*filter, k, fev) : nullptr;
       Norms piece_norms(snap);
       TopK top(want);
-      pieces[k].total = AccumulateSegment(flat, k, snap, piece_norms, keep, drop, top);
+      pieces[k].total = segment(k, piece_norms, top);
       pieces[k].top = std::move(top).Sorted();
     };
     ParallelFor(pieces.size(), piece);
@@ -2246,8 +2246,22 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       result.total += p.total;
       for (const TopEntry& e : p.top) topk.Offer(e);
     }
-  }
-  for (size_t k = 0; k < snap.segments.size() && !accumulate; ++k) {
+  };
+  // Term-at-a-time over a segment (`accumulate`).
+  auto accumulate_segment = [&](size_t k, Norms& piece_norms, TopK& top) {
+    const SegmentState& s = snap.segments[k];
+    SegEval ev(s, comp.node_count());
+    std::vector<const roaring_bitmap_t*> drop;
+    if (s.deleted_count > 0) drop.push_back(s.deleted.get());
+    for (const auto& [occ, c] : (**root).clauses)
+      if (occ == Occur::kMustNot) drop.push_back(Eval(*c, k, ev));
+    SegEval fev(s, filter ? filter_nodes : 0);
+    const roaring_bitmap_t* keep = filter ? Eval(*filter, k, fev) : nullptr;
+    return AccumulateSegment(flat, k, snap, piece_norms, keep, drop, top);
+  };
+  // One segment's matches: counted (returned) and, ranked by score, offered
+  // to `top`; or, sorted by fields, appended to `hits`.
+  auto segment_matches = [&](size_t k, Norms& seg_norms, TopK& top) -> uint64_t {
     const SegmentState& s = snap.segments[k];
     const Segment& seg = *s.segment;
     // A flat disjunction where every document its terms reach counts needs
@@ -2258,9 +2272,8 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
         s.deleted_count == 0)
       counted = CountFlatMatches(flat, k, seg);
     if (counted) {
-      result.total += *counted;
-      if (*counted > 0 && want > 0) DisjunctionSegment(flat, k, snap, norms, nullptr, topk);
-      continue;
+      if (*counted > 0 && want > 0) DisjunctionSegment(flat, k, snap, seg_norms, nullptr, top);
+      return *counted;
     }
     SegEval ev(s, comp.node_count());
     const roaring_bitmap_t* matches = Eval(**root, k, ev);
@@ -2278,8 +2291,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     }
     const roaring_bitmap_t* final_bm = matches;
     const uint64_t m = roaring_bitmap_get_cardinality(final_bm);
-    result.total += m;
-    if (m == 0) continue;
+    if (m == 0) return 0;
     for (const auto& f : facets) {
       const FieldDef* fd = def.Find(f);
       auto& counts = facet_counts[f];
@@ -2289,32 +2301,34 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
         if (c > 0) counts[std::string(seg.term(fd->slot, ti))] += c;
       }
     }
-    if (want == 0) continue;
+    if (want == 0) return m;
     if (use_maxscore) {
       // Without a filter, deletes or prohibited clauses, every document
       // the flat terms reach is a match: no membership test per document.
       const roaring_bitmap_t* check = restricted || flat_has_not ? final_bm : nullptr;
       if (flat.size() > kMaxScoreTerms)
-        AccumulateSegment(flat, k, snap, norms, final_bm, {}, topk);  // final_bm: its matches, found for the facets
+        AccumulateSegment(flat, k, snap, seg_norms, final_bm, {}, top);  // final_bm: its matches, found for the facets
       else
-        DisjunctionSegment(flat, k, snap, norms, check, topk);
-      continue;
+        DisjunctionSegment(flat, k, snap, seg_norms, check, top);
+      return m;
     }
     if (use_conjunction) {
-      ConjunctionSegment(conj, k, snap, norms, final_bm, topk);
-      continue;
+      ConjunctionSegment(conj, k, snap, seg_norms, final_bm, top);
+      return m;
     }
     std::vector<uint32_t> docs(m);
     roaring_bitmap_to_uint32_array(final_bm, docs.data());
-    if (by_score && (**root).kind == CNode::Kind::kLeaf && ScoreLeafTopK(**root, k, norms, ev, final_bm, docs, want, topk))
-      continue;
+    if (by_score && (**root).kind == CNode::Kind::kLeaf &&
+        ScoreLeafTopK(**root, k, seg_norms, ev, final_bm, docs, want, top))
+      return m;
     std::vector<double> scores(m, 0.0);
-    if (need_scores) Score(**root, final_bm, k, norms, ev, docs, scores);
+    if (need_scores) Score(**root, final_bm, k, seg_norms, ev, docs, scores);
     if (by_score) {
       // Below the threshold a match cannot enter: no entry (the id lookup) for it.
       for (size_t j = 0; j < m; ++j)
-        if (scores[j] >= topk.threshold()) topk.Offer(TopEntry{scores[j], static_cast<uint32_t>(k), docs[j], seg.id(docs[j])});
-      continue;
+        if (scores[j] >= top.threshold())
+          top.Offer(TopEntry{scores[j], static_cast<uint32_t>(k), docs[j], seg.id(docs[j])});
+      return m;
     }
     // A document with several values sorts by its smallest ascending and
     // its largest descending (Elasticsearch's default sort mode).
@@ -2381,6 +2395,18 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       }
       hits.push_back(std::move(h));
     }
+    return m;
+  };
+  // Ranked by score without facets, the segments run in parallel (a
+  // conjunction of two mid-frequency words spends most of its time in each
+  // segment's lists); sorted or faceted, one after another (they share the
+  // hits and the facet counts).
+  if (accumulate) {
+    in_parallel(accumulate_segment);
+  } else if (by_score && facets.empty() && want > 0 && snap.segments.size() >= 2) {
+    in_parallel(segment_matches);
+  } else {
+    for (size_t k = 0; k < snap.segments.size(); ++k) result.total += segment_matches(k, norms, topk);
   }
   auto less = [&](const Hit& a, const Hit& b) {
     for (size_t si = 0; si < sort.size(); ++si) {
