@@ -29,6 +29,7 @@
 #include <rapidjson/writer.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <charconv>
 #include <cmath>
@@ -1313,30 +1314,49 @@ class TopK {
     if (heap_.size() < k_) {
       heap_.push_back(e);
       std::push_heap(heap_.begin(), heap_.end(), Better);
-      return heap_.size() == k_;
+      if (heap_.size() < k_) return false;
+      Publish(heap_.front().score);
+      return true;
     }
     if (!Better(e, heap_.front())) return false;
     std::pop_heap(heap_.begin(), heap_.end(), Better);
     heap_.back() = e;
     std::push_heap(heap_.begin(), heap_.end(), Better);
+    Publish(heap_.front().score);
     return true;
   }
   // A document scoring below this cannot enter (none can when k is 0).
   double threshold() const {
     if (k_ == 0) return HUGE_VAL;
-    return std::max(floor_, heap_.size() < k_ ? -HUGE_VAL : heap_.front().score);
+    const double own = std::max(floor_, heap_.size() < k_ ? -HUGE_VAL : heap_.front().score);
+    return shared_ == nullptr ? own : std::max(own, shared_->load(std::memory_order_relaxed));
   }
   // For a caller that knows k documents scoring at least f are yet to be
   // offered: none scoring below f can enter.
-  void RaiseFloor(double f) { floor_ = std::max(floor_, f); }
+  void RaiseFloor(double f) {
+    floor_ = std::max(floor_, f);
+    Publish(f);
+  }
+  // For top-ks of the same k over disjoint documents, merged after (a
+  // search's segments in parallel): each raises `floor` to its threshold
+  // and reads theirs, since a document below any of them cannot enter the
+  // merged top-k either.
+  void Share(std::atomic<double>* floor) { shared_ = floor; }
   std::vector<TopEntry> Sorted() && {
     std::sort(heap_.begin(), heap_.end(), Better);
     return std::move(heap_);
   }
 
  private:
+  void Publish(double t) {
+    if (shared_ == nullptr) return;
+    double seen = shared_->load(std::memory_order_relaxed);
+    while (t > seen && !shared_->compare_exchange_weak(seen, t, std::memory_order_relaxed)) {
+    }
+  }
   size_t k_;
   double floor_ = -HUGE_VAL;
+  std::atomic<double>* shared_ = nullptr;
   std::vector<TopEntry> heap_;
 };
 
@@ -2227,17 +2247,19 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   const bool accumulate = use_maxscore && flat.size() > kMaxScoreTerms && facets.empty();
   Norms norms(snap);
   // Runs segment(k, norms, top) -> matches counted for every segment k in
-  // parallel, each with its own norms and top-k, merged after: the same
-  // hits and scores as one after another.
+  // parallel, each with its own norms and top-k (sharing their thresholds),
+  // merged after: the same hits and scores as one after another.
   auto in_parallel = [&](auto&& segment) {
     struct Piece {
       uint64_t total = 0;
       std::vector<TopEntry> top;
     };
     std::vector<Piece> pieces(snap.segments.size());
+    std::atomic<double> floor{-HUGE_VAL};
     auto piece = [&](size_t k) {
       Norms piece_norms(snap);
       TopK top(want);
+      top.Share(&floor);
       pieces[k].total = segment(k, piece_norms, top);
       pieces[k].top = std::move(top).Sorted();
     };

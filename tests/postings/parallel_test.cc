@@ -81,3 +81,24 @@ TEST_CASE("ParallelFor from many threads at once: each caller's pieces, once eac
   for (auto& t : callers) t.join();
   CHECK(wrong.load() == 0);
 }
+
+TEST_CASE("ParallelFor inside a piece runs all its pieces, on the piece's thread", "[postings][parallel]") {
+  // A segment's piece may verify a phrase's candidates with ParallelFor:
+  // the inner pieces must all run, and run where their caller is (the
+  // helpers are busy with the outer call's pieces, or may be).
+  for (int round = 0; round < 50; ++round) {
+    std::vector<std::atomic<int>> calls(4 * 8);
+    std::atomic<int> elsewhere{0};
+    auto outer = [&](size_t i) {
+      const std::thread::id me = std::this_thread::get_id();
+      auto inner = [&](size_t j) {
+        if (std::this_thread::get_id() != me) elsewhere.fetch_add(1);
+        calls[i * 8 + j].fetch_add(1);
+      };
+      ParallelFor(8, inner);
+    };
+    ParallelFor(4, outer);
+    for (auto& c : calls) REQUIRE(c.load() == 1);
+    REQUIRE(elsewhere.load() == 0);
+  }
+}
