@@ -2274,11 +2274,11 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       std::vector<TopEntry> top;
     };
     std::vector<Piece> pieces(snap.segments.size());
-    std::atomic<double> floor{-HUGE_VAL};
+    std::atomic<double> shared_floor{-HUGE_VAL};
     auto piece = [&](size_t k) {
       Norms piece_norms(snap);
       TopK top(want);
-      top.Share(&floor);
+      top.Share(&shared_floor);
       pieces[k].total = segment(k, piece_norms, top);
       pieces[k].top = std::move(top).Sorted();
     };
