@@ -1652,16 +1652,39 @@ bool ConjunctionTerms(const CNode& root, std::vector<const Alt*>& out) {
   return true;
 }
 
-// Offers every document of `docs` to `top`, scored as the sum over `alts`
-// (single terms, in Score's order) of their contributions, each found by
-// rank. The terms are read largest bound first, and a document is dropped
-// as soon as its contributions so far plus the later terms' bounds cannot
-// reach the threshold: among many matches of common words, most are
-// decided by one or two terms.
-void ScoreByRank(const std::vector<const Alt*>& alts, size_t k, const Segment& seg, Norms& norms,
+// A single-term alternative's list in segment k, read once (header, doc
+// numbers, bound) for every path of a segment's top-k that uses it.
+struct TermList {
+  const Alt* alt;
+  TermEntry e;
+  ConstBitmap postings;
+  double bound;  // ScoreBound over the whole list
+};
+
+// The lists of `alts` (single terms) in segment k, in alts order (Score's
+// order), the terms absent from the segment left out.
+std::vector<TermList> TermLists(const std::vector<const Alt*>& alts, size_t k, const Segment& seg, Norms& norms) {
+  std::vector<TermList> lists;
+  lists.reserve(alts.size());
+  for (const Alt* a : alts) {
+    const int64_t ti = a->SegScoreTerm(k, 0);
+    if (ti < 0) continue;
+    const TermEntry e = seg.entry(a->field, static_cast<uint32_t>(ti));
+    const uint32_t max_tf = e.whole.max_tf, min_len = e.whole.min_len;  // copies: BlockMax is packed
+    lists.push_back(TermList{a, e, seg.Postings(e),
+                             ScoreBound(a->weight, a->idf[0], max_tf, min_len, norms.field(a->field).avglen())});
+  }
+  return lists;
+}
+
+// Offers every document of `docs` to `top`, scored as the sum over `lists`
+// of their contributions, each found by rank. The terms are read largest
+// bound first, and a document is dropped as soon as its contributions so
+// far plus the later terms' bounds cannot reach the threshold: among many
+// matches of common words, most are decided by one or two terms.
+void ScoreByRank(const std::vector<TermList>& lists, size_t k, const Segment& seg, Norms& norms,
                  const roaring_bitmap_t* docs, TopK& top) {
   struct T {
-    ConstBitmap postings;
     RankCursor ranks;
     TfArray tfs;
     double weight, idf;
@@ -1672,17 +1695,11 @@ void ScoreByRank(const std::vector<const Alt*>& alts, size_t k, const Segment& s
     double contribution = 0;  // to the current document
   };
   std::vector<T> ts;
-  ts.reserve(alts.size());
-  for (const Alt* a : alts) {
-    const int64_t ti = a->SegScoreTerm(k, 0);
-    if (ti < 0) continue;
-    ConstBitmap postings = seg.Postings(a->field, static_cast<uint32_t>(ti));
-    const roaring_bitmap_t* bm = postings.get();
-    const TermEntry e = seg.entry(a->field, static_cast<uint32_t>(ti));
-    const uint32_t max_tf = e.whole.max_tf, min_len = e.whole.min_len;  // copies: BlockMax is packed
-    FieldNorms* norm = &norms.field(a->field);
-    ts.push_back(T{std::move(postings), RankCursor(bm), seg.Tfs(e), a->weight, a->idf[0], norm, seg.lengths(a->field),
-                   ScoreBound(a->weight, a->idf[0], max_tf, min_len, norm->avglen())});
+  ts.reserve(lists.size());
+  for (const TermList& l : lists) {
+    const Alt& a = *l.alt;
+    ts.push_back(T{RankCursor(l.postings.get()), seg.Tfs(l.e), a.weight, a.idf[0], &norms.field(a.field),
+                   seg.lengths(a.field), l.bound});
   }
   std::vector<T*> order;  // largest bound first
   for (T& t : ts) order.push_back(&t);
@@ -1719,33 +1736,25 @@ constexpr uint64_t kManyMatches = 64;
 bool SparseBesidePostings(uint64_t docs, uint64_t postings) { return docs * 4 <= postings; }
 
 // The common-word reasoning of WalkRequiredFirst and DisjunctionSegment,
-// over single-term alternatives in segment k. With the terms ordered by
-// their list's bound (largest first), `deep[j]` holds the documents that
-// count (`from`; all when null) with the first j + 1 terms, intersected as
-// long as at least k remain. A document lacking term t scores at most the
+// over a segment's TermLists (borrowed: they must outlive it). With the
+// terms ordered by their list's bound (largest first), `deep[j]` holds the
+// documents that count (`from`; all when null) with the first j + 1 terms,
+// intersected as long as at least `want` remain. A document lacking term t scores at most the
 // other terms' bounds summed: when that sum is below the threshold, t is
 // required, and the required terms are a prefix of the order.
 class RequiredTerms {
  public:
-  RequiredTerms(const std::vector<const Alt*>& alts, size_t k, const Segment& seg, Norms& norms,
-                const roaring_bitmap_t* from, size_t want) {
-    for (const Alt* a : alts) {
-      const int64_t ti = a->SegScoreTerm(k, 0);
-      if (ti < 0) continue;
-      const TermEntry e = seg.entry(a->field, static_cast<uint32_t>(ti));
-      const uint32_t max_tf = e.whole.max_tf, min_len = e.whole.min_len;  // copies: BlockMax is packed
-      lists_.push_back(List{seg.Postings(a->field, static_cast<uint32_t>(ti)),
-                            ScoreBound(a->weight, a->idf[0], max_tf, min_len, norms.field(a->field).avglen())});
-    }
+  RequiredTerms(const std::vector<TermList>& lists, const roaring_bitmap_t* from, size_t want) {
+    for (const TermList& l : lists) lists_.push_back(List{l.postings.get(), l.bound});
     std::stable_sort(lists_.begin(), lists_.end(), [](const List& x, const List& y) { return x.bound > y.bound; });
     for (const List& l : lists_) {
       const roaring_bitmap_t* prev = deep_.empty() ? from : deep_.back();
       if (prev == nullptr) {  // the first list, borrowed
-        if (roaring_bitmap_get_cardinality(l.postings.get()) < want) break;
-        deep_.push_back(l.postings.get());
+        if (roaring_bitmap_get_cardinality(l.postings) < want) break;
+        deep_.push_back(l.postings);
         continue;
       }
-      Bitmap next(roaring_bitmap_and(prev, l.postings.get()));
+      Bitmap next(roaring_bitmap_and(prev, l.postings));
       if (roaring_bitmap_get_cardinality(next.get()) < want) break;
       owned_.push_back(std::move(next));
       deep_.push_back(owned_.back().get());
@@ -1766,8 +1775,8 @@ class RequiredTerms {
 
  private:
   struct List {
-    ConstBitmap postings;
-    double bound;  // of the whole list
+    const roaring_bitmap_t* postings;  // borrowed from the TermList
+    double bound;                      // of the whole list
   };
   std::vector<List> lists_;
   std::vector<const roaring_bitmap_t*> deep_;
@@ -1781,10 +1790,9 @@ class RequiredTerms {
 // first, which sets the threshold; then only the matches holding the
 // required terms that were not walked yet.
 template <class Walk>
-void WalkRequiredFirst(const std::vector<const Alt*>& alts, size_t k, const Segment& seg, Norms& norms,
-                       const roaring_bitmap_t* final_bm, TopK& top, Walk&& walk) {
+void WalkRequiredFirst(const std::vector<TermList>& lists, const roaring_bitmap_t* final_bm, TopK& top, Walk&& walk) {
   if (roaring_bitmap_get_cardinality(final_bm) < kManyMatches) return walk(final_bm);
-  const RequiredTerms terms(alts, k, seg, norms, final_bm, top.k());
+  const RequiredTerms terms(lists, final_bm, top.k());
   const auto& deep = terms.deep();
   if (deep.empty()) return walk(final_bm);
   walk(deep.back());
@@ -1977,19 +1985,17 @@ void ConjunctionSegment(const std::vector<const Alt*>& alts, size_t k, const Sna
   // is scored directly, its tf found by rank. So are the sets
   // WalkRequiredFirst picks out of many matches when they are much
   // sparser than the postings, which the windows would decode in full.
+  const std::vector<TermList> lists = TermLists(alts, k, seg, norms);
   uint64_t max_blocks = 0, postings = 0;
-  for (const Alt* a : alts) {
-    const int64_t ti = a->SegScoreTerm(k, 0);
-    if (ti < 0) continue;
-    const uint32_t df = seg.entry(a->field, static_cast<uint32_t>(ti)).doc_freq;
-    max_blocks = std::max(max_blocks, BlockCount(df));
-    postings += df;
+  for (const TermList& l : lists) {
+    max_blocks = std::max(max_blocks, BlockCount(l.e.doc_freq));
+    postings += l.e.doc_freq;
   }
   const bool many = roaring_bitmap_get_cardinality(final_bm) >= kManyMatches;
-  WalkRequiredFirst(alts, k, seg, norms, final_bm, top, [&](const roaring_bitmap_t* docs) {
+  WalkRequiredFirst(lists, final_bm, top, [&](const roaring_bitmap_t* docs) {
     const uint64_t n = roaring_bitmap_get_cardinality(docs);
     if (n <= max_blocks || (many && SparseBesidePostings(n, postings)))
-      ScoreByRank(alts, k, seg, norms, docs, top);
+      ScoreByRank(lists, k, seg, norms, docs, top);
     else
       ConjunctionWindows(alts, k, seg, norms, docs, top);
   });
@@ -2021,7 +2027,8 @@ void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snaps
     return MaxScoreSegment(flat, k, snap, norms, check, top);
   std::vector<const Alt*> alts;
   for (const FlatTerm& f : flat) alts.push_back(f.alt);
-  const RequiredTerms terms(alts, k, seg, norms, check, top.k());
+  const std::vector<TermList> lists = TermLists(alts, k, seg, norms);
+  const RequiredTerms terms(lists, check, top.k());
   const auto& deep = terms.deep();
   // Without an intersection, MaxScore's essential lists do as well; when
   // scoring it by rank would read most of the postings (one field of
@@ -2036,13 +2043,13 @@ void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snaps
                             &past))
     roaring_bitmap_remove_range_closed(sample.get(), past, UINT32_MAX);
   TopK seeds(top.k());
-  ScoreByRank(alts, k, seg, norms, sample.get(), seeds);
+  ScoreByRank(lists, k, seg, norms, sample.get(), seeds);
   top.RaiseFloor(seeds.threshold());
   const size_t required = terms.Required(top.threshold());
   if (required == 0) return MaxScoreSegment(flat, k, snap, norms, check, top);
   const roaring_bitmap_t* docs = deep[std::min(required, deep.size()) - 1];
   if (SparseBesidePostings(roaring_bitmap_get_cardinality(docs), postings))
-    ScoreByRank(alts, k, seg, norms, docs, top);
+    ScoreByRank(lists, k, seg, norms, docs, top);
   else
     MaxScoreSegment(flat, k, snap, norms, docs, top);
 }

@@ -1219,8 +1219,7 @@ TermEntry Segment::entry(uint32_t f, uint32_t i) const {
 
 const char* Segment::FrozenBitmap(const TermEntry& e) const { return base() + BitmapOffset(e); }
 
-ConstBitmap Segment::Postings(uint32_t f, uint32_t i) const {
-  const TermEntry e = entry(f, i);
+ConstBitmap Segment::Postings(const TermEntry& e) const {
   if (e.bitmap_len > 0) return ConstBitmap(roaring_bitmap_frozen_view(FrozenBitmap(e), e.bitmap_len));
   return ConstBitmap(ShortListBitmap(ParseShortDocs(PositionsStart(e) + e.pos_len, base())));
 }

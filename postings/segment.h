@@ -451,7 +451,9 @@ class Segment {
   // in one allocation (as a frozen view costs). Readers that only walk the
   // doc numbers in order should use DocReader, which allocates nothing for
   // short lists.
-  ConstBitmap Postings(uint32_t f, uint32_t i) const;
+  ConstBitmap Postings(uint32_t f, uint32_t i) const { return Postings(entry(f, i)); }
+  // The same for a list whose entry the caller decoded already.
+  ConstBitmap Postings(const TermEntry& e) const;
   // Calls fn(doc) for every posting of the list `e` (from entry()), in
   // order, building no bitmap (defined after DocReader, below).
   template <typename F>
