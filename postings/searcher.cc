@@ -500,25 +500,8 @@ class Compiler {
 
   void SetIdf(Alt& a, const std::vector<uint64_t>& df) {
     const double N = static_cast<double>(snap_.with_tokens[a.field]);
-    auto idf = [N](uint64_t n) { return std::log(1.0 + (N - n + 0.5) / (n + 0.5)); };
-    // Most terms of an expansion are rare: their idf is computed once per
-    // document frequency below kSmall (a log costs ~20 ns; a prefix
-    // matches hundreds of terms).
-    constexpr uint64_t kSmall = 64;
-    double small[kSmall];
-    uint64_t known = 0;  // bit n: small[n] is set
     a.idf.reserve(df.size());
-    for (uint64_t n : df) {
-      if (n >= kSmall) {
-        a.idf.push_back(idf(n));
-        continue;
-      }
-      if ((known >> n & 1) == 0) {
-        small[n] = idf(n);
-        known |= uint64_t{1} << n;
-      }
-      a.idf.push_back(small[n]);
-    }
+    for (uint64_t n : df) a.idf.push_back(std::log(1.0 + (N - n + 0.5) / (n + 0.5)));
   }
 
   // Resolves a's terms in every segment and computes their idf.
