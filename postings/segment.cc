@@ -297,24 +297,6 @@ uint64_t BitmapOffset(const TermEntry& e) {
   return (tables_end + 31) / 32 * 32;
 }
 
-// A short list's doc numbers (format above): chunks of equal high 16
-// bits, each a (key, count) pair of varints, then the low 16 bits of every
-// doc number at an even file offset.
-struct ShortDocs {
-  uint32_t chunks;
-  const uint8_t* pairs;  // the (key, count) varints
-  const uint16_t* lows;
-};
-ShortDocs ParseShortDocs(const uint8_t* p, const char* file_base) {
-  ShortDocs d;
-  p = GetVarint(p, &d.chunks);
-  d.pairs = p;
-  p = SkipVarints(p, 2 * size_t{d.chunks});
-  p += (p - reinterpret_cast<const uint8_t*>(file_base)) % 2;
-  d.lows = reinterpret_cast<const uint16_t*>(p);
-  return d;
-}
-
 // Whether the list at `off` lies within the first `size` bytes of the file
 // at `b`: its header, arrays and bitmap (a short list's chunk pairs take at
 // least 4 bytes, its u16 low halves 2 per document).

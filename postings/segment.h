@@ -131,6 +131,24 @@ struct NumEntry {
 // are written directly, without building a bitmap.
 void AppendFrozenBitmap(std::string& out, std::span<const uint32_t> docs);
 
+// A short list's doc numbers (segment.cc has the format): chunks of equal
+// high 16 bits, each a (key, count) pair of varints, then the low 16 bits
+// of every doc number at an even file offset.
+struct ShortDocs {
+  uint32_t chunks;
+  const uint8_t* pairs;  // the (key, count) varints
+  const uint16_t* lows;
+};
+inline ShortDocs ParseShortDocs(const uint8_t* p, const char* file_base) {
+  ShortDocs d;
+  p = GetVarint(p, &d.chunks);
+  d.pairs = p;
+  p = SkipVarints(p, 2 * size_t{d.chunks});
+  p += (p - reinterpret_cast<const uint8_t*>(file_base)) % 2;
+  d.lows = reinterpret_cast<const uint16_t*>(p);
+  return d;
+}
+
 // Whether ForEachFrozen reads this CRoaring's frozen layout exactly as the
 // library does: checked once per process on arrays, runs, bitsets and
 // several chunks (segment.cc), so that another library version falls back
@@ -588,12 +606,27 @@ class DocReader {
   roaring_uint32_iterator_t it_;
 };
 
-// A long list is read in place from its frozen bytes (ForEachFrozen: no
-// view, no allocation; unless the reader disagrees with this library), a
-// short one through DocReader.
+// Both kinds of list are read in place: a short one chunk by chunk from
+// its varints (a prefix's expansion reads hundreds of them: no reader, no
+// copy), a long one from its frozen bytes (ForEachFrozen: no view, no
+// allocation; unless the reader disagrees with this library, when
+// DocReader reads it through the library's view).
 template <typename F>
 void Segment::ForEachDoc(const TermEntry& e, F&& fn) const {
-  if (e.bitmap_len > 0 && FrozenReaderAgrees()) {
+  if (e.bitmap_len == 0) {
+    const ShortDocs d = ParseShortDocs(PositionsStart(e) + e.pos_len, base());
+    const uint8_t* p = d.pairs;
+    const uint16_t* low = d.lows;
+    for (uint32_t c = 0; c < d.chunks; ++c) {
+      uint32_t key, count;
+      p = GetVarint(p, &key);
+      p = GetVarint(p, &count);
+      const uint32_t high = key << 16;
+      for (const uint16_t* end = low + count; low != end; ++low) fn(high | *low);
+    }
+    return;
+  }
+  if (FrozenReaderAgrees()) {
     ForEachFrozen(FrozenBitmap(e), e.bitmap_len, fn);
     return;
   }
