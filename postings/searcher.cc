@@ -2057,13 +2057,22 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
   static thread_local std::vector<uint64_t> seen, mask;
   if (acc.size() < n) acc.resize(n, 0.0);
   seen.assign(words, 0);
+  // An expansion's terms come an Alt (a field) at a time: its field's
+  // norms and lengths are looked up once, not once per list.
+  const Alt* field_of = nullptr;
+  FieldNorms* field_norms = nullptr;
+  const uint32_t* lens = nullptr;
   for (const FlatTerm& t : flat) {
     const int64_t ti = t.SegTerm(k);
     if (ti < 0) continue;
     const Alt& a = *t.alt;
-    FieldNorms& norm = norms.field(a.field);
+    if (field_of == nullptr || field_of->field != a.field) {
+      field_of = &a;
+      field_norms = &norms.field(a.field);
+      lens = seg.lengths(a.field);
+    }
+    FieldNorms& norm = *field_norms;
     const double weight = a.weight, idf = t.idf();
-    const uint32_t* lens = seg.lengths(a.field);
     const TermEntry e = seg.entry(a.field, static_cast<uint32_t>(ti));  // decoded once for both
     const TfArray tfs = seg.Tfs(e);
     // Captures by value: the stores cannot then alias what it reads (the
