@@ -463,17 +463,27 @@ class Compiler {
         head[k] = at[k] < f.terms.size() ? snap_.segments[k].segment->term(slot, f.terms[at[k]]) : std::string_view();
       };
       for (size_t k = 0; k < ns; ++k) advance(k);
+      std::vector<char> has(ns);  // whether segment k's head is the least term
       for (;;) {
+        // One comparison per segment: a head equal to the least so far
+        // joins it, a smaller one starts over.
         std::string_view least;
-        for (size_t k = 0; k < ns; ++k)
-          if (head[k].data() != nullptr && (least.data() == nullptr || head[k] < least)) least = head[k];
+        for (size_t k = 0; k < ns; ++k) {
+          has[k] = false;
+          if (head[k].data() == nullptr) continue;
+          const int c = least.data() == nullptr ? -1 : head[k].compare(least);
+          if (c < 0) {
+            std::fill_n(has.begin(), k, false);
+            least = head[k];
+          }
+          has[k] = c <= 0;
+        }
         if (least.data() == nullptr) break;
         a.terms.emplace_back(least);
         uint64_t n = 0;
         for (size_t k = 0; k < ns; ++k) {
-          const bool has = head[k].data() != nullptr && head[k] == least;
-          index.push_back(has ? static_cast<int64_t>(seg_found[k].terms[at[k]]) : -1);
-          if (!has) continue;
+          index.push_back(has[k] ? static_cast<int64_t>(seg_found[k].terms[at[k]]) : -1);
+          if (!has[k]) continue;
           n += seg_found[k].df[at[k]++];
           advance(k);
         }
@@ -490,7 +500,7 @@ class Compiler {
 
   // Documents of segment s that contain term ti of field f and are live.
   static uint64_t LiveDocFreq(const SegmentState& s, uint32_t f, uint32_t ti) {
-    uint64_t n = s.segment->entry(f, ti).doc_freq;
+    uint64_t n = s.segment->doc_freq(f, ti);
     if (s.deleted_count > 0) {
       auto bm = s.segment->Postings(f, ti);
       n -= roaring_bitmap_and_cardinality(bm.get(), s.deleted.get());
@@ -540,7 +550,7 @@ class PostingCursor {
   PostingCursor(const Segment& seg, uint32_t field, uint32_t ti) {
     bm_ = seg.Postings(field, ti);
     blocks_ = seg.Blocks(field, ti, whole_);
-    df_ = seg.entry(field, ti).doc_freq;
+    df_ = seg.doc_freq(field, ti);
     nblocks_ = static_cast<uint32_t>(BlockCount(df_));
     tfs_ = seg.Tfs(field, ti);
     roaring_init_iterator(bm_.get(), &it_);
@@ -1537,7 +1547,7 @@ void MaxScoreSegment(const std::vector<FlatTerm>& flat, size_t k, const Snapshot
     t.lens = seg.lengths(a.field);
     t.order = o;
     t.ub = 0;
-    const uint64_t nb = BlockCount(seg.entry(a.field, static_cast<uint32_t>(ti)).doc_freq);
+    const uint64_t nb = BlockCount(seg.doc_freq(a.field, static_cast<uint32_t>(ti)));
     for (uint32_t b = 0; b < nb; ++b) t.ub = std::max(t.ub, BlockBound(t.weight, t.idf, t.blocks[b], t.avg));
     ts.push_back(std::move(t));
   }
@@ -2000,7 +2010,7 @@ void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snaps
     if (f.alt->any) return MaxScoreSegment(flat, k, snap, norms, check, top);  // an expansion
     const int64_t ti = f.SegTerm(k);
     if (ti < 0) continue;
-    const uint32_t df = seg.entry(f.alt->field, static_cast<uint32_t>(ti)).doc_freq;
+    const uint32_t df = seg.doc_freq(f.alt->field, static_cast<uint32_t>(ti));
     max_df = std::max<uint64_t>(max_df, df);
     postings += df;
   }

@@ -460,6 +460,13 @@ class Segment {
   // Term i's posting list, decoded from its header (a few varints: cheap,
   // but a loop over one list should decode it once).
   TermEntry entry(uint32_t f, uint32_t i) const;
+  // Its doc_freq alone: the header's first varint (a prefix's expansion
+  // reads it for hundreds of terms, and nothing else of most headers).
+  uint32_t doc_freq(uint32_t f, uint32_t i) const {
+    uint32_t df;
+    GetVarint(reinterpret_cast<const uint8_t*>(base() + text_[f].list_offs[i]), &df);
+    return df;
+  }
   // Index of `term` in field f's sorted dictionary, or -1.
   int64_t FindTerm(uint32_t f, std::string_view term) const;
   // First index whose term is >= `term`.
