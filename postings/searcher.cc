@@ -123,23 +123,65 @@ double Bm25(double idf, uint32_t tf, uint32_t len, double avglen) {
 // A text field's average length (over live documents, at query time) and
 // its LengthNorm memoized for lengths below kMemoLengths: a query that
 // scores many postings of the field divides once per distinct length, not
-// once per posting. Per search, single-threaded.
+// once per posting. Single-threaded. The memo is taken from the thread's
+// pool and given back: the next search of the same field in the same
+// snapshot (the same average) finds its norms computed, and no search
+// allocates or clears 8 KB per field.
 class FieldNorms {
  public:
   static constexpr uint32_t kMemoLengths = 1024;
-  explicit FieldNorms(double avglen) : avg_(avglen), memo_(kMemoLengths, -1.0) {}
+  explicit FieldNorms(double avglen) : avg_(avglen), memo_(TakeMemo(avglen)) {}
+  ~FieldNorms() {
+    if (pool.size() < kPoolSize) pool.push_back(std::move(memo_));
+  }
+  FieldNorms(const FieldNorms&) = delete;
+  FieldNorms& operator=(const FieldNorms&) = delete;
   double avglen() const { return avg_; }
   double operator()(uint32_t len) {
     if (len >= kMemoLengths) return LengthNorm(len, avg_);
-    double& n = memo_[len];
+    double& n = memo_->norms[len];
     if (n < 0) n = LengthNorm(len, avg_);  // a norm is >= k1 * (1 - b) > 0
     return n;
   }
 
  private:
+  struct Memo {
+    double avglen;
+    double norms[kMemoLengths];  // -1: not computed yet
+  };
+  // Enough for every field a search has in use at once (its own norms and
+  // those of its segments' pieces), over a few fields.
+  static constexpr size_t kPoolSize = 16;
+  static thread_local std::vector<std::unique_ptr<Memo>> pool;
+
+  // A memo of `avglen`'s norms: the pool's own if it has one (compared
+  // bit for bit; a norm depends on nothing else, so any field with that
+  // average may share it), else one cleared for it.
+  static std::unique_ptr<Memo> TakeMemo(double avglen) {
+    if (pool.capacity() < kPoolSize) pool.reserve(kPoolSize);  // the destructor's push_back cannot throw
+    std::unique_ptr<Memo> m;
+    for (auto& p : pool) {
+      if (std::memcmp(&p->avglen, &avglen, sizeof avglen) != 0) continue;
+      std::swap(p, pool.back());
+      m = std::move(pool.back());
+      pool.pop_back();
+      return m;
+    }
+    if (pool.empty()) {
+      m = std::make_unique<Memo>();
+    } else {
+      m = std::move(pool.back());
+      pool.pop_back();
+    }
+    m->avglen = avglen;
+    std::fill_n(m->norms, kMemoLengths, -1.0);
+    return m;
+  }
+
   double avg_;
-  std::vector<double> memo_;
+  std::unique_ptr<Memo> memo_;
 };
+thread_local std::vector<std::unique_ptr<FieldNorms::Memo>> FieldNorms::pool;
 
 // One FieldNorms per text field of the snapshot, made at first use.
 class Norms {
