@@ -130,17 +130,17 @@ double Bm25(double idf, uint32_t tf, uint32_t len, double avglen) {
 class FieldNorms {
  public:
   static constexpr uint32_t kMemoLengths = 1024;
-  explicit FieldNorms(double avglen) : avg_(avglen), memo_(TakeMemo(avglen)) {}
+  explicit FieldNorms(double avglen) : memo_(TakeMemo(avglen)) {}
   ~FieldNorms() {
     if (pool.size() < kPoolSize) pool.push_back(std::move(memo_));
   }
   FieldNorms(const FieldNorms&) = delete;
   FieldNorms& operator=(const FieldNorms&) = delete;
-  double avglen() const { return avg_; }
+  double avglen() const { return memo_->avglen; }
   double operator()(uint32_t len) {
-    if (len >= kMemoLengths) return LengthNorm(len, avg_);
+    if (len >= kMemoLengths) return LengthNorm(len, memo_->avglen);
     double& n = memo_->norms[len];
-    if (n < 0) n = LengthNorm(len, avg_);  // a norm is >= k1 * (1 - b) > 0
+    if (n < 0) n = LengthNorm(len, memo_->avglen);  // a norm is >= k1 * (1 - b) > 0
     return n;
   }
 
@@ -156,29 +156,29 @@ class FieldNorms {
 
   // A memo of `avglen`'s norms: the pool's own if it has one (compared
   // bit for bit; a norm depends on nothing else, so any field with that
-  // average may share it), else one cleared for it.
+  // average may share it), else the last one given back, or a new one,
+  // cleared for it.
   static std::unique_ptr<Memo> TakeMemo(double avglen) {
     if (pool.capacity() < kPoolSize) pool.reserve(kPoolSize);  // the destructor's push_back cannot throw
+    const auto same = std::find_if(pool.begin(), pool.end(), [avglen](const std::unique_ptr<Memo>& m) {
+      return std::memcmp(&m->avglen, &avglen, sizeof avglen) == 0;
+    });
+    const bool computed = same != pool.end();
+    if (computed) std::iter_swap(same, pool.end() - 1);
     std::unique_ptr<Memo> m;
-    for (auto& p : pool) {
-      if (std::memcmp(&p->avglen, &avglen, sizeof avglen) != 0) continue;
-      std::swap(p, pool.back());
-      m = std::move(pool.back());
-      pool.pop_back();
-      return m;
-    }
     if (pool.empty()) {
       m = std::make_unique<Memo>();
     } else {
       m = std::move(pool.back());
       pool.pop_back();
     }
-    m->avglen = avglen;
-    std::fill_n(m->norms, kMemoLengths, -1.0);
+    if (!computed) {
+      m->avglen = avglen;
+      std::fill_n(m->norms, kMemoLengths, -1.0);
+    }
     return m;
   }
 
-  double avg_;
   std::unique_ptr<Memo> memo_;
 };
 thread_local std::vector<std::unique_ptr<FieldNorms::Memo>> FieldNorms::pool;
@@ -187,13 +187,14 @@ thread_local std::vector<std::unique_ptr<FieldNorms::Memo>> FieldNorms::pool;
 class Norms {
  public:
   explicit Norms(const Snapshot& snap) : snap_(snap), fields_(snap.sum_len.size()) {}
-  FieldNorms& field(uint32_t f) {
-    if (!fields_[f])
-      fields_[f] = std::make_unique<FieldNorms>(static_cast<double>(snap_.sum_len[f]) / snap_.with_tokens[f]);
-    return *fields_[f];
-  }
+  // Inline where the norms exist already: scoring loops ask per list.
+  FieldNorms& field(uint32_t f) { return fields_[f] ? *fields_[f] : Make(f); }
 
  private:
+  [[gnu::noinline]] FieldNorms& Make(uint32_t f) {
+    fields_[f] = std::make_unique<FieldNorms>(static_cast<double>(snap_.sum_len[f]) / snap_.with_tokens[f]);
+    return *fields_[f];
+  }
   const Snapshot& snap_;
   std::vector<std::unique_ptr<FieldNorms>> fields_;
 };
@@ -2109,22 +2110,13 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
   static thread_local std::vector<uint64_t> seen, mask;
   if (acc.size() < n) acc.resize(n, 0.0);
   seen.assign(words, 0);
-  // An expansion's terms come an Alt (a field) at a time: its field's
-  // norms and lengths are looked up once, not once per list.
-  const Alt* field_of = nullptr;
-  FieldNorms* field_norms = nullptr;
-  const uint32_t* lens = nullptr;
   for (const FlatTerm& t : flat) {
     const int64_t ti = t.SegTerm(k);
     if (ti < 0) continue;
     const Alt& a = *t.alt;
-    if (field_of == nullptr || field_of->field != a.field) {
-      field_of = &a;
-      field_norms = &norms.field(a.field);
-      lens = seg.lengths(a.field);
-    }
-    FieldNorms& norm = *field_norms;
+    FieldNorms& norm = norms.field(a.field);
     const double weight = a.weight, idf = t.idf();
+    const uint32_t* lens = seg.lengths(a.field);
     const TermEntry e = seg.entry(a.field, static_cast<uint32_t>(ti));  // decoded once for both
     const TfArray tfs = seg.Tfs(e);
     // Captures by value: the stores cannot then alias what it reads (the
