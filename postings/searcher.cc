@@ -591,11 +591,12 @@ class Compiler {
 class PostingCursor {
  public:
   PostingCursor(const Segment& seg, uint32_t field, uint32_t ti) {
-    bm_ = seg.Postings(field, ti);
-    blocks_ = seg.Blocks(field, ti, whole_);
-    df_ = seg.doc_freq(field, ti);
+    const TermEntry e = seg.entry(field, ti);  // decoded once for all four
+    bm_ = seg.Postings(e);
+    blocks_ = seg.Blocks(e, whole_);
+    df_ = e.doc_freq;
     nblocks_ = static_cast<uint32_t>(BlockCount(df_));
-    tfs_ = seg.Tfs(field, ti);
+    tfs_ = seg.Tfs(e);
     roaring_init_iterator(bm_.get(), &it_);
     LoadBlock(0);
   }

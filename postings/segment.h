@@ -520,8 +520,8 @@ class Segment {
   // The list's BlockMax per block of kPostingBlock postings. A short list
   // has one, stored in its header: it is copied to `whole` and &whole is
   // returned (valid while `whole` is); a longer list's are in the file.
-  const BlockMax* Blocks(uint32_t f, uint32_t i, BlockMax& whole) const {
-    const TermEntry e = entry(f, i);
+  const BlockMax* Blocks(uint32_t f, uint32_t i, BlockMax& whole) const { return Blocks(entry(f, i), whole); }
+  const BlockMax* Blocks(const TermEntry& e, BlockMax& whole) const {
     if (e.bitmap_len == 0) {
       whole = e.whole;
       return &whole;
