@@ -680,9 +680,13 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
         const uint32_t ti = cursor[k]++;
         const TermEntry e = seg.entry(f, ti);
         docs.resize(e.doc_freq);
-        DocReader reader(seg, e);  // the entry decoded once, for both
-        if (reader.Read(docs.data(), e.doc_freq) != e.doc_freq) return Status::Corruption("bad posting list in segment");
-        const TfArray tfs = reader.tfs();
+        uint32_t read = 0;
+        seg.ForEachDoc(e, [&](uint32_t d) {
+          if (read < e.doc_freq) docs[read] = d;
+          ++read;
+        });
+        if (read != e.doc_freq) return Status::Corruption("bad posting list in segment");
+        const TfArray tfs = seg.Tfs(e);
         const uint8_t* p = seg.PositionsStart(e);
         const size_t pos_len = e.pos_len;
         out_tfs.resize(e.doc_freq);

@@ -1206,38 +1206,6 @@ ConstBitmap Segment::Postings(const TermEntry& e) const {
   return ConstBitmap(ShortListBitmap(ParseShortDocs(PositionsStart(e) + e.pos_len, base())));
 }
 
-DocReader::DocReader(const Segment& seg, const TermEntry& e) {
-  doc_freq_ = e.doc_freq;
-  tfs_ = seg.Tfs(e);
-  if (e.bitmap_len == 0) {
-    const ShortDocs d = ParseShortDocs(seg.PositionsStart(e) + e.pos_len, seg.base());
-    pairs_ = d.pairs;
-    lows_ = d.lows;
-    return;
-  }
-  bm_.reset(roaring_bitmap_frozen_view(seg.FrozenBitmap(e), e.bitmap_len));
-  roaring_init_iterator(bm_.get(), &it_);
-}
-
-uint32_t DocReader::Read(uint32_t* out, uint32_t n) {
-  if (bm_) return roaring_read_uint32_iterator(&it_, out, n);
-  uint32_t got = 0;
-  while (got < n && read_ < doc_freq_) {
-    if (in_chunk_ == 0) {
-      uint32_t key;
-      pairs_ = GetVarint(pairs_, &key);
-      pairs_ = GetVarint(pairs_, &in_chunk_);
-      high_ = key << 16;
-    }
-    const uint32_t k = std::min(n - got, in_chunk_);
-    for (uint32_t x = 0; x < k; ++x) out[got + x] = high_ | lows_[read_ + x];
-    got += k;
-    read_ += k;
-    in_chunk_ -= k;
-  }
-  return got;
-}
-
 void Segment::Positions(uint32_t f, uint32_t i, uint32_t rank, std::vector<uint32_t>& out) const {
   const TermEntry e = entry(f, i);
   const TfArray tfs = Tfs(e);

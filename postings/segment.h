@@ -474,13 +474,12 @@ class Segment {
   // Term i's doc numbers as a roaring bitmap: a frozen view of a long
   // list's bitmap, or, for a short list, a bitmap built from its varints
   // in one allocation (as a frozen view costs). Readers that only walk the
-  // doc numbers in order should use DocReader, which allocates nothing for
-  // short lists.
+  // doc numbers in order should use ForEachDoc, which allocates nothing.
   ConstBitmap Postings(uint32_t f, uint32_t i) const { return Postings(entry(f, i)); }
   // The same for a list whose entry the caller decoded already.
   ConstBitmap Postings(const TermEntry& e) const;
   // Calls fn(doc) for every posting of the list `e` (from entry()), in
-  // order, building no bitmap (defined after DocReader, below).
+  // order, building no bitmap (defined below).
   template <typename F>
   void ForEachDoc(const TermEntry& e, F&& fn) const;
   // Sets the bit of every document of the list in `words`, a dense bitset
@@ -548,7 +547,6 @@ class Segment {
   bool has_residuals(uint32_t n) const { return numeric_[n].has_residuals; }
 
  private:
-  friend class DocReader;
   explicit Segment(MappedFile f) : file_(std::move(f)) {}
   const char* base() const { return file_.data(); }
   struct TextField {
@@ -580,44 +578,11 @@ class Segment {
   std::vector<NumericField> numeric_;
 };
 
-// Reads one posting list's doc numbers in increasing order into a caller's
-// buffer, a chunk at a time, for every list representation: a short
-// list's varints are decoded in place (nothing allocated, no bitmap
-// built); a long list is iterated through a frozen view of its bitmap. The
-// segment is borrowed and must outlive the reader. Not thread-safe (one
-// reader per thread; the segment itself is shared freely).
-class DocReader {
- public:
-  DocReader(const Segment& seg, uint32_t f, uint32_t i) : DocReader(seg, seg.entry(f, i)) {}
-  // For a list whose entry the caller decoded already.
-  DocReader(const Segment& seg, const TermEntry& e);
-  // Writes the next min(n, left) doc numbers to out[0..) and returns how
-  // many; 0 once every doc number was read. n > 0.
-  uint32_t Read(uint32_t* out, uint32_t n);
-  // The list's length (all postings, read or not).
-  uint32_t doc_freq() const { return doc_freq_; }
-  // Its term frequencies by rank (the k-th doc number read has tfs()[k]),
-  // so that one header decode serves both.
-  TfArray tfs() const { return tfs_; }
-
- private:
-  uint32_t doc_freq_ = 0;
-  TfArray tfs_;
-  // Short lists: the next (key, count) varints, the low halves, how many
-  // were read, how many are left in the current chunk and its high bits.
-  const uint8_t* pairs_ = nullptr;
-  const uint16_t* lows_ = nullptr;
-  uint32_t read_ = 0, in_chunk_ = 0, high_ = 0;
-  // Long lists.
-  ConstBitmap bm_;
-  roaring_uint32_iterator_t it_;
-};
-
 // Both kinds of list are read in place: a short one chunk by chunk from
 // its varints (a prefix's expansion reads hundreds of them: no reader, no
 // copy), a long one from its frozen bytes (ForEachFrozen: no view, no
-// allocation; unless the reader disagrees with this library, when
-// DocReader reads it through the library's view).
+// allocation; unless the reader disagrees with this library, when the
+// library's iterator reads it through a view).
 template <typename F>
 void Segment::ForEachDoc(const TermEntry& e, F&& fn) const {
   if (e.bitmap_len == 0) {
@@ -637,10 +602,10 @@ void Segment::ForEachDoc(const TermEntry& e, F&& fn) const {
     ForEachFrozen(FrozenBitmap(e), e.bitmap_len, fn);
     return;
   }
-  DocReader reader(*this, e);
-  uint32_t buf[256];
-  while (const uint32_t n = reader.Read(buf, 256))
-    for (uint32_t j = 0; j < n; ++j) fn(buf[j]);
+  const ConstBitmap view = Postings(e);
+  roaring_uint32_iterator_t it;
+  roaring_init_iterator(view.get(), &it);
+  for (; it.has_value; roaring_advance_uint32_iterator(&it)) fn(it.current_value);
 }
 
 inline void Segment::MarkDocs(const TermEntry& e, std::span<uint64_t> words) const {
