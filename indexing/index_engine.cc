@@ -26,6 +26,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "common/faults.h"
 #include "common/listener_set.h"
 #include "indexing/error_log.h"
 #include "indexing/index_kind.h"
@@ -284,8 +285,11 @@ class IndexSlot {
         indexed_etag_.store(0, std::memory_order_release);
         lock.unlock();
         on_progress_(name_, 0);
-        Status s = kind_->Clear();
-        error_log_.Clear();
+        Status s = Guarded([&] {
+          Status cleared = kind_->Clear();
+          error_log_.Clear();
+          return cleared;
+        });
         lock.lock();
         ++resets_done_;
         cv_.notify_all();  // RequestReset waits for this
@@ -302,14 +306,32 @@ class IndexSlot {
       if (paused_) continue;
       working_ = true;
       lock.unlock();
-      RunBatch();
+      Status fault = Guarded([&] {
+        RunBatch();
+        return Status::Ok();
+      });
       lock.lock();
       working_ = false;
+      if (!fault.ok()) Fail(fault.message());
       cv_.notify_all();  // a Pause may be waiting for this batch
       if (!failure_.empty()) {
         // Back off, interruptibly, before retrying a failing batch.
         cv_.wait_until(lock, retry_at_, [&] { return stop_ || reset_requested_; });
       }
+    }
+  }
+
+  // Runs `work` (mu_ not held), turning an exception that escapes it
+  // into an error Status: the index goes to `error` and retries later,
+  // and the process goes on (common/faults.h).
+  template <class F>
+  Status Guarded(F&& work) {
+    try {
+      return work();
+    } catch (...) {
+      std::string what = "internal error: " + CurrentExceptionText();
+      RecordInternalError(FaultSite::kIndexWorker, "index " + name_ + ": " + what);
+      return Status::Internal(std::move(what));
     }
   }
 

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <map>
 
+#include "common/exact_json.h"
 #include "mapreduce/format.h"
 
 namespace corvid::mapreduce {
@@ -15,6 +16,9 @@ namespace {
 constexpr size_t kValueBufBytes = 64 * 1024;
 constexpr size_t kStackBufBytes = 16 * 1024;
 constexpr size_t kMaxEntriesPerDoc = 10000;
+// Map names, groupBy names and reducers, each: every reducer costs every
+// row and every map entry (definitions are hand-written and small).
+constexpr size_t kMaxNames = 256;
 
 bool IsIdentifier(std::string_view s) {
   if (s.empty()) return false;
@@ -90,6 +94,7 @@ Result<std::shared_ptr<const DefinitionImpl>> DefinitionImpl::CompileImpl(std::s
   auto map = d.FindMember("map");
   if (map == d.MemberEnd() || !map->value.IsObject() || map->value.MemberCount() == 0)
     return Invalid("map", "must be a non-empty object of name -> expression");
+  if (map->value.MemberCount() > kMaxNames) return Invalid("map", "more than " + std::to_string(kMaxNames) + " names");
   for (auto m = map->value.MemberBegin(); m != map->value.MemberEnd(); ++m) {
     std::string name(m->name.GetString(), m->name.GetStringLength());
     std::string field = "map." + name;
@@ -108,6 +113,7 @@ Result<std::shared_ptr<const DefinitionImpl>> DefinitionImpl::CompileImpl(std::s
   // groupBy
   auto group = d.FindMember("groupBy");
   if (group == d.MemberEnd() || !group->value.IsArray()) return Invalid("groupBy", "must be an array of map names");
+  if (group->value.Size() > kMaxNames) return Invalid("groupBy", "more than " + std::to_string(kMaxNames) + " names");
   for (rapidjson::SizeType k = 0; k < group->value.Size(); ++k) {
     const auto& g = group->value[k];
     std::string field = "groupBy[" + std::to_string(k) + "]";
@@ -129,6 +135,8 @@ Result<std::shared_ptr<const DefinitionImpl>> DefinitionImpl::CompileImpl(std::s
   auto reduce = d.FindMember("reduce");
   if (reduce == d.MemberEnd() || !reduce->value.IsObject() || reduce->value.MemberCount() == 0)
     return Invalid("reduce", "must be a non-empty object of name -> reducer");
+  if (reduce->value.MemberCount() > kMaxNames)
+    return Invalid("reduce", "more than " + std::to_string(kMaxNames) + " reducers");
   for (auto m = reduce->value.MemberBegin(); m != reduce->value.MemberEnd(); ++m) {
     std::string name(m->name.GetString(), m->name.GetStringLength());
     std::string field = "reduce." + name;
@@ -261,10 +269,10 @@ bool DefinitionImpl::MapDocument(std::string_view json, MapScratch& s, MappedDoc
   s.value_pool_.Clear();
   s.stack_pool_.Clear();
   MapScratch::Doc doc(&s.value_pool_, 1024, &s.stack_pool_);
-  doc.Parse<rapidjson::kParseFullPrecisionFlag>(json.data(), json.size());
-  if (doc.HasParseError()) {
-    *error = std::string("invalid JSON (") + rapidjson::GetParseError_En(doc.GetParseError()) + ") at offset " +
-             std::to_string(doc.GetErrorOffset());
+  const rapidjson::ParseResult parsed = ParseWithExactNumbers(doc, json);
+  if (parsed.IsError()) {
+    *error = std::string("invalid JSON (") + rapidjson::GetParseError_En(parsed.Code()) + ") at offset " +
+             std::to_string(parsed.Offset());
     return false;
   }
   bool ok = MapParsed(doc, s, out, error, warning);

@@ -764,10 +764,19 @@ bool ChangeCase(const Node& n, const Value& v, bool upper, EvalContext& ctx, Val
   return true;
 }
 
+// The longest string concat builds: a document asking for more is an
+// index error of its own (checked before the bytes are appended), never a
+// batch that cannot be applied.
+constexpr size_t kMaxConcatBytes = 64 * 1024;
+
 bool AppendConcat(const Node& n, const Value& v, EvalContext& ctx, std::string* s) {
   switch (v.type) {
     case ValueType::kMissing: case ValueType::kNull: return true;
-    case ValueType::kString: s->append(v.s); return true;
+    case ValueType::kString:
+      if (s->size() + v.s.size() > kMaxConcatBytes)
+        return ctx.Fail(n, "concat would build more than " + std::to_string(kMaxConcatBytes) + " bytes");
+      s->append(v.s);
+      return true;
     case ValueType::kBool: case ValueType::kInt: case ValueType::kDouble: AppendJson(v, s); return true;
     default: return ctx.Fail(n, std::string("concat cannot format ") + TypeName(v.type));
   }

@@ -85,7 +85,8 @@ class MapReduceIndexImpl final : public MapReduceIndex {
   Status Clear() override;
   uint64_t RowCount() const override;
   uint64_t DiskBytes() const override;
-  Result<QueryResult> Query(const std::vector<std::pair<std::string, std::string>>& params) const override;
+  Result<QueryResult> Query(const std::vector<std::pair<std::string, std::string>>& params,
+                            size_t max_response_bytes = SIZE_MAX) const override;
 
   // Row layout (format.h "RowValue"): byte offset of each reducer's state.
   size_t row_bytes() const { return row_bytes_; }

@@ -84,7 +84,10 @@ class MapReduceIndex {
   // parameters; minEtag and waitMs are ignored here (the engine handles
   // them). Supported: <group>=v, <group>.gt|gte|lt|lte=v, sort=[-]name[,..],
   // limit, offset, groupLevel=N. Unknown parameters or fields → InvalidArgument.
-  virtual Result<QueryResult> Query(const std::vector<std::pair<std::string, std::string>>& params) const = 0;
+  // Rows that would take more than `max_response_bytes` → TooLarge (the
+  // answer stops growing there).
+  virtual Result<QueryResult> Query(const std::vector<std::pair<std::string, std::string>>& params,
+                                    size_t max_response_bytes = SIZE_MAX) const = 0;
 };
 
 }  // namespace corvid::mapreduce

@@ -211,7 +211,8 @@ Value AvgValue(const SumState& s) {
 
 }  // namespace
 
-Result<QueryResult> MapReduceIndexImpl::Query(const std::vector<std::pair<std::string, std::string>>& params) const {
+Result<QueryResult> MapReduceIndexImpl::Query(const std::vector<std::pair<std::string, std::string>>& params,
+                                              size_t max_response_bytes) const {
   const auto& groups = def_->group_names();
   const auto& reducers = def_->reducers();
   size_t ng = groups.size(), nr = reducers.size();
@@ -467,6 +468,9 @@ Result<QueryResult> MapReduceIndexImpl::Query(const std::vector<std::pair<std::s
       AppendJson(reducer_value(o, r), &js);
     }
     js.push_back('}');
+    if (js.size() > max_response_bytes)
+      return Status::TooLarge("the rows would exceed " + std::to_string(max_response_bytes) +
+                              " bytes; ask for fewer with limit (or page with offset)");
   }
   js.push_back(']');
   return result;

@@ -215,6 +215,9 @@ const FieldDef* SearchDefinitionImpl::Find(std::string_view name) const {
   return &*it;
 }
 
+// Fields (and store paths) in one definition.
+constexpr size_t kMaxFields = 1000;
+
 Result<std::shared_ptr<const SearchDefinition>> SearchDefinition::Compile(std::string_view definition_json) {
   auto r = SearchDefinitionImpl::CompileImpl(definition_json);
   if (!r.ok()) return r.status();
@@ -244,6 +247,10 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
   auto fields = d.FindMember("fields");
   if (fields == d.MemberEnd() || !fields->value.IsObject() || fields->value.MemberCount() == 0)
     return Invalid("fields", "must be a non-empty object of field path -> options");
+  // Each field costs every document and segment lengths and norms; as
+  // Elasticsearch's index.mapping.total_fields.limit.
+  if (fields->value.MemberCount() > kMaxFields)
+    return Invalid("fields", "more than " + std::to_string(kMaxFields) + " fields");
   for (const auto& f : fields->value.GetObject()) {
     FieldDef fd;
     fd.name.assign(f.name.GetString(), f.name.GetStringLength());
@@ -295,6 +302,8 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
   for (size_t i = 1; i < def->fields_.size(); ++i)
     if (def->fields_[i].name == def->fields_[i - 1].name) return Invalid("fields." + def->fields_[i].name, "duplicate field");
   auto store = d.FindMember("store");
+  if (store != d.MemberEnd() && store->value.IsArray() && store->value.Size() > kMaxFields)
+    return Invalid("store", "more than " + std::to_string(kMaxFields) + " paths");
   if (store != d.MemberEnd()) {
     if (store->value.IsString() && std::string_view(store->value.GetString()) == "*") {
       def->store_all_ = true;

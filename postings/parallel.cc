@@ -4,6 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <utility>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -45,6 +47,10 @@ class Helpers {
     for (auto& t : threads_) t.join();
   }
 
+  // A piece that throws does not stop the others (they may be running on
+  // helpers and use the caller's frame): every piece is waited for, and
+  // then the first exception is rethrown on the caller's thread, where the
+  // request's boundary answers it (common/faults.h).
   void Run(size_t n, void (*fn)(void*, size_t), void* ctx) {
     auto serially = [&] {
       for (size_t i = 0; i < n; ++i) fn(ctx, i);
@@ -58,10 +64,11 @@ class Helpers {
     } reset;
     fn_ = fn;
     ctx_ = ctx;
+    error_ = nullptr;
     done_.store(0, std::memory_order_relaxed);
     const uint64_t epoch = Publish(n);
     uint32_t mine = 0;
-    for (size_t i; Claim(epoch, &i); ++mine) fn(ctx, i);
+    for (size_t i; Claim(epoch, &i); ++mine) RunPiece(i);
     // Pieces a helper claimed are running: wait for them.
     for (uint32_t spins = 0; done_.load(std::memory_order_acquire) + mine < n; ++spins) {
       if (spins < 4096)
@@ -69,6 +76,7 @@ class Helpers {
       else
         std::this_thread::yield();
     }
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
 
  private:
@@ -83,6 +91,15 @@ class Helpers {
     word_.store(epoch << 32 | uint64_t{n} << 16, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) word_.notify_all();
     return epoch;
+  }
+
+  void RunPiece(size_t i) noexcept {
+    try {
+      fn_(ctx_, i);
+    } catch (...) {
+      std::lock_guard lock(error_mu_);
+      if (!error_) error_ = std::current_exception();
+    }
   }
 
   bool Claim(uint64_t epoch, size_t* i) {
@@ -121,7 +138,7 @@ class Helpers {
       // fn_ and ctx_ are read only after a claim: the query that owns the
       // claimed piece is waiting for it, so they are its own.
       for (size_t i; Claim(seen, &i);) {
-        fn_(ctx_, i);
+        RunPiece(i);
         done_.fetch_add(1, std::memory_order_release);
       }
     }
@@ -134,6 +151,8 @@ class Helpers {
   std::atomic<bool> stop_{false};
   void (*fn_)(void*, size_t) = nullptr;
   void* ctx_ = nullptr;
+  std::mutex error_mu_;
+  std::exception_ptr error_;  // the first piece's exception this epoch; guarded by error_mu_
   std::vector<std::thread> threads_;
 };
 

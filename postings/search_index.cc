@@ -38,6 +38,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/exact_json.h"
+#include "common/faults.h"
 #include "common/hash.h"
 #include "postings/snapshot.h"
 
@@ -369,8 +371,8 @@ Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std
   pool.Clear();
   json.assign(c.json.data(), c.json.size());
   rapidjson::Document d(&pool);
-  d.ParseInsitu(json.data());
-  if (d.HasParseError() || !d.IsObject()) {
+  const rapidjson::ParseResult parsed = ParseInsituWithExactNumbers(d, json.data());
+  if (parsed.IsError() || !d.IsObject()) {
     errors.push_back(IndexError{c.etag, std::string(c.id), "not a JSON object; document skipped"});
     return Status::Ok();
   }
@@ -565,7 +567,11 @@ void SearchIndexImpl::MergeLoop() {
     merge_wanted_ = false;
     merging_ = true;
     l.unlock();
-    (void)MergeUntilBalanced();  // a failed or cancelled merge only leaves more segments
+    try {
+      (void)MergeUntilBalanced();  // a failed or cancelled merge only leaves more segments
+    } catch (...) {
+      RecordInternalError(FaultSite::kSegmentMerge, CurrentExceptionText());
+    }
     l.lock();
     merging_ = false;
     merge_cv_.notify_all();

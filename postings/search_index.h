@@ -51,6 +51,9 @@ struct SearchRequest {
   // Returns a document's current JSON from the store (for stored fields
   // and highlighting), or nullopt if it is gone.
   std::function<std::optional<std::string>(std::string_view id)> fetch_document;
+  // Hits that would take more than this → TooLarge: the answer stops
+  // growing there rather than be built whole (--max-response-bytes).
+  size_t max_response_bytes = SIZE_MAX;
 };
 
 struct SearchResult {

@@ -40,6 +40,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "common/exact_json.h"
 #include "common/utf8.h"
 #include "postings/fuzzy.h"
 #include "postings/parallel.h"
@@ -316,6 +317,16 @@ bool WildcardMatch(std::string_view pattern, std::string_view term) {
   return p == pattern.size();
 }
 
+// Bounds on what one query may ask for, checked before the memory is
+// spent (docs/http-choices.md): Lucene's maxClauseCount and Elasticsearch's
+// index.max_terms_count in spirit. Terms: every analyzed token of every
+// word and phrase, per field. Expansions: the distinct dictionary terms one
+// prefix, wildcard or fuzzy word expands to in one field. A fuzzy word's
+// length bounds its edit-distance rows (fuzzy.cc).
+constexpr size_t kMaxQueryTerms = 4096;
+constexpr size_t kMaxExpansions = 65536;
+constexpr size_t kMaxFuzzyCodePoints = 256;
+
 class Compiler {
  public:
   Compiler(const Snapshot& snap) : snap_(snap), def_(*snap.def) {}
@@ -408,7 +419,15 @@ class Compiler {
     }
     n->kind = CNode::Kind::kLeaf;
     if (q.kind == K::kPrefix || q.kind == K::kWildcard || q.kind == K::kFuzzy) {
-      Expand(q, fields, boost, *n);  // a word no dictionary has: a leaf that matches nothing
+      if ((terms_ += fields.size()) > kMaxQueryTerms)
+        return Bad("the query has more than " + std::to_string(kMaxQueryTerms) + " terms at offset " +
+                   std::to_string(q.offset));
+      if (q.kind == K::kFuzzy && CountCodePoints(q.text) > kMaxFuzzyCodePoints)
+        return Bad("a fuzzy word may have at most " + std::to_string(kMaxFuzzyCodePoints) +
+                   " characters at offset " + std::to_string(q.offset));
+      if (!Expand(q, fields, boost, *n))  // a word no dictionary has: a leaf that matches nothing
+        return Bad("'" + std::string(Utf8Prefix(q.text, 100)) + "' expands to more than " +
+                   std::to_string(kMaxExpansions) + " terms in one field at offset " + std::to_string(q.offset));
       if (fields.empty()) n->kind = CNode::Kind::kDropped;
       return n;
     }
@@ -426,6 +445,9 @@ class Compiler {
       const VectorSink& sink = same->second;
       if (sink.terms.empty()) continue;
       any_tokens = true;
+      if ((terms_ += sink.terms.size()) > kMaxQueryTerms)
+        return Bad("the query has more than " + std::to_string(kMaxQueryTerms) + " terms at offset " +
+                   std::to_string(q.offset));
       Alt a;
       a.field = f->slot;
       a.weight = w;
@@ -446,7 +468,9 @@ class Compiler {
   // the matches' live document frequencies read, one piece per field and
   // segment, in parallel (a short prefix matches hundreds of terms, whose
   // list headers are cache misses); the pieces are merged here.
-  void Expand(const QueryNode& q, const std::vector<const FieldDef*>& fields, double boost, CNode& n) {
+  // False if the word expands to more than kMaxExpansions terms in one
+  // field segment (n is then incomplete).
+  bool Expand(const QueryNode& q, const std::vector<const FieldDef*>& fields, double boost, CNode& n) {
     const size_t ns = snap_.segments.size();
     std::vector<std::string> text(fields.size());
     std::vector<WildcardWord> wildcard(q.kind == QueryNode::Kind::kWildcard ? fields.size() : 0);
@@ -463,6 +487,7 @@ class Compiler {
       std::vector<uint64_t> df;     // their live document frequencies
     };
     std::vector<Found> found(fields.size() * ns);
+    std::atomic<bool> too_many{false};
     auto piece = [&](size_t p) {
       const size_t fi = p / ns, k = p % ns;
       const SegmentState& s = snap_.segments[k];
@@ -471,15 +496,22 @@ class Compiler {
       const std::string& t = text[fi];
       Found& out = found[p];
       if (q.kind == QueryNode::Kind::kPrefix) {
-        for (uint32_t i = seg.LowerBound(slot, t); i < seg.term_count(slot) && seg.term(slot, i).starts_with(t); ++i)
+        const uint32_t lo = seg.LowerBound(slot, t);
+        uint32_t i = lo;
+        for (; i < seg.term_count(slot) && seg.term(slot, i).starts_with(t); ++i) {
+          if (i - lo == kMaxExpansions) return too_many.store(true);
           out.terms.push_back(i);
+        }
       } else if (q.kind == QueryNode::Kind::kWildcard) {
         // The terms starting with the pattern's literal head, matched.
         const WildcardWord& w = wildcard[fi];
         for (uint32_t i = seg.LowerBound(slot, w.head);
              i < seg.term_count(slot) && seg.term(slot, i).starts_with(w.head); ++i) {
           const std::string_view term = seg.term(slot, i);
-          if (term.size() >= w.min_bytes && WildcardMatch(t, term)) out.terms.push_back(i);
+          if (term.size() >= w.min_bytes && WildcardMatch(t, term)) {
+            if (out.terms.size() == kMaxExpansions) return too_many.store(true);
+            out.terms.push_back(i);
+          }
         }
       } else {
         ForEachFuzzyTerm(seg, slot, t, q.edits, [&](uint32_t i) { out.terms.push_back(i); });
@@ -488,6 +520,7 @@ class Compiler {
       for (uint32_t i : out.terms) out.df.push_back(LiveDocFreq(s, slot, i));
     };
     ParallelFor(found.size(), piece);
+    if (too_many.load()) return false;
     for (size_t fi = 0; fi < fields.size(); ++fi) {
       // Merged into distinct terms, each with its index in every segment
       // (index[term * ns + k]; laid out by segment below).
@@ -536,9 +569,11 @@ class Compiler {
       a.seg_terms.resize(index.size());
       for (size_t i = 0; i < a.terms.size(); ++i)
         for (size_t k = 0; k < ns; ++k) a.seg_terms[k * a.terms.size() + i] = index[i * ns + k];
+      if (a.terms.size() > kMaxExpansions) return false;  // distinct across segments
       SetIdf(a, df);
       n.alts.push_back(std::move(a));
     }
+    return true;
   }
 
   // Documents of segment s that contain term ti of field f and are live.
@@ -582,6 +617,7 @@ class Compiler {
   const Snapshot& snap_;
   const SearchDefinitionImpl& def_;
   int next_id_ = 0;
+  size_t terms_ = 0;  // query terms so far (kMaxQueryTerms)
 };
 
 // Iterates one posting list in doc order with its rank (for term
@@ -2567,7 +2603,8 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       } else {
         scratch.assign(stored.data(), stored.size());
         rapidjson::Document d;
-        d.ParseInsitu(scratch.data());
+        if (ParseInsituWithExactNumbers(d, scratch.data()).IsError() || !d.IsObject())
+          return Status::Corruption("a stored-fields record of segment " + std::to_string(h.seg) + " is not an object");
         w.StartObject();
         for (const std::string& p : *store_paths) {
           auto m = d.FindMember(rapidjson::StringRef(p.data(), p.size()));
@@ -2581,18 +2618,23 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     const bool fetch = ((want_fields && !fields_from_segment) || !highlight.empty()) && req.fetch_document;
     if (fetch) {
       auto json = req.fetch_document(h.id);
+      // The whole document goes out as it is stored: the same JSON value,
+      // every number exactly as written (API.md), and no parse unless
+      // paths or highlights need one.
+      const bool whole = json && want_fields && !fields_from_segment && store_all;
+      if (whole) {
+        w.Key("fields");
+        w.RawValue(json->data(), json->size(), rapidjson::kObjectType);
+      }
       rapidjson::Document d;
       // In place: the values point into *json (which outlives d) instead
       // of being copied; a stored body was validated when written, so it
       // holds no raw NUL before its end.
-      if (json) d.ParseInsitu(json->data());
-      if (json && !d.HasParseError() && d.IsObject()) {
-        if (want_fields && !fields_from_segment) {
+      const bool parse = json && ((want_fields && !fields_from_segment && !store_all) || !highlight.empty());
+      if (parse && !ParseInsituWithExactNumbers(d, json->data()).IsError() && d.IsObject()) {
+        if (want_fields && !fields_from_segment && !store_all) {
           w.Key("fields");
-          if (store_all)
-            d.Accept(w);
-          else
-            WriteStoredFields(d, *store_paths, *store_split, w);
+          WriteStoredFields(d, *store_paths, *store_split, w);
         }
         if (!highlight.empty()) {
           w.Key("highlights");
@@ -2620,6 +2662,9 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       }
     }
     w.EndObject();
+    if (buf.GetSize() > req.max_response_bytes)
+      return Status::TooLarge("the hits would exceed " + std::to_string(req.max_response_bytes) +
+                              " bytes; ask for fewer with limit, or for fewer fields");
   }
   w.EndArray();
   result.hits_json.assign(buf.GetString(), buf.GetSize());

@@ -1,9 +1,29 @@
 // Boost.Beast HTTP/1.1 server: one Session per connection on its own strand,
-// keep-alive, per-route body limits, idle/slow-client timeouts, and a
-// graceful shutdown that finishes requests in flight. Everything about the
-// API itself is in router.cc.
+// keep-alive, limits checked before memory is spent, idle/header/body
+// deadlines, a bounded number of connections, and a graceful shutdown that
+// finishes requests in flight. Everything about the API itself is in
+// router.cc.
+//
+// THE RULE AT THIS BOUNDARY: nothing a client sends may end the process.
+// - Every size a client chooses is checked before it is allocated: the
+//   request line and header (RequestParser: target 414, bytes and field
+//   count 431, trailers ignored but bounded the same), every unparsed byte
+//   buffered (the read buffer's max_size bounds a chunk-size line and a
+//   trailer), bodies (413, from Content-Length before reading and as
+//   chunks arrive), and an unauthenticated body is never read at all.
+// - Beast's own header container is never used: it throws
+//   std::length_error on a field over 64 KiB, which is how one trailer
+//   used to abort the server.
+// - Every completion handler runs inside Guard(): an exception thrown while
+//   reading, parsing, routing, handling or writing is caught, counted in
+//   corvid_internal_errors_total, logged, and answered with 500 `internal`
+//   if the request can still be answered, else the connection is closed.
+//   The I/O threads' run loop catches whatever escapes anyway (RunIo).
 #include "server/http_server.h"
 
+#include <sys/resource.h>
+
+#include <atomic>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -13,11 +33,14 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
-#include <atomic>
+#include <cerrno>
+#include <list>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
+
+#include "common/faults.h"
 
 namespace corvid::server {
 
@@ -28,34 +51,181 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-constexpr size_t kHeaderLimit = 64 * 1024;
-constexpr size_t kReadBufferBytes = 64 * 1024;
+constexpr size_t kReadBufferBytes = 64 * 1024;  // one read of a header or body
+constexpr size_t kIdleReadBytes = 4 * 1024;     // what an idle connection holds
+constexpr size_t kMaxChunkExtensionBytes = 4 * 1024;
 constexpr std::chrono::seconds kWriteTimeout{60};
 constexpr std::chrono::seconds kDrainAfterErrorTimeout{5};
+constexpr std::chrono::milliseconds kMaxAcceptBackoff{1000};
 
 class AsioTimers : public Timers {
  public:
   explicit AsioTimers(asio::io_context& ioc) : ioc_(ioc) {}
+  // `fn` runs guarded: a request it was to answer gets its 500 from the
+  // router's Answer when `fn` unwinds (router.cc).
   void RunAfter(std::chrono::milliseconds delay, std::function<void()> fn) override {
+    auto guarded = [fn = std::move(fn)] {
+      try {
+        fn();
+      } catch (...) {
+        RecordInternalError(FaultSite::kHandler, CurrentExceptionText());
+      }
+    };
     if (delay.count() <= 0) {
-      asio::post(ioc_, std::move(fn));
+      asio::post(ioc_, std::move(guarded));
       return;
     }
     auto timer = std::make_shared<asio::steady_timer>(ioc_, delay);
-    timer->async_wait([timer, fn = std::move(fn)](beast::error_code) { fn(); });
+    timer->async_wait([timer, guarded = std::move(guarded)](beast::error_code) { guarded(); });
   }
 
  private:
   asio::io_context& ioc_;
 };
 
+// Why RequestParser stopped a request before its handler.
+enum class Refusal { kNone, kHeaderTooLarge, kTrailerTooLarge, kTargetTooLong, kBadVersion, kBadChunkExtension };
+
+// Parses one request straight into the router's Request, keeping only the
+// fields Corvid reads (so no header container, and nothing that throws on
+// a long field). The header's bytes are bounded by basic_parser's
+// header_limit; a trailer's, and field counts, here.
+class RequestParser final : public http::basic_parser<true> {
+ public:
+  struct Limits {
+    size_t max_header_bytes;
+    size_t max_header_fields;
+    size_t max_target_bytes;
+  };
+
+  explicit RequestParser(const Limits& limits) : limits_(limits) {
+    header_limit(static_cast<uint32_t>(std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
+  }
+
+  Request& request() { return request_; }
+  Refusal refusal() const { return refusal_; }
+  bool header_done() const { return header_done_; }
+  bool expects_continue() const { return expect_continue_; }
+
+ private:
+  void Refuse(Refusal why, beast::error_code& ec) {
+    refusal_ = why;
+    ec = http::error::header_limit;  // any error stops the parser; refusal_ says which
+  }
+
+  void on_request_impl(http::verb, beast::string_view method, beast::string_view target, int version,
+                       beast::error_code& ec) override {
+    if (target.size() > limits_.max_target_bytes) return Refuse(Refusal::kTargetTooLong, ec);
+    if (version != 10 && version != 11) return Refuse(Refusal::kBadVersion, ec);
+    request_.method.assign(method.data(), method.size());
+    request_.target.assign(target.data(), target.size());
+  }
+
+  void on_response_impl(int, beast::string_view, int, beast::error_code& ec) override {
+    ec = http::error::bad_version;  // a request parser never sees a status line
+  }
+
+  void on_field_impl(http::field f, beast::string_view name, beast::string_view value, beast::error_code& ec) override {
+    ++fields_;
+    field_bytes_ += name.size() + value.size() + 4;  // "name: value\r\n"
+    if (header_done_) {                              // a trailer field: counted, bounded, ignored
+      if (fields_ > limits_.max_header_fields || field_bytes_ > limits_.max_header_bytes)
+        Refuse(Refusal::kTrailerTooLarge, ec);
+      return;
+    }
+    if (fields_ > limits_.max_header_fields) return Refuse(Refusal::kHeaderTooLarge, ec);
+    switch (f) {
+      case http::field::content_type:
+        return Combine(request_.content_type, value);
+      case http::field::if_match:
+        return Combine(request_.if_match, value);
+      case http::field::if_none_match:
+        return Combine(request_.if_none_match, value);
+      case http::field::authorization:
+        request_.has_authorization = true;
+        return Combine(request_.authorization, value);
+      case http::field::expect:
+        expect_continue_ = beast::iequals(value, "100-continue");
+        return;
+      default:
+        return;
+    }
+  }
+
+  // A field sent twice reads as one list (RFC 9110 §5.3), which the router
+  // then refuses where only one value makes sense.
+  static void Combine(std::string& into, beast::string_view value) {
+    if (!into.empty()) into += ", ";
+    into.append(value.data(), value.size());
+  }
+
+  void on_header_impl(beast::error_code&) override {
+    header_done_ = true;
+    fields_ = 0;
+    field_bytes_ = 0;
+  }
+
+  void on_body_init_impl(const boost::optional<uint64_t>& content_length, beast::error_code&) override {
+    // basic_parser has checked Content-Length against the body limit.
+    // Memory follows the bytes that actually arrive beyond the first read.
+    if (content_length) request_.body.reserve(std::min<uint64_t>(*content_length, kReadBufferBytes));
+  }
+
+  size_t on_body_impl(beast::string_view body, beast::error_code&) override {
+    request_.body.append(body.data(), body.size());
+    return body.size();
+  }
+
+  void on_chunk_header_impl(uint64_t, beast::string_view extensions, beast::error_code& ec) override {
+    if (extensions.size() > kMaxChunkExtensionBytes) Refuse(Refusal::kBadChunkExtension, ec);
+  }
+
+  size_t on_chunk_body_impl(uint64_t, beast::string_view body, beast::error_code&) override {
+    request_.body.append(body.data(), body.size());
+    return body.size();
+  }
+
+  void on_finish_impl(beast::error_code&) override {}
+
+  Limits limits_;
+  Request request_;
+  Refusal refusal_ = Refusal::kNone;
+  size_t fields_ = 0;
+  size_t field_bytes_ = 0;
+  bool header_done_ = false;
+  bool expect_continue_ = false;
+};
+
+class Session;
+
+// The default connection limit: what the descriptor limit leaves after a
+// reserve for the store, index files and the listening socket.
+size_t DefaultMaxConnections() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 10000;
+  const size_t nofile = rl.rlim_cur;
+  const size_t reserve = std::min<size_t>(std::max<size_t>(nofile / 4, 32), 512);
+  return std::max<size_t>(nofile > reserve ? nofile - reserve : 0, 8);
+}
+
 }  // namespace
 
 class HttpServer::Impl {
  public:
   HttpServerOptions options;
+  // The connection registry comes before ioc: sessions still pending when
+  // the server is destroyed die inside ioc's destructor, and touch it then.
+  std::atomic<size_t> connections{0};
+  std::atomic<bool> accept_paused{false};  // at the limit with nothing idle: a closing session resumes
+  std::atomic<bool> destroyed{false};      // ~Impl began: a closing session resumes nothing
+  std::mutex idle_mu;
+  std::list<Session*> idle;  // guarded by idle_mu; oldest first
   asio::io_context ioc;
-  tcp::acceptor acceptor{ioc};
+  // The acceptor, its back-off timer and the accept state live on one strand.
+  asio::strand<asio::io_context::executor_type> accept_strand{ioc.get_executor()};
+  tcp::acceptor acceptor{accept_strand};
+  asio::steady_timer accept_timer{accept_strand};
+  std::chrono::milliseconds accept_backoff{0};
   asio::signal_set signals{ioc, SIGINT, SIGTERM};
   asio::steady_timer drain_timer{ioc};
   AsioTimers timers{ioc};
@@ -64,120 +234,273 @@ class HttpServer::Impl {
   std::atomic<bool> draining{false};
   std::chrono::steady_clock::time_point drain_deadline;
 
-  explicit Impl(HttpServerOptions o) : options(std::move(o)), ioc(std::max(1, o.threads)) {}
+  explicit Impl(HttpServerOptions o) : options(std::move(o)), ioc(std::max(1, options.threads)) {}
+  ~Impl() { destroyed.store(true); }
 
   void Accept();
+  void OnAccept(beast::error_code ec, tcp::socket socket);
+  bool ReclaimIdle();
+  void SessionClosed();
   void BeginShutdown();
   void CheckDrained();
+  void RunIo();
 };
 
 namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket&& socket, HttpServer::Impl& server) : stream_(std::move(socket)), server_(server) {
-    // Beast reads at most the buffer's free capacity per call (>= 512
-    // bytes): without room, a 10 MB bulk body takes 20,000 reads, each
-    // re-arming the timer. 64 KiB reads keep large bodies cheap.
-    buffer_.reserve(kReadBufferBytes);
+  Session(tcp::socket&& socket, HttpServer::Impl& server)
+      : stream_(std::move(socket)), server_(server), buffer_(BufferLimit(server.options)) {
+    server_.connections.fetch_add(1);
+  }
+
+  ~Session() {
+    {
+      std::lock_guard lock(server_.idle_mu);
+      if (listed_) server_.idle.erase(idle_pos_);
+    }
+    server_.SessionClosed();
   }
 
   void Start() {
-    asio::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::ReadHeader, shared_from_this()));
+    asio::dispatch(stream_.get_executor(),
+                   [self = shared_from_this()] { self->Guard([&] { self->WaitForRequest(); }); });
   }
+
+  // The acceptor needs room: close this connection if it is still waiting
+  // for a request. Runs on the session's strand.
+  void Reclaim() {
+    if (!idle_) return;
+    server_.router->CountRejected(RejectReason::kIdleReclaimed);
+    Close();
+  }
+
+  auto executor() { return stream_.get_executor(); }
+
+  bool listed_ = false;  // in server_.idle; guarded by server_.idle_mu
+  std::list<Session*>::iterator idle_pos_;
 
  private:
-  void ReadHeader() {
-    if (server_.draining) return Close();
-    parser_.emplace();
-    parser_->header_limit(kHeaderLimit);
-    parser_->body_limit(server_.options.router.max_bulk_bytes);
-    stream_.expires_after(server_.options.idle_timeout);
-    http::async_read_header(stream_, buffer_, *parser_,
-                            beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
+  // Unparsed bytes held at once: a whole header, or one chunk-size line or
+  // trailer, plus one read.
+  static size_t BufferLimit(const HttpServerOptions& o) { return o.max_header_bytes + kReadBufferBytes; }
+
+  // Runs one step of the connection; see the rule at the top of the file.
+  template <class F>
+  void Guard(F&& step) noexcept {
+    try {
+      step();
+    } catch (...) {
+      OnFault();
+    }
   }
 
-  void OnHeader(beast::error_code ec, size_t) {
+  void OnFault() noexcept {
+    RecordInternalError(awaiting_answer_ ? FaultSite::kHandler : FaultSite::kHttp, CurrentExceptionText());
+    try {
+      if (awaiting_answer_ && answered_) return;  // the router's 500 (or its answer) is being written
+      if (awaiting_answer_) {
+        answered_ = true;
+        keep_alive_ = false;
+        return Write(ErrorResponse(500, "internal", "internal error (logged by the server)"), true);
+      }
+    } catch (...) {
+    }
+    Close();
+  }
+
+  // Waits, idle, for the first byte of the next request; the connection may
+  // be reclaimed meanwhile. Pipelined bytes already buffered skip the wait.
+  void WaitForRequest() {
+    if (server_.draining) return Close();
+    if (buffer_.size() > 0) return ReadHeader();
+    if (buffer_.capacity() > 2 * kReadBufferBytes) buffer_.shrink_to_fit();
+    SetIdle(true);
+    stream_.expires_after(server_.options.idle_timeout);
+    stream_.async_read_some(buffer_.prepare(kIdleReadBytes),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              self->Guard([&] {
+                                self->SetIdle(false);
+                                if (ec) return self->Close();
+                                self->buffer_.commit(n);
+                                self->ReadHeader();
+                              });
+                            });
+  }
+
+  void SetIdle(bool idle) {
+    idle_ = idle;
+    std::lock_guard lock(server_.idle_mu);
+    if (idle && !listed_) {
+      idle_pos_ = server_.idle.insert(server_.idle.end(), this);
+      listed_ = true;
+    } else if (!idle && listed_) {
+      server_.idle.erase(idle_pos_);
+      listed_ = false;
+    }
+  }
+
+  void ReadHeader() {
+    if (server_.draining) return Close();
+    parser_.emplace(RequestParser::Limits{server_.options.max_header_bytes, server_.options.max_header_fields,
+                                          server_.options.max_target_bytes});
+    parser_->body_limit(server_.options.router.max_bulk_bytes);
+    reading_header_ = true;
+    stream_.expires_after(std::min(server_.options.header_timeout, server_.options.idle_timeout));
+    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->Guard([&] { self->OnHeader(ec); });
+    });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    reading_header_ = false;
     if (ec) return OnReadError(ec);
-    const auto& req = parser_->get();
-    body_limit_ = server_.router->BodyLimit(std::string_view(req.method_string().data(), req.method_string().size()),
-                                            std::string_view(req.target().data(), req.target().size()));
+    Request& req = parser_->request();
+    body_limit_ = server_.router->BodyLimit(req.method, req.target);
     if (parser_->content_length() && *parser_->content_length() > body_limit_)
       return TooLarge(parser_->content_length());
+    if (!parser_->is_done()) {
+      // A body follows: refuse an unauthenticated one before reading it.
+      if (auto refusal =
+              server_.router->Admit(req.method, req.target, req.has_authorization ? &req.authorization : nullptr))
+        return WriteAndDrain(std::move(*refusal));
+    }
     parser_->body_limit(body_limit_);
-    if (beast::iequals(req[http::field::expect], "100-continue")) {
+    if (parser_->expects_continue() && !parser_->is_done()) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
       return http::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code ec, size_t) {
-        if (ec) return self->Close();
-        self->ReadBody();
+        self->Guard([&] {
+          if (ec) return self->Close();
+          self->ReadBody();
+        });
       });
     }
     ReadBody();
   }
 
   void ReadBody() {
+    if (parser_->is_done()) return Dispatch();
     stream_.expires_after(server_.options.idle_timeout);
-    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::OnBody, shared_from_this()));
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->Guard([&] {
+        if (ec) return self->OnReadError(ec);
+        self->Dispatch();
+      });
+    });
   }
 
-  void OnBody(beast::error_code ec, size_t) {
-    if (ec) return OnReadError(ec);
+  // Hands the parsed request to the router. Its reply may come now (most
+  // do) or later from another thread (a write, after the merger commits; a
+  // query that waited for its index): either way it is written on this
+  // strand, once, and only if it answers the current request.
+  void Dispatch() {
     stream_.expires_never();
-    http::request<http::string_body> msg = parser_->release();
+    keep_alive_ = parser_->keep_alive();
+    Request request = std::move(parser_->request());
     parser_.reset();
-    keep_alive_ = msg.keep_alive();
-    if (server_.draining) {
-      return Write(ErrorResponse(503, "shutting_down", "the server is shutting down"), false);
-    }
-    Request r;
-    r.method = std::string(msg.method_string());
-    r.target = std::string(msg.target());
-    r.content_type = std::string(msg[http::field::content_type]);
-    r.if_match = std::string(msg[http::field::if_match]);
-    r.if_none_match = std::string(msg[http::field::if_none_match]);
-    auto auth = msg.find(http::field::authorization);
-    r.has_authorization = auth != msg.end();
-    if (r.has_authorization) r.authorization = std::string(auth->value());
-    r.body = std::move(msg.body());
+    if (server_.draining) return Write(ErrorResponse(503, "shutting_down", "the server is shutting down"), false);
+    const uint64_t seq = ++request_seq_;
+    awaiting_answer_ = true;
+    answered_ = false;
     ++server_.in_flight;
-    // A reply made while this handler runs (most: Handle answers before
-    // it returns) is written at once, on this thread; one from elsewhere
-    // (a query that waited for its index, on a timer) goes through the
-    // strand. Posting every reply cost a wake-up of the other I/O thread
-    // and a hand-off per request.
-    server_.router->Handle(std::move(r), [self = shared_from_this()](Response resp) {
-      asio::dispatch(self->stream_.get_executor(),
-                     [self, resp = std::move(resp)]() mutable { self->Write(std::move(resp), true); });
+    server_.router->Handle(std::move(request), [self = shared_from_this(), seq](Response resp) {
+      asio::dispatch(self->stream_.get_executor(), [self, seq, resp = std::move(resp)]() mutable {
+        self->Guard([&] {
+          if (seq != self->request_seq_ || self->answered_) return;  // answered already (a fault's 500)
+          self->answered_ = true;
+          self->Write(std::move(resp), true);
+        });
+      });
     });
   }
 
   void OnReadError(beast::error_code ec) {
-    if (ec == http::error::body_limit) return TooLarge(parser_->content_length());
-    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
+    const bool timed_out = ec == beast::error::timeout;
+    if (parser_) {
+      switch (parser_->refusal()) {
+        case Refusal::kNone:
+          break;
+        case Refusal::kHeaderTooLarge:
+          return Reject(RejectReason::kHeaderTooLarge, 431, "headers_too_large",
+                        "more than " + std::to_string(server_.options.max_header_fields) + " header fields");
+        case Refusal::kTrailerTooLarge:
+          return Reject(RejectReason::kHeaderTooLarge, 431, "headers_too_large",
+                        "the chunked body's trailer exceeds " + std::to_string(server_.options.max_header_bytes) +
+                            " bytes or " + std::to_string(server_.options.max_header_fields) + " fields");
+        case Refusal::kTargetTooLong:
+          return Reject(RejectReason::kTargetTooLong, 414, "uri_too_long",
+                        "the request target exceeds " + std::to_string(server_.options.max_target_bytes) + " bytes");
+        case Refusal::kBadVersion:
+          return Reject(RejectReason::kMalformed, 400, "bad_request", "only HTTP/1.0 and HTTP/1.1 are spoken here");
+        case Refusal::kBadChunkExtension:
+          return Reject(RejectReason::kMalformed, 400, "bad_request",
+                        "a chunk extension exceeds " + std::to_string(kMaxChunkExtensionBytes) + " bytes");
+      }
+    }
+    if (ec == http::error::body_limit) return TooLarge(parser_ ? parser_->content_length() : boost::none);
+    if (timed_out && reading_header_) {
+      server_.router->CountRejected(RejectReason::kHeaderTimeout);
+      return Close();
+    }
+    if (ec == http::error::end_of_stream || timed_out || ec == asio::error::eof ||
         ec == asio::error::connection_reset || ec == asio::error::operation_aborted || ec == asio::error::broken_pipe)
       return Close();
     if (ec == http::error::header_limit)
-      return WriteAndDrain(ErrorResponse(431, "headers_too_large", "request headers exceed 64 KiB"));
+      return Reject(
+          RejectReason::kHeaderTooLarge, 431, "headers_too_large",
+          "the request line and header exceed " + std::to_string(server_.options.max_header_bytes) + " bytes");
+    if (ec == http::error::buffer_overflow)  // a chunk-size line or trailer larger than the read buffer
+      return Reject(
+          RejectReason::kHeaderTooLarge, 431, "headers_too_large",
+          "a chunk-size line or the trailer exceeds " + std::to_string(BufferLimit(server_.options)) + " bytes");
     // Anything else is a malformed request: answer it, then close.
-    WriteAndDrain(ErrorResponse(400, "bad_request", "malformed HTTP request: " + ec.message()));
+    Reject(RejectReason::kMalformed, 400, "bad_request", "malformed HTTP request: " + ec.message());
+  }
+
+  void Reject(RejectReason reason, int status, std::string_view code, const std::string& message) {
+    server_.router->CountRejected(reason);
+    WriteAndDrain(ErrorResponse(status, code, message));
   }
 
   void TooLarge(boost::optional<uint64_t> content_length) {  // the parser's: none for a chunked body
     std::string msg = "request body exceeds the limit of " + std::to_string(body_limit_) + " bytes";
     if (content_length) msg += " (Content-Length " + std::to_string(*content_length) + ")";
-    WriteAndDrain(ErrorResponse(413, "body_too_large", msg));
+    Reject(RejectReason::kBodyTooLarge, 413, "body_too_large", msg);
   }
 
   // Answers and closes, reading (and discarding) what the client still
   // sends so that it sees the answer rather than a connection reset.
   void WriteAndDrain(Response resp) {
+    parser_.reset();
     keep_alive_ = false;
     resp.close = true;
     draining_input_ = true;
     Write(std::move(resp), false);
   }
 
+  // Writes `resp`; `counted`: it answers a request the router took (the
+  // drain waits for those). If it throws, nothing is being written and the
+  // request no longer counts.
   void Write(Response resp, bool counted) {
+    try {
+      StartWrite(std::move(resp), counted);
+    } catch (...) {
+      if (counted) {
+        awaiting_answer_ = false;
+        --server_.in_flight;
+      }
+      throw;
+    }
+  }
+
+  void StartWrite(Response resp, bool counted) {
+    if (resp.body.size() > server_.options.router.max_response_bytes) {
+      // Handlers stop building an answer at the limit; this catches any other.
+      resp = ErrorResponse(400, "response_too_large",
+                           "the answer would exceed " + std::to_string(server_.options.router.max_response_bytes) +
+                               " bytes (--max-response-bytes)");
+    }
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(resp.status), 11);
     if (!resp.content_type.empty()) res->set(http::field::content_type, resp.content_type);
     if (resp.etag) res->set(http::field::etag, "\"" + std::to_string(*resp.etag) + "\"");
@@ -192,10 +515,13 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_after(kWriteTimeout);
     http::async_write(stream_, *res, [self = shared_from_this(), res, counted](beast::error_code ec, size_t) {
       if (counted) --self->server_.in_flight;
-      if (ec) return self->Close();
-      if (self->draining_input_) return self->DrainInput();
-      if (!res->keep_alive()) return self->Close();
-      self->ReadHeader();
+      self->Guard([&] {
+        if (counted) self->awaiting_answer_ = false;
+        if (ec) return self->Close();
+        if (self->draining_input_) return self->DrainInput();
+        if (!res->keep_alive()) return self->Close();
+        self->WaitForRequest();
+      });
     });
   }
 
@@ -203,56 +529,121 @@ class Session : public std::enable_shared_from_this<Session> {
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream_.expires_after(kDrainAfterErrorTimeout);
-    discard_.resize(64 * 1024);
+    discard_.resize(16 * 1024);
+    ReadDiscard();
+  }
+
+  void ReadDiscard() {
     stream_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec) return self->Close();
-      self->stream_.async_read_some(asio::buffer(self->discard_),
-                                    [self](beast::error_code ec2, size_t n) { self->OnDiscard(ec2, n); });
+      self->Guard([&] {
+        if (ec) return self->Close();
+        self->ReadDiscard();
+      });
     });
   }
 
-  void OnDiscard(beast::error_code ec, size_t) {
-    if (ec) return Close();
-    stream_.async_read_some(asio::buffer(discard_),
-                            [self = shared_from_this()](beast::error_code ec2, size_t n) { self->OnDiscard(ec2, n); });
-  }
-
-  void Close() {
+  void Close() noexcept {
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+    stream_.socket().close(ignored);
   }
 
   beast::tcp_stream stream_;
   HttpServer::Impl& server_;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<RequestParser> parser_;
   bool keep_alive_ = true;
   size_t body_limit_ = 0;  // the current request's (OnHeader), for its 413
   bool draining_input_ = false;
+  bool reading_header_ = false;
+  bool idle_ = false;             // waiting for a request's first byte (reclaimable)
+  uint64_t request_seq_ = 0;      // the request being answered
+  bool awaiting_answer_ = false;  // handed to the router, its answer not yet written
+  bool answered_ = false;         // the current request's answer has been sent to Write
   std::vector<char> discard_;
 };
 
+bool IsOutOfResources(const beast::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space || ec == asio::error::no_memory ||
+         (ec.category() == boost::system::system_category() && ec.value() == ENFILE);
+}
+
 }  // namespace
 
+// On accept_strand. At the connection limit the oldest idle connection
+// makes room; with none idle, accepting pauses until a session ends (new
+// clients wait in the listen backlog rather than cost a descriptor).
 void HttpServer::Impl::Accept() {
+  if (draining || !acceptor.is_open()) return;
+  if (connections.load() >= options.max_connections && !ReclaimIdle()) {
+    accept_paused.store(true);
+    // A session that ended between the check and the flag resumes nothing:
+    // look again.
+    if (connections.load() >= options.max_connections || !accept_paused.exchange(false)) return;
+  }
   acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
-    if (ec) {
-      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-      // Out of descriptors or a transient error: keep accepting.
-    } else {
-      beast::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<Session>(std::move(socket), *this)->Start();
+    try {
+      OnAccept(ec, std::move(socket));
+    } catch (...) {
+      RecordInternalError(FaultSite::kHttp, CurrentExceptionText());
+      Accept();
     }
-    Accept();
   });
+}
+
+void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
+  if (ec) {
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+    if (IsOutOfResources(ec)) {
+      // Out of descriptors: retrying at once would spin a core while they
+      // stay exhausted. Free an idle one and back off, doubling to 1 s.
+      router->CountRejected(RejectReason::kAcceptFailed);
+      ReclaimIdle();
+      accept_backoff = std::min(std::max(accept_backoff * 2, std::chrono::milliseconds(10)), kMaxAcceptBackoff);
+      accept_timer.expires_after(accept_backoff);
+      accept_timer.async_wait([this](beast::error_code wait_ec) {
+        if (!wait_ec) Accept();
+      });
+      return;
+    }
+    return Accept();  // a connection aborted before it was accepted: transient
+  }
+  accept_backoff = std::chrono::milliseconds(0);
+  beast::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  std::make_shared<Session>(std::move(socket), *this)->Start();
+  Accept();
+}
+
+bool HttpServer::Impl::ReclaimIdle() {
+  std::shared_ptr<Session> victim;  // released after idle_mu (its destructor takes it)
+  {
+    std::lock_guard lock(idle_mu);
+    while (!idle.empty() && !victim) {
+      Session* s = idle.front();
+      idle.pop_front();
+      s->listed_ = false;
+      victim = s->weak_from_this().lock();  // empty if it is being destroyed
+    }
+  }
+  if (!victim) return false;
+  asio::post(victim->executor(), [victim] { victim->Reclaim(); });
+  return true;
+}
+
+void HttpServer::Impl::SessionClosed() {
+  connections.fetch_sub(1);
+  if (!destroyed.load() && accept_paused.exchange(false)) asio::post(accept_strand, [this] { Accept(); });
 }
 
 void HttpServer::Impl::BeginShutdown() {
   if (draining.exchange(true)) return;
+  asio::post(accept_strand, [this] {
+    beast::error_code ignored;
+    acceptor.close(ignored);
+    accept_timer.cancel();
+  });
   beast::error_code ignored;
-  acceptor.close(ignored);
   signals.cancel(ignored);
   router->CompleteWaiters();
   drain_deadline = std::chrono::steady_clock::now() + options.drain_timeout;
@@ -268,12 +659,27 @@ void HttpServer::Impl::CheckDrained() {
   drain_timer.async_wait([this](beast::error_code) { CheckDrained(); });
 }
 
+// An I/O thread. Handlers guard themselves; this is the last line: an
+// exception that still escapes one (thrown inside Beast, say) ends only
+// that handler and its connection, and the thread goes back to work.
+void HttpServer::Impl::RunIo() {
+  for (;;) {
+    try {
+      ioc.run();
+      return;
+    } catch (...) {
+      RecordInternalError(FaultSite::kHttp, CurrentExceptionText());
+    }
+  }
+}
+
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpServer::~HttpServer() = default;
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Create(storage::DocumentStore& store, indexing::IndexEngine* engine,
                                                        HttpServerOptions options) {
   if (options.threads <= 0) options.threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (options.max_connections == 0) options.max_connections = DefaultMaxConnections();
   auto impl = std::make_unique<Impl>(options);
   impl->router = std::make_unique<Router>(store, engine, impl->timers, options.router);
   beast::error_code ec;
@@ -284,7 +690,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(storage::DocumentStore& s
   if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) impl->acceptor.bind(endpoint, ec);
   if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return Status::IOError("cannot listen on " + options.host + ":" + std::to_string(options.port) + ": " + ec.message());
+  if (ec)
+    return Status::IOError("cannot listen on " + options.host + ":" + std::to_string(options.port) + ": " +
+                           ec.message());
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 
@@ -295,15 +703,17 @@ std::string HttpServer::LocalEndpoint() const {
   return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
+size_t HttpServer::MaxConnections() const { return impl_->options.max_connections; }
+
 void HttpServer::Run() {
   Impl* impl = impl_.get();
   impl->signals.async_wait([impl](beast::error_code ec, int) {
     if (!ec) impl->BeginShutdown();
   });
-  impl->Accept();
+  asio::post(impl->accept_strand, [impl] { impl->Accept(); });
   std::vector<std::thread> pool;
-  for (int i = 1; i < impl->options.threads; ++i) pool.emplace_back([impl] { impl->ioc.run(); });
-  impl->ioc.run();
+  for (int i = 1; i < impl->options.threads; ++i) pool.emplace_back([impl] { impl->RunIo(); });
+  impl->RunIo();
   for (auto& t : pool) t.join();
 }
 

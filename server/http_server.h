@@ -16,7 +16,22 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;  // 0: any free port
   int threads = 0;       // 0: one per core
+  // A connection that sends nothing for this long is closed; so is one
+  // whose request body does not arrive whole within it.
   std::chrono::milliseconds idle_timeout{30000};
+  // From a request's first byte, its request line and header must arrive
+  // whole within this, or within idle_timeout if that is shorter (a client
+  // trickling its header is cut off).
+  std::chrono::milliseconds header_timeout{10000};
+  // Request line plus header fields, and separately the trailer of a
+  // chunked body (ignored): over either, 431. Also bounds the bytes
+  // buffered for one chunk-size line.
+  size_t max_header_bytes = 64 * 1024;
+  size_t max_header_fields = 100;  // header fields, and trailer fields: 431
+  size_t max_target_bytes = 16 * 1024;  // 414
+  // Open connections; at the limit the oldest idle one is closed to make
+  // room, or accepting waits. 0: derived from the descriptor limit.
+  size_t max_connections = 0;
   // How long a graceful shutdown waits for requests in flight.
   std::chrono::milliseconds drain_timeout{10000};
   RouterOptions router;
@@ -32,6 +47,9 @@ class HttpServer {
 
   // "host:port" actually bound (useful with port 0).
   std::string LocalEndpoint() const;
+  // The connection limit in force (the option, or the one derived from the
+  // descriptor limit).
+  size_t MaxConnections() const;
 
   // Serves until SIGINT/SIGTERM (or Stop()), then drains requests in flight
   // and returns. Blocks the calling thread, which joins the pool.

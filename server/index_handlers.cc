@@ -18,6 +18,27 @@ using namespace detail;
 
 namespace {
 
+// Bounds on a query's text and lists, checked before anything is parsed
+// or compiled (docs/http-choices.md); the compiler bounds its terms and
+// expansions (postings/searcher.cc).
+constexpr size_t kMaxQueryBytes = 32 * 1024;
+constexpr size_t kMaxSortKeys = 32;
+constexpr size_t kMaxListItems = 256;  // fields, highlight, facets
+
+std::vector<std::string> SplitList(std::string_view s) {
+  std::vector<std::string> out;
+  while (!s.empty()) {
+    size_t comma = s.find(',');
+    std::string_view item = s.substr(0, comma);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (!item.empty()) out.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
 // A query's or a definition expression's error message ends with "at
 // offset N" (the parsers' and the searcher's do): N, for error.offset
 // (API.md: "A syntax error → 400 with the offset"), a byte offset into the
@@ -224,6 +245,15 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
         return reply(ErrorResponse(400, "invalid_argument", k + " must be a non-negative integer"));
       continue;
     }
+    if (k == "offset") {  // API.md: /results pages by key range; offset stays within the window
+      uint64_t offset = 0;
+      if (ParseUint(v, offset) && offset > options.max_result_window)
+        return reply(ErrorResponse(400, "result_window_too_large",
+                                   "offset must be at most " + std::to_string(options.max_result_window) +
+                                       " (--max-result-window); page by key range instead (e.g. month.gt=<last key>)"));
+    }
+    if (k == "sort" && SplitList(v).size() > kMaxSortKeys)
+      return reply(ErrorResponse(400, "invalid_argument", "sort lists more than " + std::to_string(kMaxSortKeys) + " keys"));
     params.emplace_back(k, v);
   }
   wait_ms = std::min(wait_ms, kMaxWaitMs);
@@ -232,7 +262,9 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
               reply = std::move(reply)] {
     auto reader = self->engine->Reader(name);
     if (!reader.ok() || !reader->mapreduce) return reply(IndexNotFound(name));
-    auto result = reader->mapreduce->Query(params);
+    auto result = reader->mapreduce->Query(params, self->options.max_response_bytes);
+    if (!result.ok() && result.status().code() == StatusCode::kTooLarge)
+      return reply(ResponseTooLarge(result.status()));
     if (!result.ok()) return reply(FromStatus(result.status()));
     uint64_t index_etag = self->engine->AnswerEtag(*reader, result->snapshot_etag);
     // Stale: the collection has unprocessed changes, or the minEtag the
@@ -256,19 +288,6 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
 
 namespace {
 
-std::vector<std::string> SplitList(std::string_view s) {
-  std::vector<std::string> out;
-  while (!s.empty()) {
-    size_t comma = s.find(',');
-    std::string_view item = s.substr(0, comma);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    if (!item.empty()) out.emplace_back(item);
-    if (comma == std::string_view::npos) break;
-    s.remove_prefix(comma + 1);
-  }
-  return out;
-}
 
 // The search parameters, from the query string (GET) or a JSON body (POST).
 struct SearchParams {
@@ -278,6 +297,19 @@ struct SearchParams {
 };
 
 constexpr uint64_t kMaxSearchLimit = 10000;
+
+std::string ApplyText(std::string& out, std::string_view key, std::string_view v) {
+  if (v.size() > kMaxQueryBytes)
+    return std::string(key) + " exceeds " + std::to_string(kMaxQueryBytes) + " bytes";
+  out = v;
+  return "";
+}
+
+std::string ApplyList(std::vector<std::string>& out, std::string_view key, std::string_view v, size_t max) {
+  out = SplitList(v);
+  if (out.size() > max) return std::string(key) + " lists more than " + std::to_string(max) + " items";
+  return "";
+}
 
 // The JSON types a search parameter accepts in a POST body.
 enum class BodyParamType {
@@ -302,10 +334,16 @@ struct SearchParamSpec {
   std::string (*apply)(SearchParams& p, std::string_view key, std::string_view value);
 };
 const SearchParamSpec kSearchParams[] = {
-    {"q", BodyParamType::kText, [](SearchParams& p, std::string_view, std::string_view v) { p.request.q = v; return std::string(); }},
+    {"q", BodyParamType::kText, [](SearchParams& p, std::string_view k, std::string_view v) { return ApplyText(p.request.q, k, v); }},
     {"filter", BodyParamType::kText,
-     [](SearchParams& p, std::string_view, std::string_view v) { p.request.filter = v; return std::string(); }},
-    {"sort", BodyParamType::kText, [](SearchParams& p, std::string_view, std::string_view v) { p.request.sort = v; return std::string(); }},
+     [](SearchParams& p, std::string_view k, std::string_view v) { return ApplyText(p.request.filter, k, v); }},
+    {"sort", BodyParamType::kText,
+     [](SearchParams& p, std::string_view k, std::string_view v) {
+       std::vector<std::string> keys;
+       if (auto e = ApplyList(keys, k, v, kMaxSortKeys); !e.empty()) return e;
+       p.request.sort = v;
+       return std::string();
+     }},
     {"op", BodyParamType::kText,
      [](SearchParams& p, std::string_view, std::string_view v) {
        if (EqualsIgnoringCase(v, "or")) p.request.op = postings::DefaultOperator::kOr;
@@ -323,11 +361,17 @@ const SearchParamSpec kSearchParams[] = {
     {"waitMs", BodyParamType::kCount,
      [](SearchParams& p, std::string_view k, std::string_view v) { return ParseCount(k, v, kMaxWaitMs, p.wait_ms); }},
     {"fields", BodyParamType::kList,
-     [](SearchParams& p, std::string_view, std::string_view v) { p.request.fields = SplitList(v); return std::string(); }},
+     [](SearchParams& p, std::string_view k, std::string_view v) {
+       return ApplyList(p.request.fields.emplace(), k, v, kMaxListItems);
+     }},
     {"highlight", BodyParamType::kList,
-     [](SearchParams& p, std::string_view, std::string_view v) { p.request.highlight = SplitList(v); return std::string(); }},
+     [](SearchParams& p, std::string_view k, std::string_view v) {
+       return ApplyList(p.request.highlight, k, v, kMaxListItems);
+     }},
     {"facets", BodyParamType::kList,
-     [](SearchParams& p, std::string_view, std::string_view v) { p.request.facets = SplitList(v); return std::string(); }},
+     [](SearchParams& p, std::string_view k, std::string_view v) {
+       return ApplyList(p.request.facets, k, v, kMaxListItems);
+     }},
 };
 
 const SearchParamSpec* FindSearchParam(std::string_view key) {
@@ -430,8 +474,14 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
     if (auto problem = ValidateJsonObject(req.body)) return reply(ProblemResponse(*problem));
     if (auto error = ParseSearchBody(req.body, params)) return reply(std::move(*error));
   }
+  // API.md, Deep paging: beyond the window, page with searchAfter.
+  if (params.request.offset + params.request.limit > options.max_result_window)
+    return reply(ErrorResponse(400, "result_window_too_large",
+                               "offset + limit must be at most " + std::to_string(options.max_result_window) +
+                                   " (--max-result-window); page further with searchAfter"));
   storage::DocumentStore* st = &store;
   std::string collection = reader->collection;
+  params.request.max_response_bytes = options.max_response_bytes;
   params.request.fetch_document = [st, collection](std::string_view id) -> std::optional<std::string> {
     auto doc = st->Get(collection, id);
     if (!doc.ok()) return std::nullopt;
@@ -444,6 +494,7 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
     if (!reader.ok() || !reader->search) return reply(IndexNotFound(name));
     auto result = reader->search->Search(request);
     if (!result.ok()) {
+      if (result.status().code() == StatusCode::kTooLarge) return reply(ResponseTooLarge(result.status()));
       if (result.status().code() == StatusCode::kInvalidArgument)
         return reply(ErrorResponse(400, "invalid_query", result.status().message(),
                                    MessageOffset(result.status().message())));
@@ -495,6 +546,8 @@ Response Analyze(const Request& req) {
   if (auto problem = ValidateJsonObject(req.body)) return ProblemResponse(*problem);
   rapidjson::Document doc;
   doc.Parse(req.body.data(), req.body.size());
+  if (doc.HasParseError() || !doc.IsObject())  // validated above: cannot happen, never trusted
+    return ErrorResponse(400, "invalid_json", "the body is not a JSON object");
   auto name = doc.FindMember("analyzer");
   auto text = doc.FindMember("text");
   if (name == doc.MemberEnd() || !name->value.IsString())

@@ -1,12 +1,16 @@
 // corvid: the server binary. `corvid serve [--data DIR] [--listen HOST:PORT]
 // [--threads N] [--api-key KEY] ...` opens the store, serves HTTP until
 // SIGTERM/SIGINT, drains, closes the store and exits 0.
+#include <malloc.h>
+#include <sys/resource.h>
+
 #include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "indexing/index_engine.h"
 #include "server/http_server.h"
@@ -16,7 +20,10 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: corvid serve [--data DIR] [--listen HOST:PORT] [--threads N] [--api-key KEY]\n"
-    "                    [--max-doc-bytes N] [--max-bulk-bytes N] [--idle-timeout-ms N]\n"
+    "                    [--max-doc-bytes N] [--max-bulk-bytes N] [--max-response-bytes N]\n"
+    "                    [--max-header-bytes N] [--max-header-fields N] [--max-target-bytes N]\n"
+    "                    [--max-connections N] [--idle-timeout-ms N] [--header-timeout-ms N]\n"
+    "                    [--max-result-window N]\n"
     "defaults: --data ./corvid-data --listen 127.0.0.1:8080 --threads <cores>\n";
 
 bool ParseNumber(std::string_view s, uint64_t& out) {
@@ -31,7 +38,27 @@ int Fail(const std::string& message) {
 
 }  // namespace
 
+// Process-wide settings made before any thread starts.
+static void ConfigureProcess() {
+  // glibc gives each thread that contends its own arena, up to 8 per core,
+  // and an arena keeps what was freed in it: after a burst of requests on
+  // many threads that memory never went back. Two arenas per core still
+  // avoid contention; a fixed mmap threshold stops glibc from raising it
+  // (and with it the trim threshold) after large frees, so large request
+  // bodies are returned to the kernel when freed.
+  mallopt(M_ARENA_MAX, int(std::max(2u, 2 * std::thread::hardware_concurrency())));
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // The soft descriptor limit up to the hard one, as Go's runtime does:
+  // connections, segment files and the store all need descriptors.
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = std::min<rlim_t>(rl.rlim_max, rlim_t{1} << 20);
+    (void)::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
 int main(int argc, char** argv) {
+  ConfigureProcess();
   if (argc < 2 || std::string_view(argv[1]) != "serve") return Fail("expected the 'serve' command");
   std::string data_dir = "./corvid-data";
   std::string listen = "127.0.0.1:8080";
@@ -52,12 +79,22 @@ int main(int argc, char** argv) {
     } else if (flag == "--api-key") {
       options.router.api_key = value;
     } else if (flag == "--threads" || flag == "--max-doc-bytes" || flag == "--max-bulk-bytes" ||
-               flag == "--idle-timeout-ms") {
+               flag == "--max-response-bytes" || flag == "--max-header-bytes" || flag == "--max-header-fields" ||
+               flag == "--max-target-bytes" || flag == "--max-connections" || flag == "--idle-timeout-ms" ||
+               flag == "--header-timeout-ms" || flag == "--max-result-window") {
       if (!ParseNumber(value, n) || n == 0) return Fail(std::string(flag) + " needs a positive integer");
+      n = std::min<uint64_t>(n, uint64_t{1} << 40);  // keeps every sum of limits far from overflow
       if (flag == "--threads") options.threads = int(std::min<uint64_t>(n, 1024));
       if (flag == "--max-doc-bytes") options.router.max_doc_bytes = n;
       if (flag == "--max-bulk-bytes") options.router.max_bulk_bytes = n;
+      if (flag == "--max-response-bytes") options.router.max_response_bytes = n;
+      if (flag == "--max-header-bytes") options.max_header_bytes = std::min<uint64_t>(n, UINT32_MAX / 2);
+      if (flag == "--max-header-fields") options.max_header_fields = n;
+      if (flag == "--max-target-bytes") options.max_target_bytes = n;
+      if (flag == "--max-connections") options.max_connections = n;
+      if (flag == "--max-result-window") options.router.max_result_window = n;
       if (flag == "--idle-timeout-ms") options.idle_timeout = std::chrono::milliseconds(n);
+      if (flag == "--header-timeout-ms") options.header_timeout = std::chrono::milliseconds(n);
     } else {
       return Fail("unknown flag " + std::string(flag));
     }

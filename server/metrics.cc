@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "common/faults.h"
+
 namespace corvid::server {
 
 std::string_view RouteName(Route route) {
@@ -21,6 +23,21 @@ std::string_view RouteName(Route route) {
     case Route::kMetrics: return "metrics";
     case Route::kOther:
     case Route::kCount: break;
+  }
+  return "other";
+}
+
+std::string_view RejectReasonName(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kHeaderTooLarge: return "header_too_large";
+    case RejectReason::kTargetTooLong: return "target_too_long";
+    case RejectReason::kBodyTooLarge: return "body_too_large";
+    case RejectReason::kMalformed: return "malformed";
+    case RejectReason::kUnauthenticated: return "unauthenticated";
+    case RejectReason::kHeaderTimeout: return "header_timeout";
+    case RejectReason::kIdleReclaimed: return "idle_reclaimed";
+    case RejectReason::kAcceptFailed: return "accept_failed";
+    case RejectReason::kCount: break;
   }
   return "other";
 }
@@ -71,6 +88,21 @@ void Metrics::Render(std::string& out) const {
                   name.data(), static_cast<unsigned long long>(count), name.data(),
                   double(r.sum_micros.load(std::memory_order_relaxed)) / 1e6, name.data(),
                   static_cast<unsigned long long>(count));
+    out += line;
+  }
+  out += "# HELP corvid_requests_rejected_total Requests and connections the transport refused before a handler.\n";
+  out += "# TYPE corvid_requests_rejected_total counter\n";
+  for (size_t i = 0; i < rejected_.size(); ++i) {
+    std::snprintf(line, sizeof line, "corvid_requests_rejected_total{reason=\"%s\"} %llu\n",
+                  RejectReasonName(RejectReason(i)).data(),
+                  static_cast<unsigned long long>(rejected_[i].load(std::memory_order_relaxed)));
+    out += line;
+  }
+  out += "# HELP corvid_internal_errors_total Exceptions caught at a thread's boundary (each is logged).\n";
+  out += "# TYPE corvid_internal_errors_total counter\n";
+  for (size_t i = 0; i < size_t(FaultSite::kCount); ++i) {
+    std::snprintf(line, sizeof line, "corvid_internal_errors_total{where=\"%s\"} %llu\n",
+                  FaultSiteName(FaultSite(i)).data(), static_cast<unsigned long long>(InternalErrorCount(FaultSite(i))));
     out += line;
   }
 }

@@ -5,6 +5,9 @@
 
 #include "server/router_internal.h"
 
+#include <exception>
+#include <system_error>
+
 namespace corvid::server {
 
 using namespace detail;
@@ -52,11 +55,20 @@ size_t Router::BodyLimit(std::string_view method, std::string_view target) const
   // Decoded as Handle will decode it, so that /docs/c/%5Fbulk, which
   // Dispatch sends to Bulk, gets the bulk limit too. A target that does not
   // parse is refused by Handle before its body matters.
+  const RouterOptions& o = state_->options;
   if (method == "POST") {
     std::optional<Target> t = ParseTarget(target);
-    if (t && IsBulkPath(*t)) return state_->options.max_bulk_bytes;
+    if (t && IsBulkPath(*t)) return o.max_bulk_bytes;
   }
-  return state_->options.max_doc_bytes;
+  // Documents are written under /docs/; every other body (a definition, a
+  // search, an analyze text) is small. The raw prefix decides in the common
+  // case without parsing the target.
+  bool documents = target.starts_with("/docs/");
+  if (!documents && target.find('%') != std::string_view::npos) {
+    std::optional<Target> t = ParseTarget(target);
+    documents = t && !t->segments.empty() && t->segments[0] == "docs";
+  }
+  return documents ? o.max_doc_bytes : std::min(o.max_doc_bytes, o.max_control_body_bytes);
 }
 
 void Router::CompleteWaiters() {
@@ -111,7 +123,37 @@ Response Unauthorized(std::string_view message) {
   return r;
 }
 
+// Nothing when `authorization` (the header's value; nullptr: absent)
+// carries `api_key`, else the 401 or 403 that refuses the request.
+std::optional<Response> CheckKey(std::string_view api_key, const std::string* authorization) {
+  if (!authorization) return Unauthorized("missing Authorization: Bearer <key>");
+  std::optional<std::string_view> token = BearerToken(*authorization);
+  if (!token) return Unauthorized("expected Authorization: Bearer <key>");
+  if (!ConstantTimeEquals(*token, api_key)) return ErrorResponse(403, "forbidden", "wrong API key");
+  return std::nullopt;
+}
+
+// GET /health, the one route that needs no key (HEAD is handled as GET).
+bool IsHealth(const Target& t, std::string_view method) {
+  return t.segments.size() == 1 && t.segments[0] == "health" && (method == "GET" || method == "HEAD");
+}
+
 }  // namespace
+
+std::optional<Response> Router::Admit(std::string_view method, std::string_view target,
+                                      const std::string* authorization) const {
+  if (state_->options.api_key.empty()) return std::nullopt;
+  std::optional<Response> refusal = CheckKey(state_->options.api_key, authorization);
+  if (!refusal) return std::nullopt;
+  // Only a refused request pays for parsing its target. One that does not
+  // parse is refused too: Handle would answer it 400 without its body.
+  std::optional<Target> t = ParseTarget(target);
+  if (t && IsHealth(*t, method)) return std::nullopt;
+  state_->metrics.RecordRejected(RejectReason::kUnauthenticated);
+  return refusal;
+}
+
+void Router::CountRejected(RejectReason reason) { state_->metrics.RecordRejected(reason); }
 
 void Router::Handle(Request request, Reply reply) {
   // HEAD is GET without the body, wherever GET is allowed (RFC 9110 §9.3.2).
@@ -128,28 +170,41 @@ void Router::Handle(Request request, Reply reply) {
     reply(ErrorResponse(400, "invalid_argument", "malformed request target (bad percent-encoding)"));
     return;
   }
-  reply = [state = state_, route = Classify(*target, request.method), start = std::chrono::steady_clock::now(),
-           reply = std::move(reply)](Response r) {
-    state->metrics.Record(route, r.status,
-                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    reply(std::move(r));
+  // Every copy of the handler's reply shares one Answer: it records the
+  // metrics, and answers 500 if the last copy is dropped uncalled (an
+  // exception unwound past it, on this thread or a later one), so that no
+  // request waits forever for an answer.
+  struct Answer {
+    std::shared_ptr<State> state;
+    Route route;
+    std::chrono::steady_clock::time_point start;
+    Reply reply;
+    bool sent = false;
+    Answer(std::shared_ptr<State> st, Route rt, Reply rp)
+        : state(std::move(st)), route(rt), start(std::chrono::steady_clock::now()), reply(std::move(rp)) {}
+    Answer(const Answer&) = delete;
+    Answer& operator=(const Answer&) = delete;
+    void Send(Response r) {
+      if (std::exchange(sent, true)) return;
+      state->metrics.Record(route, r.status,
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      reply(std::move(r));
+    }
+    ~Answer() {
+      if (sent) return;
+      try {
+        Send(ErrorResponse(500, "internal", "internal error (logged by the server)"));
+      } catch (...) {
+      }
+    }
   };
+  auto answer = std::make_shared<Answer>(state_, Classify(*target, request.method), std::move(reply));
+  reply = [answer = std::move(answer)](Response r) { answer->Send(std::move(r)); };
   // API.md: every request but GET /health needs the key (a HEAD is a GET here).
-  const bool is_health = target->segments.size() == 1 && target->segments[0] == "health" && request.method == "GET";
-  if (!state_->options.api_key.empty() && !is_health) {
-    if (!request.has_authorization) {
-      reply(Unauthorized("missing Authorization: Bearer <key>"));
-      return;
-    }
-    std::optional<std::string_view> token = BearerToken(request.authorization);
-    if (!token) {
-      reply(Unauthorized("expected Authorization: Bearer <key>"));
-      return;
-    }
-    if (!ConstantTimeEquals(*token, state_->options.api_key)) {
-      reply(ErrorResponse(403, "forbidden", "wrong API key"));
-      return;
-    }
+  if (!state_->options.api_key.empty()) {
+    std::optional<Response> refusal =
+        CheckKey(state_->options.api_key, request.has_authorization ? &request.authorization : nullptr);
+    if (refusal && !IsHealth(*target, request.method)) return reply(std::move(*refusal));
   }
   state_->Dispatch(request, *target, reply);
 }
@@ -517,9 +572,30 @@ void Router::State::Bulk(Request& req, const std::string& coll, Reply& reply) {
     first_lines += c == '\n';
   BulkPart tail;
   std::thread helper;
-  if (!second.empty()) helper = std::thread([&] { tail = ParseBulkPart(second, first_lines, coll, options); });
-  BulkPart head = ParseBulkPart(body.substr(0, split), 0, coll, options);
+  std::exception_ptr helper_error;  // rethrown here, where the request's boundary catches it
+  if (!second.empty()) {
+    try {
+      helper = std::thread([&] {
+        try {
+          tail = ParseBulkPart(second, first_lines, coll, options);
+        } catch (...) {
+          helper_error = std::current_exception();
+        }
+      });
+    } catch (const std::system_error&) {
+      // No thread to be had (a resource limit): this thread parses both.
+    }
+  }
+  BulkPart head;
+  try {
+    head = ParseBulkPart(body.substr(0, split), 0, coll, options);
+  } catch (...) {
+    if (helper.joinable()) helper.join();  // it reads `body`: never unwind past it
+    throw;
+  }
   if (helper.joinable()) helper.join();
+  else if (!second.empty()) tail = ParseBulkPart(second, first_lines, coll, options);
+  if (helper_error) std::rethrow_exception(helper_error);
   if (head.error) return reply(std::move(*head.error));
   if (tail.error) return reply(std::move(*tail.error));
   WriteRequest wr;

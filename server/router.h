@@ -61,6 +61,29 @@ struct RouterOptions {
   std::string api_key;  // empty: no authentication
   size_t max_doc_bytes = size_t{16} << 20;
   size_t max_bulk_bytes = size_t{256} << 20;
+  // A search, listing or feed whose answer would exceed this is refused
+  // (400 response_too_large) as it is built, not after (API.md).
+  size_t max_response_bytes = size_t{64} << 20;
+  // offset + limit of a search, and the offset of /results (API.md).
+  size_t max_result_window = 10000;
+  // The body of every request but document writes and bulks (index
+  // definitions, search bodies, analyze): such bodies are small.
+  size_t max_control_body_bytes = size_t{1} << 20;
+};
+
+// Why the transport refused a request before it reached a handler, or
+// dropped a connection (counted in /metrics as
+// corvid_requests_rejected_total{reason}).
+enum class RejectReason : uint8_t {
+  kHeaderTooLarge,   // 431: header or trailer bytes or field count
+  kTargetTooLong,    // 414
+  kBodyTooLarge,     // 413
+  kMalformed,        // 400: not HTTP/1.x as RFC 9112 spells it
+  kUnauthenticated,  // 401/403 decided from the header, body never read
+  kHeaderTimeout,    // the header did not arrive whole within its deadline
+  kIdleReclaimed,    // an idle connection closed to make room for a new one
+  kAcceptFailed,     // accept() failed (descriptors exhausted): backed off
+  kCount
 };
 
 // Builds the error body {"error": {"code", "message"[, "offset"|"line"]}}.
@@ -79,9 +102,20 @@ class Router {
 
   // The body size limit for a request to `target` (still percent-encoded)
   // with `method`: a POST that Handle routes to the bulk endpoint
-  // (/docs/{collection}/_bulk, decoded) gets the bulk limit, everything else
-  // the document limit. Cost: one parse of the target (POST only).
+  // (/docs/{collection}/_bulk, decoded) gets the bulk limit, other requests
+  // under /docs/ the document limit, everything else the smaller of that
+  // and the control-body limit. Cost: one parse of the target (POST only).
   size_t BodyLimit(std::string_view method, std::string_view target) const;
+
+  // Decides from the request line and the Authorization header alone
+  // (nullptr: none), before any body is read, whether the request may go
+  // on: nothing, or the refusal (401/403) to send before closing. Costs
+  // nothing without an API key; Handle checks the same again.
+  std::optional<Response> Admit(std::string_view method, std::string_view target,
+                                const std::string* authorization) const;
+
+  // Counts a request or connection the transport refused.
+  void CountRejected(RejectReason reason);
 
   // Answers parked requests (long polls, index waits) now (on shutdown).
   void CompleteWaiters();

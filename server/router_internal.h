@@ -183,6 +183,9 @@ inline Response FromStatus(const Status& s) {
   }
 }
 
+// A query's answer outgrew --max-response-bytes (API.md, General rules).
+inline Response ResponseTooLarge(const Status& s) { return ErrorResponse(400, "response_too_large", s.message()); }
+
 // `allow` lists the methods of the path; HEAD is added after GET, since
 // Router::Handle answers HEAD wherever GET works. `what` names the path in
 // the message when there is more to say than "here".

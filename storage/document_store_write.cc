@@ -12,6 +12,7 @@
 // failing request never fails or half-applies the others.
 #include <zstd.h>
 
+#include "common/faults.h"
 #include "storage/document_store.h"
 #include "storage/format.h"
 #include "storage/store_impl.h"
@@ -249,6 +250,8 @@ void DocumentStore::Impl::MergerLoop() {
         queue.pop_front();
       }
     }
+    // A fault (std::bad_alloc, say) fails this batch's requests, never the
+    // process: CommitBatch answers each of them either way.
     CommitBatch(batch);
   }
 }
@@ -261,9 +264,11 @@ void DocumentStore::Impl::CommitBatch(std::vector<PendingWrite>& batch) {
 
   // Each pass applies every request not yet excluded; a request that fails
   // after writing is excluded and the pass restarts (at most batch.size()).
+  MDB_txn* txn = nullptr;  // open, not yet committed or aborted
+  try {
   for (bool retry = true; retry;) {
     retry = false;
-    MDB_txn* txn = nullptr;
+    txn = nullptr;
     int rc = mdb_txn_begin(env, nullptr, 0, &txn);
     if (rc != 0) {
       batch_status = LmdbStatus(rc, "begin write transaction");
@@ -283,31 +288,41 @@ void DocumentStore::Impl::CommitBatch(std::vector<PendingWrite>& batch) {
       }
     }
     if (retry) {
-      mdb_txn_abort(txn);
+      mdb_txn_abort(std::exchange(txn, nullptr));
       continue;
     }
     if (writer.etag() == last_etag.load(std::memory_order_relaxed)) {
-      mdb_txn_abort(txn);  // every request failed its precondition: nothing to sync
+      mdb_txn_abort(std::exchange(txn, nullptr));  // every request failed its precondition: nothing to sync
       break;
     }
     batch_status = writer.Finish();
     if (!batch_status.ok()) {
-      mdb_txn_abort(txn);
+      mdb_txn_abort(std::exchange(txn, nullptr));
       break;
     }
-    rc = mdb_txn_commit(txn);  // durable: LMDB fsyncs before returning
+    rc = mdb_txn_commit(std::exchange(txn, nullptr));  // durable: LMDB fsyncs before returning
     if (rc != 0) {
       batch_status = LmdbStatus(rc, "commit");
       break;
     }
-    writer.Publish();
     committed_etag = writer.etag();
+    writer.Publish();
+  }
+  } catch (...) {
+    // Nothing of an aborted transaction is kept; a committed one stays
+    // (and its etag is published below), but its requests are answered
+    // with the error, as when an fsync's outcome is unknown.
+    if (txn) mdb_txn_abort(txn);
+    const std::string what = CurrentExceptionText();
+    RecordInternalError(FaultSite::kStoreMerger, what);
+    batch_status = Status::Internal("internal error in the write path: " + what);
   }
 
+  // A committed transaction's etags are published even after a fault, so
+  // that the next batch never gives them again.
+  if (committed_etag) Publish(*committed_etag);
   if (!batch_status.ok()) {
     for (auto& r : results) r = WriteResult{batch_status};
-  } else if (committed_etag) {
-    Publish(*committed_etag);
   }
   {
     std::lock_guard lock(stats_mu);
@@ -317,7 +332,13 @@ void DocumentStore::Impl::CommitBatch(std::vector<PendingWrite>& batch) {
       if (results[i].status.ok()) stats.ops += batch[i].request.ops.size();
     stats.max_batch_requests = std::max<uint64_t>(stats.max_batch_requests, batch.size());
   }
-  for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(results[i]));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    try {
+      batch[i].done(std::move(results[i]));
+    } catch (...) {  // the caller's callback: its fault, not the next request's
+      RecordInternalError(FaultSite::kStoreMerger, CurrentExceptionText());
+    }
+  }
 }
 
 }  // namespace corvid::storage

@@ -529,3 +529,56 @@ TEST_CASE("router: API key", "[server]") {
   CHECK(ErrorCode(fx.Call(r)) == "forbidden");
   CHECK(fx.Call(r).www_authenticate.empty());
 }
+
+TEST_CASE("router: Admit decides from the header alone, before any body", "[server]") {
+  {
+    Fixture open;  // no key: everything is admitted, for free
+    CHECK_FALSE(open.router->Admit("PUT", "/docs/c/1", nullptr));
+  }
+  RouterOptions options;
+  options.api_key = "s3cret";
+  Fixture fx(options);
+  const std::string right = "Bearer s3cret", wrong = "Bearer nope", basic = "Basic czNjcmV0";
+  CHECK_FALSE(fx.router->Admit("POST", "/docs/c/_bulk", &right));
+  auto missing = fx.router->Admit("POST", "/docs/c/_bulk", nullptr);
+  REQUIRE(missing);
+  CHECK(missing->status == 401);
+  CHECK(missing->www_authenticate == "Bearer");
+  auto bad = fx.router->Admit("PUT", "/docs/c/1", &wrong);
+  REQUIRE(bad);
+  CHECK(bad->status == 403);
+  REQUIRE(fx.router->Admit("PUT", "/docs/c/1", &basic));
+  CHECK(fx.router->Admit("PUT", "/docs/c/1", &basic)->status == 401);
+  // GET /health needs no key, however it is spelt; nothing else is open.
+  CHECK_FALSE(fx.router->Admit("GET", "/health", nullptr));
+  CHECK_FALSE(fx.router->Admit("GET", "/%68ealth", nullptr));
+  CHECK_FALSE(fx.router->Admit("HEAD", "/health", nullptr));
+  CHECK(fx.router->Admit("POST", "/health", nullptr));
+  CHECK(fx.router->Admit("GET", "/health%", nullptr));  // a target that does not parse is refused too
+  // Refusals are counted for /metrics.
+  Request m;
+  m.method = "GET";
+  m.target = "/metrics";
+  m.has_authorization = true;
+  m.authorization = right;
+  const std::string text = fx.Call(m).body;
+  CHECK(text.find("corvid_requests_rejected_total{reason=\"unauthenticated\"} 6") != std::string::npos);
+  CHECK(text.find("corvid_internal_errors_total{where=\"handler\"}") != std::string::npos);
+}
+
+TEST_CASE("router: bodies other than documents get the control-body limit", "[server]") {
+  RouterOptions options;
+  options.max_doc_bytes = 100000;
+  options.max_bulk_bytes = 1000000;
+  options.max_control_body_bytes = 5000;
+  Fixture fx(options);
+  CHECK(fx.router->BodyLimit("PUT", "/docs/c/1") == 100000);
+  CHECK(fx.router->BodyLimit("PUT", "/%64ocs/c/1") == 100000);  // routed as /docs/ after decoding
+  CHECK(fx.router->BodyLimit("POST", "/docs/c/_bulk") == 1000000);
+  for (auto [method, target] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"PUT", "/indexes/i"}, {"POST", "/indexes/i/search"}, {"POST", "/admin/analyze"}, {"PUT", "/docsx/c/1"},
+           {"PUT", "/%69ndexes/i"}}) {
+    INFO(method << " " << target);
+    CHECK(fx.router->BodyLimit(method, target) == 5000);
+  }
+}
