@@ -81,6 +81,7 @@ class MapReduceIndexImpl final : public MapReduceIndex {
 
   uint64_t LastAppliedEtag() const override { return last_etag_.load(std::memory_order_acquire); }
   Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag, std::vector<IndexError>& errors) override;
+
   void SetBeforeCommit(BeforeCommit hook) override { before_commit_ = std::move(hook); }
   Status Clear() override;
   uint64_t RowCount() const override;
@@ -93,6 +94,9 @@ class MapReduceIndexImpl final : public MapReduceIndex {
   size_t reducer_offset(size_t r) const { return red_offset_[r]; }
 
  private:
+  // MapDocument into mapped_ (false: err_ says why), a thrown fault included.
+  bool MapGuarded(const DocChange& ch);
+
   BeforeCommit before_commit_;
   MapReduceIndexImpl() = default;
 

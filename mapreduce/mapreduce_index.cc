@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/faults.h"
 #include "mapreduce/format.h"
 #include "mapreduce/index_impl.h"
 
@@ -358,6 +359,20 @@ Status MapReduceIndexImpl::FlushDeltas(MDB_txn* txn) {
   return Status::Ok();
 }
 
+// Maps one document. Mapping touches no state but the scratch, so a fault
+// in it (common/faults.h) is that document's index error, as a bad value
+// is: the batch goes on instead of failing again at every retry.
+bool MapReduceIndexImpl::MapGuarded(const DocChange& ch) {
+  try {
+    return def_->MapDocument(ch.json, scratch_, &mapped_, &err_, &warn_);
+  } catch (...) {
+    err_ = "internal error mapping this document: " + CurrentExceptionText();
+    RecordInternalError(FaultSite::kIndexWorker, err_);
+    mapped_.Clear();
+    return false;
+  }
+}
+
 Status MapReduceIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
                                       std::vector<IndexError>& errors) {
   delta_index_.clear();
@@ -382,7 +397,7 @@ Status MapReduceIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t
     if (had) old_rec_.assign(static_cast<const char*>(d.mv_data), d.mv_size);
     new_rec_.clear();
     if (!ch.deleted) {
-      if (!def_->MapDocument(ch.json, scratch_, &mapped_, &err_, &warn_)) {
+      if (!MapGuarded(ch)) {
         errors.push_back(IndexError{ch.etag, std::string(ch.id), err_});
       } else {
         if (!warn_.empty()) errors.push_back(IndexError{ch.etag, std::string(ch.id), warn_});
