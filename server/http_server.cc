@@ -21,6 +21,7 @@
 //   The I/O threads' run loop catches whatever escapes anyway (RunIo).
 #include "server/http_server.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -57,6 +58,8 @@ constexpr size_t kMaxChunkExtensionBytes = 4 * 1024;
 constexpr std::chrono::seconds kWriteTimeout{60};
 constexpr std::chrono::seconds kDrainAfterErrorTimeout{5};
 constexpr std::chrono::milliseconds kMaxAcceptBackoff{1000};
+// How often the server looks for a quiet moment to give freed memory back.
+constexpr std::chrono::seconds kTrimInterval{2};
 
 class AsioTimers : public Timers {
  public:
@@ -227,12 +230,15 @@ class HttpServer::Impl {
   asio::strand<asio::io_context::executor_type> accept_strand{ioc.get_executor()};
   tcp::acceptor acceptor{accept_strand};
   asio::steady_timer accept_timer{accept_strand};
+  asio::steady_timer trim_timer{accept_strand};  // TrimWhenQuiet
   std::chrono::milliseconds accept_backoff{0};
   asio::signal_set signals{ioc, SIGINT, SIGTERM};
   asio::steady_timer drain_timer{ioc};
   AsioTimers timers{ioc};
   std::unique_ptr<Router> router;
   std::atomic<int64_t> in_flight{0};  // requests handed to the router, not yet answered
+  std::atomic<uint64_t> requests{0};   // handed to the router, ever (TrimWhenQuiet)
+  uint64_t requests_at_trim = 0;       // on accept_strand
   std::atomic<bool> draining{false};
   std::chrono::steady_clock::time_point drain_deadline;
 
@@ -246,6 +252,7 @@ class HttpServer::Impl {
   void BeginShutdown();
   void CheckDrained();
   void RunIo();
+  void TrimWhenQuiet();
 };
 
 namespace {
@@ -409,6 +416,7 @@ class Session : public std::enable_shared_from_this<Session> {
     awaiting_answer_ = true;
     answered_ = false;
     ++server_.in_flight;
+    server_.requests.fetch_add(1, std::memory_order_relaxed);
     server_.router->Handle(std::move(request), [self = shared_from_this(), seq](Response resp) {
       asio::dispatch(self->stream_.get_executor(), [self, seq, resp = std::move(resp)]() mutable {
         self->Guard([&] {
@@ -647,6 +655,7 @@ void HttpServer::Impl::BeginShutdown() {
     beast::error_code ignored;
     acceptor.close(ignored);
     accept_timer.cancel();
+    trim_timer.cancel();
   });
   beast::error_code ignored;
   signals.cancel(ignored);
@@ -662,6 +671,24 @@ void HttpServer::Impl::CheckDrained() {
   }
   drain_timer.expires_after(std::chrono::milliseconds(10));
   drain_timer.async_wait([this](beast::error_code) { CheckDrained(); });
+}
+
+// glibc keeps what was freed in its arenas: after a burst of requests
+// (large bodies, many threads) that was tens of MiB that never went back.
+// When requests were served since the last look and none is in flight
+// now, malloc_trim returns the free pages; under steady load it waits, so
+// hot pages are reused rather than faulted in afresh.
+void HttpServer::Impl::TrimWhenQuiet() {
+  trim_timer.expires_after(kTrimInterval);
+  trim_timer.async_wait([this](beast::error_code ec) {
+    if (ec) return;
+    const uint64_t served = requests.load(std::memory_order_relaxed);
+    if (served != requests_at_trim && in_flight.load() == 0) {
+      requests_at_trim = served;
+      ::malloc_trim(0);
+    }
+    TrimWhenQuiet();
+  });
 }
 
 // An I/O thread. Handlers guard themselves; this is the last line: an
@@ -715,7 +742,10 @@ void HttpServer::Run() {
   impl->signals.async_wait([impl](beast::error_code ec, int) {
     if (!ec) impl->BeginShutdown();
   });
-  asio::post(impl->accept_strand, [impl] { impl->Accept(); });
+  asio::post(impl->accept_strand, [impl] {
+    impl->Accept();
+    impl->TrimWhenQuiet();
+  });
   std::vector<std::thread> pool;
   for (int i = 1; i < impl->options.threads; ++i) pool.emplace_back([impl] { impl->RunIo(); });
   impl->RunIo();
