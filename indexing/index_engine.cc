@@ -231,26 +231,40 @@ class IndexSlot {
     p.name = name_;
     p.type = type_;
     p.collection = collection_;
-    p.last_indexed_etag = indexed_etag();
+    // Entries first, then the etags: a batch applied in between then shows
+    // in the etag and not yet in entries, never the other way round.
+    p.entries = kind_->Entries();
+    p.last_indexed_etag = std::max(kind_->LastAppliedEtag(), indexed_etag());
     auto backlog = store_.CountChangesSince(collection_, p.last_indexed_etag);
     p.backlog = backlog.ok() ? *backlog : 0;
     auto coll = store_.Collection(collection_);
     const uint64_t total = coll ? coll->count + coll->tombstones : 0;  // change-feed entries
     p.progress = total == 0 ? 1.0 : double(total - std::min(total, p.backlog)) / double(total);
     p.stale = p.backlog > 0;
-    p.entries = kind_->Entries();
     p.memory_bytes = kind_->MemoryBytes();
     p.disk_bytes = TreeBytes(dir_);
     std::lock_guard lock(mu_);
     if (paused_) p.state = "paused";
     else if (!failure_.empty()) p.state = "error", p.state_message = failure_;
     else p.state = p.backlog > 0 || working_ ? "indexing" : "idle";
+    // Documents per second of wall time over the last minute (or since the
+    // first batch in it began), which is what lastIndexedEtag shows: not
+    // per second spent inside batches, which left out reading the store.
+    const auto now = Clock::now();
+    const auto cutoff = now - kRateWindow;
     uint64_t docs = 0;
-    double ms = 0;
-    auto cutoff = Clock::now() - kRateWindow;
-    for (const auto& b : window_)
-      if (b.end >= cutoff) docs += b.docs, ms += b.ms;
-    p.docs_per_sec = ms > 0 ? double(docs) * 1000.0 / ms : 0.0;
+    auto since = now;
+    for (const auto& b : window_) {
+      if (b.end < cutoff) continue;
+      docs += b.docs;
+      since = std::min(since, b.start);
+    }
+    since = std::max(since, cutoff);
+    const double seconds = std::chrono::duration<double>(now - since).count();
+    p.docs_per_sec = seconds > 0 ? double(docs) / seconds : 0.0;
+    p.eta_seconds = p.backlog == 0 ? std::optional<double>(0.0)
+                    : p.docs_per_sec > 0 ? std::optional<double>(double(p.backlog) / p.docs_per_sec)
+                                         : std::nullopt;
     p.error_count = error_count_;
     p.recent_errors.assign(errors_.begin(), errors_.end());
     p.last_batch_docs = last_batch_docs_;
@@ -263,6 +277,7 @@ class IndexSlot {
 
  private:
   struct BatchStat {
+    Clock::time_point start;  // the batch's read of the store began
     Clock::time_point end;
     uint64_t docs;
     double ms;
@@ -342,6 +357,7 @@ class IndexSlot {
 
   // Processes the next batch of the collection's changes. mu_ not held.
   void RunBatch() {
+    const auto read_start = Clock::now();
     const uint64_t since = indexed_etag();
     auto batch = store_.ReadChangeBatch(collection_, since, options_.batch_max_docs, options_.batch_max_bytes);
     if (!batch.ok()) {
@@ -385,7 +401,7 @@ class IndexSlot {
       error_count_ = error_log_.count();
     }
     auto now = Clock::now();
-    window_.push_back(BatchStat{now, docs, ms});
+    window_.push_back(BatchStat{read_start, now, docs, ms});
     while (!window_.empty() && window_.front().end < now - kRateWindow) window_.pop_front();
     last_batch_docs_ = docs;
     last_batch_ms_ = ms;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,7 +50,11 @@ struct IndexProgress {
   uint64_t backlog = 0;    // unprocessed changes of the collection
   double progress = 1.0;   // processed / (processed + backlog) change-feed entries
   bool stale = false;
-  double docs_per_sec = 0;  // documents processed in the last minute / time spent processing them
+  // Documents processed per second of wall time over the last minute (or
+  // since the first batch in it began): the rate lastIndexedEtag moves at.
+  double docs_per_sec = 0;
+  // backlog / docs_per_sec; 0 when caught up; none while nothing moves.
+  std::optional<double> eta_seconds;
   uint64_t entries = 0;
   uint64_t error_count = 0;
   std::vector<RecordedError> recent_errors;  // oldest first, at most kMaxRecentErrors

@@ -94,6 +94,9 @@ void WriteProgress(JsonWriter& w, const indexing::IndexProgress& p, const std::s
   w.Bool(p.stale);
   w.Key("docsPerSec");
   w.Double(p.docs_per_sec);
+  w.Key("etaSeconds");
+  if (p.eta_seconds) w.Double(*p.eta_seconds);
+  else w.Null();
   w.Key("entries");
   w.Uint64(p.entries);
   w.Key("errors");
