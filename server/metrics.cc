@@ -12,6 +12,7 @@ std::string_view RouteName(Route route) {
     case Route::kHealth: return "health";
     case Route::kCollections: return "collections";
     case Route::kChanges: return "changes";
+    case Route::kDocList: return "doc_list";
     case Route::kDocGet: return "doc_get";
     case Route::kDocPut: return "doc_put";
     case Route::kDocDelete: return "doc_delete";

@@ -14,7 +14,7 @@
 namespace corvid::server {
 
 enum class Route : uint8_t {
-  kHealth, kCollections, kChanges, kDocGet, kDocPut, kDocDelete, kDocBulk,
+  kHealth, kCollections, kChanges, kDocList, kDocGet, kDocPut, kDocDelete, kDocBulk,
   kIndexes, kIndexResults, kIndexSearch, kAdmin, kMetrics, kOther, kCount
 };
 

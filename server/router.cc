@@ -90,6 +90,7 @@ Route Classify(const Target& t, std::string_view method) {
   if (seg[0] == "changes") return Route::kChanges;
   if (seg[0] == "metrics") return Route::kMetrics;
   if (seg[0] == "admin") return Route::kAdmin;
+  if (seg[0] == "docs" && seg.size() == 2) return Route::kDocList;
   if (seg[0] == "docs" && seg.size() == 3) {
     if (method == "POST") return Route::kDocBulk;
     if (method == "PUT") return Route::kDocPut;
@@ -240,6 +241,12 @@ void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
     if (m != "GET") return reply(MethodNotAllowed("GET"));
     return reply(MetricsText());
   }
+  if (seg.size() == 2 && seg[0] == "docs") {
+    if (Status s = storage::ValidateName(seg[1], "collection name"); !s.ok())
+      return reply(ErrorResponse(400, "invalid_id", s.message()));
+    if (m != "GET") return reply(MethodNotAllowed("GET"));
+    return reply(ListDocs(t, seg[1]));
+  }
   if (seg.size() == 3 && seg[0] == "docs") {
     const std::string& coll = seg[1];
     const std::string& id = seg[2];
@@ -280,11 +287,54 @@ Response Router::State::Collections() const {
     WriteString(w, c.name);
     w.Key("count");
     w.Uint64(c.count);
+    w.Key("tombstones");
+    w.Uint64(c.tombstones);
     w.EndObject();
   }
   w.EndArray();
   w.Key("lastEtag");
   w.Uint64(last);
+  w.EndObject();
+  return JsonResponse(200, buf);
+}
+
+// GET /docs/{collection}?after=<id>&limit=<n>: the collection's documents
+// in id order, as CouchDB's _all_docs, paged by key (API.md).
+Response Router::State::ListDocs(const Target& t, const std::string& coll) const {
+  uint64_t limit = kDefaultListLimit;
+  if (const std::string* v = t.Param("limit")) {
+    if (!ParseUint(*v, limit))
+      return ErrorResponse(400, "invalid_argument",
+                           "limit must be a non-negative integer, got '" + std::string(Utf8Prefix(*v, 64)) + "'");
+    limit = std::min(limit, kMaxListLimit);
+  }
+  const std::string* after = t.Param("after");
+  auto page = store.ListDocuments(coll, after ? std::string_view(*after) : std::string_view(), limit);
+  if (!page.ok()) return FromStatus(page.status());
+  rapidjson::StringBuffer buf;
+  JsonWriter w(buf);
+  w.StartObject();
+  w.Key("results");
+  w.StartArray();
+  for (const auto& d : page->docs) {
+    w.StartObject();
+    w.Key("id");
+    WriteString(w, d.id);
+    w.Key("etag");
+    w.Uint64(d.etag);
+    w.Key("doc");
+    w.RawValue(d.body.data(), d.body.size(), rapidjson::kObjectType);  // as stored
+    w.EndObject();
+    if (buf.GetSize() > options.max_response_bytes)
+      return ErrorResponse(400, "response_too_large",
+                           "the page would exceed " + std::to_string(options.max_response_bytes) +
+                               " bytes (--max-response-bytes); ask for fewer with limit");
+  }
+  w.EndArray();
+  if (page->more && !page->docs.empty()) {
+    w.Key("next");
+    WriteString(w, page->docs.back().id);
+  }
   w.EndObject();
   return JsonResponse(200, buf);
 }

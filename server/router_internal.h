@@ -33,6 +33,8 @@ using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 constexpr uint64_t kDefaultChangesLimit = 1000;
 constexpr uint64_t kMaxChangesLimit = 10000;
 constexpr uint64_t kMaxWaitMs = 60000;
+constexpr uint64_t kDefaultListLimit = 100;  // GET /docs/{collection}
+constexpr uint64_t kMaxListLimit = 1000;
 // The last path segment of the bulk endpoint, /docs/{collection}/_bulk:
 // reserved, so never a document id.
 constexpr std::string_view kBulkId = "_bulk";
@@ -240,6 +242,7 @@ struct Router::State : std::enable_shared_from_this<Router::State> {
   void Dispatch(Request& req, const detail::Target& t, Reply& reply);
   Response Health() const;
   Response Collections() const;
+  Response ListDocs(const detail::Target& t, const std::string& coll) const;
   void Changes(const detail::Target& t, Reply& reply);
   Response GetDoc(const Request& req, const std::string& coll, const std::string& id) const;
   void PutDoc(Request& req, const std::string& coll, const std::string& id, Reply& reply);

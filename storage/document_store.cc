@@ -3,6 +3,7 @@
 // document_store_write.cc.
 #include "storage/document_store.h"
 
+#include <algorithm>
 #include <zstd.h>
 
 #include <filesystem>
@@ -216,6 +217,71 @@ Result<Document> DocumentStore::Get(std::string_view collection, std::string_vie
   doc.etag = view.etag;
   if (Status s = DecodeBody(view, doc.body); !s.ok()) return s;
   return doc;
+}
+
+Result<DocumentStore::DocumentPage> DocumentStore::ListDocuments(std::string_view collection, std::string_view after,
+                                                                size_t limit) const {
+  auto coll = impl_->FindCollection(collection);
+  if (!coll) return Status::NotFound("no collection '" + std::string(collection) + "'");
+  DocumentPage page;
+  ReadTxn txn(impl_->env);
+  if (!txn.status().ok()) return txn.status();
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn.get(), impl_->docs_db, &cur);
+  if (rc != 0) return LmdbStatus(rc, "cursor");
+  struct CloseCursor {
+    MDB_cursor* c;
+    ~CloseCursor() { mdb_cursor_close(c); }
+  } close{cur};
+  // Keys are collection | id, except that an id over kMaxDirectIdBytes is
+  // keyed by its first kLongIdPrefix bytes and a hash: every id after
+  // `after` has a key at or after the one its truncation gives, and the
+  // long ids sharing one prefix are sorted here by their full id.
+  std::string start;
+  fmt::PutBE32(start, *coll);
+  start.append(after.substr(0, std::min(after.size(), fmt::kLongIdPrefix)));
+  const size_t want = limit + 1;  // one more tells whether another page follows
+  std::vector<DocumentPage::Entry> group;  // long ids of one shared key prefix
+  std::string group_prefix;
+  Status status;
+  auto emit = [&](DocumentPage::Entry&& e) {
+    if (std::string_view(e.id) > after && page.docs.size() < want) page.docs.push_back(std::move(e));
+  };
+  auto flush_group = [&] {
+    std::sort(group.begin(), group.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    for (auto& e : group) emit(std::move(e));
+    group.clear();
+  };
+  MDB_val k = ToVal(start), v;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0 && page.docs.size() < want;
+       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    std::string_view key = FromVal(k);
+    if (key.size() < 4 || fmt::GetBE32(key.data()) != *coll) break;
+    fmt::DocView view;
+    if (!fmt::DecodeDoc(FromVal(v), view)) return Status::Corruption("document value");
+    const bool long_id = view.flags & fmt::kFlagLongId;
+    const std::string_view prefix = key.substr(0, std::min(key.size(), 4 + fmt::kLongIdPrefix));
+    if (!group.empty() && (!long_id || prefix != group_prefix)) flush_group();
+    if (view.flags & fmt::kFlagDeleted) continue;
+    DocumentPage::Entry e;
+    e.id = long_id ? std::string(view.long_id) : std::string(key.substr(4));
+    e.etag = view.etag;
+    if (std::string_view(e.id) <= after) continue;  // before decompressing
+    if (Status s = DecodeBody(view, e.body); !s.ok()) return s;
+    if (long_id) {
+      group_prefix.assign(prefix);
+      group.push_back(std::move(e));
+    } else {
+      emit(std::move(e));
+    }
+  }
+  if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "list documents");
+  if (!group.empty()) flush_group();
+  if (page.docs.size() > limit) {
+    page.docs.resize(limit);
+    page.more = true;
+  }
+  return page;
 }
 
 Result<std::vector<Change>> DocumentStore::ChangesSince(uint64_t since, size_t limit,

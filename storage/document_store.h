@@ -126,6 +126,22 @@ class DocumentStore {
   // The document, or NotFound (absent or deleted).
   Result<Document> Get(std::string_view collection, std::string_view id) const;
 
+  // A page of a collection's live documents whose ids sort (bytewise) after
+  // `after`, in id order, from one read snapshot: at most `limit`, with
+  // `more` set when another follows. NotFound for a collection never
+  // written. Cost: one cursor walk over the page (plus the tombstones
+  // among it), every body decompressed.
+  struct DocumentPage {
+    struct Entry {
+      std::string id;
+      uint64_t etag = 0;
+      std::string body;
+    };
+    std::vector<Entry> docs;
+    bool more = false;
+  };
+  Result<DocumentPage> ListDocuments(std::string_view collection, std::string_view after, size_t limit) const;
+
   // Changes with etag > since in etag order, at most `limit`, optionally of
   // one collection only. Each document appears once, at its latest etag.
   Result<std::vector<Change>> ChangesSince(uint64_t since, size_t limit,

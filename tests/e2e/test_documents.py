@@ -614,20 +614,20 @@ class DocumentsTest(CorvidTestCase):
         info = self.collections()
         self.assertEqual(info['lastEtag'], last)
         entries = {e['name']: e for e in info['collections']}
-        self.assertEqual(entries[a], {'name': a, 'count': 2})
-        self.assertEqual(entries[b], {'name': b, 'count': 2})
+        self.assertEqual(entries[a], {'name': a, 'count': 2, 'tombstones': 1})
+        self.assertEqual(entries[b], {'name': b, 'count': 2, 'tombstones': 0})
         names = [e['name'] for e in info['collections']]
         self.assertEqual(names, sorted(names, key=lambda s: s.encode('utf-8')))
         self.assertEqual(len(names), len(set(names)))
         for e in info['collections']:
-            self.assertEqual(set(e.keys()), {'name', 'count'})
+            self.assertEqual(set(e.keys()), {'name', 'count', 'tombstones'})
         # All documents deleted: still listed, count 0.
         self.assertStatus(self.c.delete(doc_path(b, 'd0')), 200)
         resp = self.c.delete(doc_path(b, 'd1'))
         self.assertStatus(resp, 200)
         info = self.collections()
         self.assertEqual(info['lastEtag'], resp.json['etag'])
-        self.assertIn({'name': b, 'count': 0}, info['collections'])
+        self.assertIn({'name': b, 'count': 0, 'tombstones': 2}, info['collections'])
         # A failed write does not create a collection; re-creating counts again.
         self.putOk(b, 'd0', '{}', status=201)
         self.assertEqual(self.collection_count(b), 1)
