@@ -280,6 +280,11 @@ std::optional<JsonProblem> ValidateJsonObject(std::string_view text, ObjectField
     message += " at offset " + std::to_string(ok.Offset());
     return JsonProblem{"invalid_json", std::move(message), ok.Offset()};
   }
+  // RapidJSON's MemoryStream reads a NUL byte as the end of the input, so
+  // "{}\0anything" parsed as "{}": JSON text never holds a raw NUL (in a
+  // string it must be escaped), so one is an error wherever it stands.
+  if (stream.Tell() != text.size())
+    return JsonProblem{"invalid_json", "a NUL byte at offset " + std::to_string(stream.Tell()), stream.Tell()};
   if (!handler.root_is_object)
     return JsonProblem{"not_an_object", "the JSON value must be an object", size_t{0}};
   return std::nullopt;

@@ -20,6 +20,15 @@ TEST_CASE("JSON validation accepts objects and names every problem", "[server]")
   // Numbers beyond the double range are refused (documented limit).
   CHECK(ValidateJsonObject(R"({"n":1e400})")->code == "invalid_json");
   CHECK_FALSE(ValidateJsonObject("  {}\n"));
+  // A raw NUL byte ends RapidJSON's input, so "{}\0..." once passed as "{}"
+  // and was stored with the rest: invalid JSON for every reader after.
+  for (std::string_view nul : {std::string_view("{\"a\":1}\0xyz", 11), std::string_view("{}\0", 3),
+                               std::string_view("{} \0", 4), std::string_view("\0{}", 3)}) {
+    auto p = ValidateJsonObject(nul);
+    REQUIRE(p);
+    CHECK(p->code == "invalid_json");
+  }
+  CHECK(ValidateJsonObject(std::string_view("{\"a\":1}\0", 8))->offset == size_t{7});
   CHECK(ValidateJsonObject("")->code == "empty_body");
   CHECK(ValidateJsonObject(" \r\n")->code == "empty_body");
   CHECK(ValidateJsonObject("[1]")->code == "not_an_object");
