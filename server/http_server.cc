@@ -735,8 +735,6 @@ std::string HttpServer::LocalEndpoint() const {
   return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
-size_t HttpServer::MaxConnections() const { return impl_->options.max_connections; }
-
 void HttpServer::Run() {
   Impl* impl = impl_.get();
   impl->signals.async_wait([impl](beast::error_code ec, int) {

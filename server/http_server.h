@@ -47,9 +47,6 @@ class HttpServer {
 
   // "host:port" actually bound (useful with port 0).
   std::string LocalEndpoint() const;
-  // The connection limit in force (the option, or the one derived from the
-  // descriptor limit).
-  size_t MaxConnections() const;
 
   // Serves until SIGINT/SIGTERM (or Stop()), then drains requests in flight
   // and returns. Blocks the calling thread, which joins the pool.

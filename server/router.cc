@@ -302,12 +302,7 @@ Response Router::State::Collections() const {
 // in id order, as CouchDB's _all_docs, paged by key (API.md).
 Response Router::State::ListDocs(const Target& t, const std::string& coll) const {
   uint64_t limit = kDefaultListLimit;
-  if (const std::string* v = t.Param("limit")) {
-    if (!ParseUint(*v, limit))
-      return ErrorResponse(400, "invalid_argument",
-                           "limit must be a non-negative integer, got '" + std::string(Utf8Prefix(*v, 64)) + "'");
-    limit = std::min(limit, kMaxListLimit);
-  }
+  if (auto bad = ReadCountParam(t, "limit", kMaxListLimit, limit)) return std::move(*bad);
   const std::string* after = t.Param("after");
   auto page = store.ListDocuments(coll, after ? std::string_view(*after) : std::string_view(), limit);
   if (!page.ok()) return FromStatus(page.status());
@@ -326,9 +321,8 @@ Response Router::State::ListDocs(const Target& t, const std::string& coll) const
     w.RawValue(d.body.data(), d.body.size(), rapidjson::kObjectType);  // as stored
     w.EndObject();
     if (buf.GetSize() > options.max_response_bytes)
-      return ErrorResponse(400, "response_too_large",
-                           "the page would exceed " + std::to_string(options.max_response_bytes) +
-                               " bytes (--max-response-bytes); ask for fewer with limit");
+      return ResponseTooLarge(Status::TooLarge("the page would exceed " + std::to_string(options.max_response_bytes) +
+                                               " bytes (--max-response-bytes); ask for fewer with limit"));
   }
   w.EndArray();
   if (page->more && !page->docs.empty()) {
@@ -341,17 +335,9 @@ Response Router::State::ListDocs(const Target& t, const std::string& coll) const
 
 void Router::State::Changes(const Target& t, Reply& reply) {
   uint64_t since = 0, limit = kDefaultChangesLimit, wait_ms = 0;
-  struct P { const char* name; uint64_t* out; uint64_t max; } params[] = {
-      {"since", &since, UINT64_MAX}, {"limit", &limit, kMaxChangesLimit}, {"waitMs", &wait_ms, kMaxWaitMs}};
-  for (auto& p : params) {
-    const std::string* v = t.Param(p.name);
-    if (!v) continue;
-    if (!ParseUint(*v, *p.out))
-      return reply(ErrorResponse(
-          400, "invalid_argument",
-          std::string(p.name) + " must be a non-negative integer, got '" + std::string(Utf8Prefix(*v, 64)) + "'"));
-    *p.out = std::min(*p.out, p.max);
-  }
+  if (auto bad = ReadCountParam(t, "since", UINT64_MAX, since)) return reply(std::move(*bad));
+  if (auto bad = ReadCountParam(t, "limit", kMaxChangesLimit, limit)) return reply(std::move(*bad));
+  if (auto bad = ReadCountParam(t, "waitMs", kMaxWaitMs, wait_ms)) return reply(std::move(*bad));
   auto answer = [&store = store, since, limit]() -> Response {
     uint64_t last = store.LastEtag();
     auto changes = store.ChangesSince(since, limit);

@@ -126,6 +126,19 @@ inline bool ParseUint(std::string_view s, uint64_t& out) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
+// Reads the count parameter `name` of `t` into `out` (left unchanged when
+// absent), capped at `max`; the 400 that refuses a malformed one otherwise.
+inline std::optional<Response> ReadCountParam(const Target& t, std::string_view name, uint64_t max, uint64_t& out) {
+  const std::string* v = t.Param(name);
+  if (!v) return std::nullopt;
+  if (!ParseUint(*v, out))
+    return ErrorResponse(400, "invalid_argument",
+                         std::string(name) + " must be a non-negative integer, got '" +
+                             std::string(Utf8Prefix(*v, 64)) + "'");
+  out = std::min(out, max);
+  return std::nullopt;
+}
+
 // An etag from a header value: "N", W/"N" or N. Which comparison a weak
 // one passes is the header's to decide (If-None-Match: weak, If-Match:
 // strong, RFC 9110 §13.1).

@@ -1729,16 +1729,16 @@ class HonestRatesTest(IndexTestCase):
         # measured from lastIndexedEtag since the first batch (generous
         # bound for a shared 2-core CI machine; the bar is 10%).
         moving = [s for s in samples if s[1] < last]
-        if len(moving) >= 3:
+        measurable = len(moving) >= 3 and moving[-1][0] - moving[0][0] >= 0.25 and moving[-1][1] > moving[0][1]
+        if measurable:
             (ta, ea, _), (tb, eb, reported) = moving[0], moving[-1]
-            measured = (eb - ea) / (tb - ta) if tb > ta else 0
-            if measured > 0 and tb - ta >= 0.5:
-                self.assertLess(abs(reported - measured) / measured, 0.35,
-                                'docsPerSec %.0f, lastIndexedEtag moved %.0f docs/s' % (reported, measured))
-        # The old figure (documents per second spent inside batches) was
-        # above the wall-time rate; the new one never is by much.
+            measured = (eb - ea) / (tb - ta)
+            self.assertLess(abs(reported - measured) / measured, 0.35,
+                            'docsPerSec %.0f, lastIndexedEtag moved %.0f docs/s' % (reported, measured))
         p = self.progress(name)
         self.assertGreater(p['docsPerSec'], 0, p)
+        if not measurable:  # said, not passed silently
+            self.skipTest('the build finished within %d polls; the rate could not be compared' % len(moving))
 
 
 class IndexCrashTest(IndexTestCase):
