@@ -163,13 +163,19 @@ std::vector<PairList> BuildPairsFromLog(std::span<const TextToken> tokens, std::
   return pairs.Take();
 }
 
-uint64_t AppendPairSection(std::string& out, std::span<const uint32_t> common, std::span<const PairList> pairs) {
+namespace {
+
+// The section into `out`, which starts at file offset `base` (a multiple of
+// 32): pair i's bitmap is written by append_bitmap(i, out).
+template <typename Pair, typename AppendBitmap>
+uint64_t AppendSection(std::string& out, uint64_t base, std::span<const uint32_t> common, std::span<const Pair> pairs,
+                       AppendBitmap&& append_bitmap) {
   auto align = [&](size_t a) {
-    while (out.size() % a != 0) out.push_back('\0');
+    while ((base + out.size()) % a != 0) out.push_back('\0');
   };
   auto put32 = [&](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); };
   align(32);
-  const uint64_t start = out.size();
+  const uint64_t start = base + out.size();
   put32(static_cast<uint32_t>(common.size()));
   put32(static_cast<uint32_t>(pairs.size()));
   for (uint32_t c : common) put32(c);
@@ -178,12 +184,28 @@ uint64_t AppendPairSection(std::string& out, std::span<const uint32_t> common, s
   out.append(pairs.size() * sizeof(PairEntry), '\0');
   for (size_t i = 0; i < pairs.size(); ++i) {
     align(32);  // frozen views need 32-byte alignment
-    const uint64_t at = out.size();
-    AppendFrozenBitmap(out, pairs[i].docs);  // most pairs: written directly, no bitmap built
-    PairEntry e{pairs[i].first, pairs[i].second, static_cast<uint32_t>(out.size() - at), at};
+    const size_t at = out.size();
+    append_bitmap(i, out);
+    PairEntry e{pairs[i].first, pairs[i].second, static_cast<uint32_t>(out.size() - at), base + at};
     std::memcpy(out.data() + entries_at + i * sizeof(PairEntry), &e, sizeof e);
   }
   return start;
+}
+
+}  // namespace
+
+uint64_t AppendPairSection(std::string& out, std::span<const uint32_t> common, std::span<const PairList> pairs) {
+  // Most pairs: written directly, no bitmap built.
+  return AppendSection(out, 0, common, pairs, [&](size_t i, std::string& o) { AppendFrozenBitmap(o, pairs[i].docs); });
+}
+
+uint64_t AppendPairSection(std::string& out, uint64_t base, std::span<const uint32_t> common,
+                           std::span<const PairBitmap> pairs) {
+  return AppendSection(out, base, common, pairs, [&](size_t i, std::string& o) {
+    const size_t at = o.size();
+    o.resize(at + roaring_bitmap_frozen_size_in_bytes(pairs[i].docs));
+    roaring_bitmap_frozen_serialize(pairs[i].docs, o.data() + at);
+  });
 }
 
 bool PairTable::Parse(const char* base, uint64_t size, uint64_t off, uint32_t term_count) {

@@ -90,6 +90,15 @@ struct PairEntry {
 // `common`: ChooseCommonTerms' result; `pairs`: BuildPairs' over them.
 uint64_t AppendPairSection(std::string& out, std::span<const uint32_t> common, std::span<const PairList> pairs);
 
+// The same from bitmaps (the streaming merger): `out` starts at file
+// offset `base`, a multiple of 32; each bitmap is run-optimized already.
+struct PairBitmap {
+  uint16_t first = 0, second = 0;
+  const roaring_bitmap_t* docs = nullptr;
+};
+uint64_t AppendPairSection(std::string& out, uint64_t base, std::span<const uint32_t> common,
+                           std::span<const PairBitmap> pairs);
+
 // A field's section as read from a mapped segment file.
 class PairTable {
  public:

@@ -7,7 +7,9 @@
 // (MergeLoop), and any number of readers (Search, the accessors). Both
 // writers build their segment files without locks and then commit under
 // commit_mu_: derive the next snapshot from the current one, write the
-// manifest, update ids_, publish. Readers only copy the snapshot pointer.
+// manifest, publish. Readers only copy the snapshot pointer. No index of
+// ids is kept in memory: the previous version of a document is found
+// through the segments' id filters and id orders (Segment::FindId).
 //
 // Manifest file "MANIFEST", version 1 (little-endian), rewritten whole by
 // WriteFileAtomic (tmp, fsync, rename, fsync dir) after every batch/merge:
@@ -41,6 +43,8 @@
 #include "common/exact_json.h"
 #include "common/faults.h"
 #include "common/hash.h"
+#include "common/memory_budget.h"
+#include "postings/segment_merger.h"
 #include "postings/snapshot.h"
 
 namespace corvid::postings {
@@ -62,26 +66,15 @@ constexpr double kMaxDeletedFraction = 0.3;
 // Dropping it costs the next batch its dictionary (a probe miss and a
 // sort per term); what it keeps is mostly the batch's token logs and
 // sort buffers (8 bytes per token each), released first (TrimBuilder).
-constexpr size_t kBacklogBuilderBytes = size_t{256} << 20;
-constexpr size_t kIdleBuilderBytes = size_t{64} << 20;
+// Both shrink with the memory budget (common/memory_budget.h).
+size_t BacklogBuilderBytes() { return BudgetShare(8, size_t{16} << 20, size_t{256} << 20); }
+size_t IdleBuilderBytes() { return BudgetShare(16, size_t{8} << 20, size_t{64} << 20); }
 
 std::string SegmentName(uint64_t id) {
   char b[40];
   snprintf(b, sizeof b, "seg-%016llx.cvs", static_cast<unsigned long long>(id));
   return b;
 }
-
-struct DocLoc {
-  uint64_t segment;
-  uint32_t doc;
-};
-
-// Lets ids_ be probed with a string_view (no std::string per lookup).
-struct IdHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return HashShortBytes(s); }
-};
-using IdMap = std::unordered_map<std::string, DocLoc, IdHash, std::equal_to<>>;
 
 std::mutex merge_hook_mu;
 std::function<void()> merge_hook;  // guarded by merge_hook_mu; SetMergeCommitHookForTesting
@@ -127,7 +120,7 @@ class SearchIndexImpl final : public SearchIndex {
   Status Clear() override;
   uint64_t LiveDocuments() const override { return Current()->live_docs; }
   uint64_t DiskBytes() const override { return disk_bytes_.load(); }
-  uint64_t MemoryBytes() const override { return memory_bytes_.load() + builder_bytes_.load(); }
+  uint64_t MemoryBytes() const override { return memory_bytes_.load() + builder_bytes_.load() + merge_bytes_.load(); }
   Result<SearchResult> Search(const SearchRequest& request) const override { return RunSearch(*Current(), request); }
   // Blocks until the merge thread finds nothing to merge (or is stopped).
   void WaitForMerges();
@@ -137,14 +130,13 @@ class SearchIndexImpl final : public SearchIndex {
     std::lock_guard<std::mutex> l(snap_mu_);
     return snap_;
   }
-  // Requires commit_mu_ (reads ids_), or no merge thread yet.
+  // Requires commit_mu_, or no merge thread yet.
   void Publish(std::shared_ptr<const Snapshot> s) {
     uint64_t disk = 0, mem = 0;
     for (const auto& seg : s->segments) {
       disk += seg.segment->file_bytes();
       mem += roaring_bitmap_size_in_bytes(seg.deleted.get());
     }
-    mem += ids_.size() * 64;
     disk_bytes_ = disk;
     memory_bytes_ = mem;
     std::lock_guard<std::mutex> l(snap_mu_);
@@ -188,9 +180,9 @@ class SearchIndexImpl final : public SearchIndex {
   // small file write and fsync — never across building or writing a
   // segment; readers never take it. Order: commit_mu_, then snap_mu_.
   std::mutex commit_mu_;
-  IdMap ids_;  // guarded by commit_mu_: live id -> its segment and doc number
   std::atomic<uint64_t> next_segment_id_{1};
   std::atomic<uint64_t> disk_bytes_{0}, memory_bytes_{0};
+  std::atomic<uint64_t> merge_bytes_{0};  // what a merge in flight holds (an estimate from its inputs)
   // Worker-only (ApplyBatch, Idle, Clear): the batch builder and its segment
   // image buffer, reused (fresh ones per batch cost page faults).
   std::unique_ptr<SegmentBuilder> builder_;
@@ -330,13 +322,7 @@ Status SearchIndexImpl::LoadManifest() {
     snap->segments.push_back(MakeState(id, std::move(seg).value(), std::move(del)));
   }
   if (p != end) return bad("trailing bytes");
-  for (const auto& s : snap->segments) {
-    for (uint32_t d = 0; d < s.segment->doc_count(); ++d) {
-      if (roaring_bitmap_contains(s.deleted.get(), d)) continue;
-      ids_[std::string(s.segment->id(d))] = DocLoc{s.id, d};
-    }
-    next_segment_id_ = std::max(next_segment_id_.load(), s.id + 1);
-  }
+  for (const auto& s : snap->segments) next_segment_id_ = std::max(next_segment_id_.load(), s.id + 1);
   Recount(*snap);
   RemoveUnreferenced(*snap);
   Publish(std::move(snap));
@@ -350,7 +336,6 @@ Status SearchIndexImpl::Init() {
   Status st = LoadManifest();
   if (!st.ok()) {
     // Missing, unknown, corrupt or for another definition: rebuild from 0.
-    ids_.clear();
     next_segment_id_ = 1;
     WipeFiles();
     auto empty = EmptySnapshot();
@@ -483,7 +468,7 @@ Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t th
     if (!written.ok()) return written.status();
     seg = std::move(written).value();
   }
-  TrimBuilder(kBacklogBuilderBytes);
+  TrimBuilder(BacklogBuilderBytes());
   std::vector<uint64_t> dropped;
   {
     std::lock_guard<std::mutex> l(commit_mu_);
@@ -492,8 +477,15 @@ Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t th
     // merges have moved it by now.
     std::unordered_map<uint64_t, std::vector<uint32_t>> dels;
     for (const auto& [id, i] : last) {
-      auto it = ids_.find(id);
-      if (it != ids_.end()) dels[it->second.segment].push_back(it->second.doc);
+      // At most one segment has it live; the newest segments first.
+      for (size_t k = cur->segments.size(); k-- > 0;) {
+        const SegmentState& s = cur->segments[k];
+        const std::optional<uint32_t> doc = s.segment->FindId(id);
+        if (doc && !roaring_bitmap_contains(s.deleted.get(), *doc)) {
+          dels[s.id].push_back(*doc);
+          break;
+        }
+      }
     }
     auto next = std::make_shared<Snapshot>(*cur);
     next->etag = std::max(cur->etag, through_etag);
@@ -515,12 +507,6 @@ Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t th
       if (seg) Unlink(new_id);
       return st;
     }
-    for (const auto& [id, i] : last) {
-      auto it = ids_.find(id);
-      if (it != ids_.end()) ids_.erase(it);
-    }
-    if (seg)
-      for (uint32_t d = 0; d < seg->doc_count(); ++d) ids_[std::string(seg->id(d))] = DocLoc{new_id, d};
     Publish(std::move(next));
   }
   for (uint64_t id : dropped) Unlink(id);  // mapped readers (and a merge reading it) keep their pages
@@ -608,134 +594,40 @@ Status SearchIndexImpl::MergeUntilBalanced() {
 // Merges base->segments[which] (their live documents as of `base`) into
 // one segment without locks, then commits it against the then-current
 // snapshot: documents deleted or updated in the sources meanwhile are
-// deleted in the merged segment too, and ids_ moves only the documents
-// still located in the sources.
+// deleted in the merged segment too.
 Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const std::vector<size_t>& which) {
   const auto nt = static_cast<uint32_t>(def_->text_fields().size());
   const auto nn = static_cast<uint32_t>(def_->numeric_fields().size());
   const Status cancelled = Status::ShuttingDown("merge cancelled");
-  SegmentBuilder b(nt, nn);
-  std::vector<std::vector<uint32_t>> remap(which.size());
-  constexpr uint32_t kGone = UINT32_MAX;
-  for (size_t k = 0; k < which.size(); ++k) {
-    const SegmentState& s = base->segments[which[k]];
-    const Segment& seg = *s.segment;
-    remap[k].assign(seg.doc_count(), kGone);
-    for (uint32_t d = 0; d < seg.doc_count(); ++d) {
-      if (roaring_bitmap_contains(s.deleted.get(), d)) continue;
-      uint32_t nd = b.AddDoc(seg.id(d), seg.has_stored() ? seg.stored(d) : std::string_view());
-      remap[k][d] = nd;
-      for (uint32_t f = 0; f < nt; ++f) b.SetLength(f, nd, seg.lengths(f)[d]);
-    }
-    for (uint32_t n = 0; n < nn; ++n)
-      for (const NumEntry& e : seg.sorted(n))
-        if (remap[k][e.doc] != kGone) b.AddNumber(n, remap[k][e.doc], e.number());
-  }
-  // Per text field: a k-way merge of the segments' sorted dictionaries
-  // (no hashing, no sort in Encode); each term's live postings are copied
-  // with their positions still encoded (no decode/re-encode). For a term in
-  // several segments, segments come in `which` order, so doc numbers stay
-  // ascending.
-  std::vector<bool> has_deletes(which.size());
-  std::vector<uint32_t> doc_base(which.size(), 0);
-  {
-    uint32_t next_doc = 0;
-    for (size_t k = 0; k < which.size(); ++k) {
-      const SegmentState& s = base->segments[which[k]];
-      has_deletes[k] = s.deleted_count > 0;
-      doc_base[k] = next_doc;
-      next_doc += static_cast<uint32_t>(s.live());
-    }
-  }
-  std::vector<uint32_t> docs, out_docs, out_tfs;
-  std::string bytes;
-  std::vector<uint32_t> cursor(which.size());
-  std::vector<size_t> at_min;
-  for (uint32_t f = 0; f < nt; ++f) {
-    std::fill(cursor.begin(), cursor.end(), 0);
-    for (;;) {
-      // The smallest current term over the segments, and who has it.
-      at_min.clear();
-      std::string_view min_term;
-      for (size_t k = 0; k < which.size(); ++k) {
-        const Segment& seg = *base->segments[which[k]].segment;
-        if (cursor[k] >= seg.term_count(f)) continue;
-        std::string_view t = seg.term(f, cursor[k]);
-        if (at_min.empty() || t < min_term) {
-          min_term = t;
-          at_min.assign(1, k);
-        } else if (t == min_term) {
-          at_min.push_back(k);
-        }
-      }
-      if (at_min.empty()) break;
-      if (stop_merges_.load(std::memory_order_relaxed)) return cancelled;
-      int64_t index = -1;
-      size_t need_docs = 0, need_bytes = 0;  // upper bounds, for one allocation per array
-      for (size_t k : at_min) {
-        const TermEntry e = base->segments[which[k]].segment->entry(f, cursor[k]);
-        need_docs += e.doc_freq;
-        need_bytes += e.pos_len;
-      }
-      auto append_term = [&] {
-        index = b.AppendTerm(f, min_term);
-        b.ReservePostings(f, static_cast<uint32_t>(index), need_docs, need_bytes);
-      };
-      for (size_t k : at_min) {
-        const Segment& seg = *base->segments[which[k]].segment;
-        const uint32_t ti = cursor[k]++;
-        const TermEntry e = seg.entry(f, ti);
-        docs.resize(e.doc_freq);
-        uint32_t read = 0;
-        seg.ForEachDoc(e, [&](uint32_t d) {
-          if (read < e.doc_freq) docs[read] = d;
-          ++read;
-        });
-        if (read != e.doc_freq) return Status::Corruption("bad posting list in segment");
-        const TfArray tfs = seg.Tfs(e);
-        const uint8_t* p = seg.PositionsStart(e);
-        const size_t pos_len = e.pos_len;
-        out_tfs.resize(e.doc_freq);
-        if (tfs.width == 1) {
-          for (uint32_t r = 0; r < e.doc_freq; ++r) out_tfs[r] = tfs.data[r];
-        } else {
-          std::memcpy(out_tfs.data(), tfs.data, 4 * size_t{e.doc_freq});
-        }
-        if (!has_deletes[k]) {
-          // Every posting is live: doc numbers shift by the segment's base.
-          for (uint32_t& d : docs) d += doc_base[k];
-          if (index < 0) append_term();
-          b.AddEncodedPostings(f, static_cast<uint32_t>(index), docs, out_tfs,
-                               std::string_view(reinterpret_cast<const char*>(p), pos_len));
-          continue;
-        }
-        out_docs.clear();
-        bytes.clear();
-        size_t live = 0;
-        for (uint32_t r = 0; r < e.doc_freq; ++r) {
-          const uint32_t tf = out_tfs[r];
-          const uint8_t* q = SkipVarints(p, tf);
-          const uint32_t nd = remap[k][docs[r]];
-          if (nd != kGone) {
-            out_docs.push_back(nd);
-            out_tfs[live++] = tf;
-            bytes.append(reinterpret_cast<const char*>(p), q - p);
-          }
-          p = q;
-        }
-        if (out_docs.empty()) continue;
-        if (index < 0) append_term();
-        b.AddEncodedPostings(f, static_cast<uint32_t>(index), out_docs, std::span<const uint32_t>(out_tfs.data(), live),
-                             bytes);
-      }
-    }
+  std::vector<MergeInput> inputs;
+  std::vector<DocRemap> remap;  // where each source's documents went (for the deletes made meanwhile)
+  uint32_t live = 0;
+  for (size_t k : which) {
+    const SegmentState& s = base->segments[k];
+    inputs.push_back(MergeInput{s.segment.get(), s.deleted.get()});
+    remap.emplace_back(s.deleted.get(), s.segment->doc_count(), live);
+    live += remap.back().live_count();
   }
   const uint64_t new_id = next_segment_id_++;
   std::shared_ptr<const Segment> merged;
-  if (b.doc_count() > 0) {
-    std::string image;
-    auto seg = WriteSegment(b, new_id, image);
-    if (!seg.ok()) return seg.status();
+  if (live > 0) {
+    // The merger's buffers (segment_merger.h): two 1 MiB write buffers, the
+    // id filter, the remaps of inputs with deletes, a long list's bitmap.
+    uint64_t held = (uint64_t{3} << 20) + uint64_t{live} * 10 / 8 + uint64_t{live} / 8;
+    for (const DocRemap& r : remap)
+      if (r.has_deletes()) held += uint64_t{r.live_count()} * 3 / 16 + 64;
+    merge_bytes_ = held;
+    struct Done {
+      std::atomic<uint64_t>& bytes;
+      ~Done() { bytes = 0; }
+    } done{merge_bytes_};
+    auto written = MergeSegments(inputs, dir_, SegmentName(new_id), def_->Fingerprint(), nt, nn, stop_merges_);
+    if (!written.ok()) return written.status();
+    auto seg = Segment::Open(dir_ + "/" + SegmentName(new_id), def_->Fingerprint(), nt, nn, Segment::Checksum::kWrittenByUs);
+    if (!seg.ok()) {
+      Unlink(new_id);
+      return seg.status();
+    }
     merged = std::move(seg).value();
   }
   {
@@ -764,8 +656,8 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
       if (it == next->segments.end()) {
         // Every document of it was deleted since `base` (fully deleted
         // segments leave the snapshot); its merged documents are consecutive.
-        const uint64_t live = was.live();
-        if (live > 0) roaring_bitmap_add_range(del.get(), doc_base[k], doc_base[k] + live);
+        const uint64_t was_live = remap[k].live_count();
+        if (was_live > 0) roaring_bitmap_add_range(del.get(), remap[k].base(), remap[k].base() + was_live);
         continue;
       }
       // Its deleted bitmap only grows: map every delete that is not yet
@@ -773,7 +665,8 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
       roaring_uint32_iterator_t di;
       roaring_init_iterator(it->deleted.get(), &di);
       for (; di.has_value; roaring_advance_uint32_iterator(&di))
-        if (remap[k][di.current_value] != kGone) roaring_bitmap_add(del.get(), remap[k][di.current_value]);
+        if (di.current_value < was.segment->doc_count() && remap[k].live(di.current_value))
+          roaring_bitmap_add(del.get(), remap[k](di.current_value));
       removed.push_back(was.id);
       next->segments.erase(it);
     }
@@ -787,19 +680,6 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
     if (!st.ok()) {
       if (merged) Unlink(new_id);
       return st;
-    }
-    if (kept) {
-      // Only documents still located in a source move; the others were
-      // deleted or updated meanwhile (and are deleted in the merged segment).
-      for (size_t k = 0; k < which.size(); ++k) {
-        const SegmentState& was = base->segments[which[k]];
-        for (uint32_t d = 0; d < was.segment->doc_count(); ++d) {
-          if (remap[k][d] == kGone) continue;
-          auto it = ids_.find(was.segment->id(d));
-          if (it != ids_.end() && it->second.segment == was.id && it->second.doc == d)
-            it->second = DocLoc{new_id, remap[k][d]};
-        }
-      }
     }
     Publish(std::move(next));
   }
@@ -827,7 +707,7 @@ void SearchIndexImpl::TrimBuilder(size_t cap) {
   builder_bytes_ = builder_ ? retained : 0;
 }
 
-void SearchIndexImpl::Idle() { TrimBuilder(kIdleBuilderBytes); }
+void SearchIndexImpl::Idle() { TrimBuilder(IdleBuilderBytes()); }
 
 Status SearchIndexImpl::Clear() {
   StopMerges();  // a merge in flight is cancelled; it must not commit into the empty index
@@ -837,7 +717,6 @@ Status SearchIndexImpl::Clear() {
     auto empty = EmptySnapshot();
     st = WriteManifest(*empty);
     if (st.ok()) {
-      ids_.clear();
       builder_.reset();
       image_ = std::string();
       builder_bytes_ = 0;

@@ -1,12 +1,17 @@
 // Segment file encoder and reader.
 //
-// Segment file format, version 7 (all integers little-endian; every section
+// Segment file format, version 8 (all integers little-endian; every section
 // and every frozen roaring bitmap starts at a 32-byte aligned offset, which
-// frozen views require; posting lists are otherwise unaligned):
+// frozen views require; posting lists are otherwise unaligned). Two
+// writers produce it: SegmentBuilder::Encode below (a batch, in memory)
+// and the streaming merger (segment_merger.cc), which writes the sections
+// in another order; readers find every section through the directory.
+// Shared pieces are in segment_format.h.
 //
 //   Header, 64 bytes:
 //     0  char[8] magic "CVDSEG01"
-//     8  u32 format version (7; 6 had no stored fields, 5 a fixed skip
+//     8  u32 format version (8; 7 had no id order or id filter and the
+//            home-made Checksum64 over every byte, 6 no stored fields, 5 a fixed skip
 //            stride of 16, 4 a skip table entry per 64 postings,
 //            3 a 40-byte entry per term and a
 //            frozen bitmap for every list, 2 56-byte entries and a skip
@@ -22,6 +27,9 @@
 //   Stored fields, when the definition's "store" lists paths: u64
 //     offsets[doc_count + 1] into a blob of the documents' stored-field
 //     objects (JSON text, as a hit's "fields" renders them), back to back.
+//   Id order: u32 doc numbers[doc_count], ordered by id (bytewise).
+//   Id filter: blocks of 64 bytes, a blocked Bloom filter of the ids
+//     (segment_format.h has the hash and the bits).
 //   Per text field (definition order of text fields, sorted by path):
 //     u32 lengths[doc_count]          tokens of each document in the field
 //     u32 term_offsets[T + 1], blob   the T terms, sorted bytewise
@@ -55,33 +63,29 @@
 //     one per value of every document (Number, segment.h: the residual is
 //     what an integer beyond 2^53 differs from its double by, else 0).
 //   Directory: u64 ids_offsets_off, u64 ids_blob_off, u64
-//     stored_offsets_off, u64 stored_blob_off (both 0: none); per text field
+//     stored_offsets_off, u64 stored_blob_off (both 0: none), u64
+//     id_order_off, u64 id_filter_off, u64 id_filter_blocks; per text field
 //     {u64 lengths_off, u64 sum_len, u32 docs_with_tokens, u32 term_count,
 //      u64 term_offsets_off, u64 term_blob_off, u64 list_offsets_off,
 //      u64 pairs_off (the field's common-word pair section, pairs.h)};
 //     per numeric field {u64 column_off, u64 sorted_off, u64 sorted_count}.
-//   Footer, 16 bytes: u64 Checksum64 of every byte before it, char[8] "CVDSEGND".
+//   Footer, 16 bytes: u64 checksum, char[8] "CVDSEGND". The checksum is
+//     XXH3-64 over 16 bytes: the header's XXH3-64, then the XXH3-64 of
+//     every byte from the header's end to the footer (FileChecksum).
 #include "postings/segment.h"
-
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <numeric>
+
+#include "postings/segment_format.h"
 
 namespace corvid::postings {
 namespace {
 
-constexpr char kMagic[8] = {'C', 'V', 'D', 'S', 'E', 'G', '0', '1'};
-constexpr char kFooterMagic[8] = {'C', 'V', 'D', 'S', 'E', 'G', 'N', 'D'};
-constexpr size_t kHeaderBytes = 64;
-constexpr size_t kTextDirBytes = 56;
-constexpr size_t kNumericDirBytes = 24;
-
-
-void Align(std::string& out) {
-  out.append((32 - out.size() % 32) % 32, '\0');
-}
+using namespace segment_format;
 
 // A name's first 8 bytes as a big-endian integer, zero-padded: a strictly
 // smaller key means a bytewise smaller name (equal keys decide nothing).
@@ -753,53 +757,6 @@ void SegmentBuilder::AddNumber(uint32_t slot, uint32_t doc, Number v) {
 
 namespace {
 
-// Appends a short list (at most kShortList postings: docs and tfs, `df`
-// each) to `out`: header varints, tfs, positions, the doc numbers as chunk
-// varints and u16 low halves. Its positions are pos_len bytes that
-// write_positions(q) writes at q, returning the byte after them. One
-// reservation, written through a pointer, then cut to size: most of a
-// batch's lists are short.
-template <typename WritePositions>
-void AppendShortList(std::string& out, const uint32_t* docs, const uint32_t* tfs, uint32_t df, const uint32_t* lens,
-                     size_t pos_len, WritePositions&& write_positions) {
-  uint32_t max_tf = 0, min_len = std::numeric_limits<uint32_t>::max(), chunks = 0;
-  for (uint32_t i = 0; i < df; ++i) {
-    max_tf = std::max(max_tf, tfs[i]);
-    min_len = std::min(min_len, lens[docs[i]]);
-    chunks += i == 0 || (docs[i] >> 16) != (docs[i - 1] >> 16);
-  }
-  const size_t at = out.size();
-  out.resize(at + 5 * 5 + 4 * size_t{df} + pos_len + 5 + 10 * size_t{df} + 1 + 2 * size_t{df});
-  char* const base = out.data();
-  char* q = base + at;
-  q = WriteVarint(q, df);
-  q = WriteVarint(q, static_cast<uint32_t>(pos_len));
-  q = WriteVarint(q, max_tf);
-  q = WriteVarint(q, min_len);
-  q = WriteVarint(q, docs[df - 1]);
-  if (max_tf < 256) {
-    for (uint32_t i = 0; i < df; ++i) *q++ = static_cast<char>(tfs[i]);
-  } else {
-    std::memcpy(q, tfs, 4 * size_t{df});
-    q += 4 * size_t{df};
-  }
-  q = write_positions(q);
-  q = WriteVarint(q, chunks);
-  for (uint32_t i = 0, start = 0; i < df; ++i) {
-    if (i + 1 < df && (docs[i + 1] >> 16) == (docs[i] >> 16)) continue;
-    q = WriteVarint(q, docs[i] >> 16);
-    q = WriteVarint(q, i + 1 - start);
-    start = i + 1;
-  }
-  if ((q - base) % 2 != 0) *q++ = '\0';  // the low halves are u16-aligned
-  for (uint32_t i = 0; i < df; ++i) {
-    const auto low = static_cast<uint16_t>(docs[i]);
-    std::memcpy(q, &low, 2);
-    q += 2;
-  }
-  out.resize(static_cast<size_t>(q - base));
-}
-
 // Appends one term's posting list (header, tfs, positions, then the doc
 // numbers as varints or the skip table, block maxima and aligned frozen
 // bitmap) to `out`; `bitmap` is scratch for a long list's bitmap.
@@ -807,7 +764,7 @@ void EncodeTerm(std::string& out, std::span<const uint32_t> docs, std::span<cons
                 const uint32_t* lens, std::vector<BlockMax>& blocks, std::string& bitmap) {
   const auto df = static_cast<uint32_t>(docs.size());
   if (df <= kShortList) {
-    AppendShortList(out, docs.data(), tfs.data(), df, lens, pos.size(), [&](char* q) {
+    AppendShortList(out, 0, docs.data(), tfs.data(), df, [&](uint32_t i) { return lens[docs[i]]; }, pos.size(), [&](char* q) {
       std::memcpy(q, pos.data(), pos.size());
       return q + pos.size();
     });
@@ -870,7 +827,7 @@ uint32_t EncodeShortRun(std::string& out, const uint64_t* run, size_t n, const u
     pos_len += VarintSize(position - last_pos);
     last_pos = position;
   }
-  AppendShortList(out, docs, tfs, df, lens, pos_len, [&](char* q) {
+  AppendShortList(out, 0, docs, tfs, df, [&](uint32_t i) { return lens[docs[i]]; }, pos_len, [&](char* q) {
     // Per posting, tf varints of position deltas, the first from 0.
     for (size_t i = 0; i < n; ++i) {
       const auto position = static_cast<uint32_t>(run[i]);
@@ -1022,10 +979,24 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
     out += stored_;
     Align(out);
   }
+  // Id order and id filter.
+  {
+    std::vector<uint32_t> order(n);
+    std::iota(order.begin(), order.end(), 0u);
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return ids_[a] < ids_[b]; });
+    PutFixed<uint64_t>(dir, out.size());
+    PutArray(out, order.data(), order.size());
+    Align(out);
+    const uint64_t blocks = IdFilterBlocks(n);
+    PutFixed<uint64_t>(dir, out.size());
+    PutFixed<uint64_t>(dir, blocks);
+    const size_t at = out.size();
+    out.append(blocks * kIdFilterBlockBytes, '\0');
+    for (const auto& id : ids_) IdFilterAdd(out.data() + at, blocks, id);
+  }
   {
     // One allocation for the image: an upper bound of its size.
-    size_t est = kHeaderBytes + 64 + 8 * n + 64 + 8 * n + 72 + stored_.size();
-    for (const auto& id : ids_) est += id.size();
+    size_t est = out.size() + 8 * n + 72;
     for (size_t f = 0; f < text_.size(); ++f) {
       est += 4 * n + 96;
       const FieldBuild& fb = text_[f];
@@ -1067,19 +1038,15 @@ void SegmentBuilder::Encode(uint64_t fingerprint, std::string& out) {
   uint64_t dir_off = out.size();
   out += dir;
   Align(out);
-  uint64_t file_len = out.size() + 16;
-  char* h = out.data();
-  std::memcpy(h, kMagic, 8);
-  uint32_t u32;
-  u32 = kSegmentFormatVersion; std::memcpy(h + 8, &u32, 4);
-  u32 = kRoaringTag; std::memcpy(h + 12, &u32, 4);
-  std::memcpy(h + 16, &fingerprint, 8);
-  std::memcpy(h + 24, &n, 4);
-  u32 = static_cast<uint32_t>(text_.size()); std::memcpy(h + 28, &u32, 4);
-  u32 = static_cast<uint32_t>(columns_.size()); std::memcpy(h + 32, &u32, 4);
-  std::memcpy(h + 40, &dir_off, 8);
-  std::memcpy(h + 48, &file_len, 8);
-  PutFixed<uint64_t>(out, Checksum64(out.data(), out.size()));
+  Header h;
+  h.fingerprint = fingerprint;
+  h.doc_count = n;
+  h.text_fields = static_cast<uint32_t>(text_.size());
+  h.numeric_fields = static_cast<uint32_t>(columns_.size());
+  h.dir_off = dir_off;
+  h.file_len = out.size() + kFooterBytes;
+  EncodeHeader(h, out.data());
+  PutFixed<uint64_t>(out, FileChecksum(out.data(), out.size()));
   out.append(kFooterMagic, 8);
 }
 
@@ -1097,14 +1064,14 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
   if (GetFixed<uint32_t>(b + 12) != kRoaringTag) return bad("written by another CRoaring version");
   if (GetFixed<uint64_t>(b + 16) != fingerprint) return bad("written for another definition");
   if (GetFixed<uint64_t>(b + 48) != size) return bad("truncated");
-  if (checksum == Checksum::kVerify && Checksum64(b, size - 16) != GetFixed<uint64_t>(b + size - 16))
+  if (checksum == Checksum::kVerify && FileChecksum(b, size - kFooterBytes) != GetFixed<uint64_t>(b + size - kFooterBytes))
     return bad("checksum mismatch");
   s->doc_count_ = GetFixed<uint32_t>(b + 24);
   if (GetFixed<uint32_t>(b + 28) != text_fields || GetFixed<uint32_t>(b + 32) != numeric_fields)
     return bad("field counts differ from the definition");
   uint64_t dir = GetFixed<uint64_t>(b + 40);
   const uint64_t n = s->doc_count_;
-  uint64_t need = 32 + text_fields * kTextDirBytes + numeric_fields * kNumericDirBytes;
+  uint64_t need = kFixedDirBytes + text_fields * kTextDirBytes + numeric_fields * kNumericDirBytes;
   if (dir + need > size - 16) return bad("directory out of bounds");
   auto in = [&](uint64_t off, uint64_t bytes) { return off <= size - 16 && bytes <= size - 16 - off; };
   const char* d = b + dir;
@@ -1128,6 +1095,19 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     if (GetFixed<uint64_t>(offs) != 0 || !in(stored_blob, prev)) return bad("stored fields out of bounds");
     s->stored_off_ = offs;
     s->stored_blob_ = b + stored_blob;
+  }
+  {
+    const uint64_t order_off = GetFixed<uint64_t>(d), filter_off = GetFixed<uint64_t>(d + 8);
+    const uint64_t blocks = GetFixed<uint64_t>(d + 16);
+    d += 24;
+    if (!in(order_off, 4 * n) || order_off % 4 != 0 || blocks != IdFilterBlocks(n) ||
+        !in(filter_off, blocks * kIdFilterBlockBytes))
+      return bad("id order out of bounds");
+    s->id_order_ = reinterpret_cast<const uint32_t*>(b + order_off);
+    for (uint64_t i = 0; i < n; ++i)
+      if (s->id_order_[i] >= n) return bad("id order out of bounds");
+    s->id_filter_ = b + filter_off;
+    s->id_filter_blocks_ = blocks;
   }
   for (uint32_t f = 0; f < text_fields; ++f, d += kTextDirBytes) {
     TextField t;
@@ -1166,6 +1146,17 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     s->numeric_.push_back(nf);
   }
   return std::shared_ptr<const Segment>(std::move(s));
+}
+
+std::optional<uint32_t> Segment::FindId(std::string_view id) const {
+  if (!IdFilterMayContain(id_filter_, id_filter_blocks_, id)) return std::nullopt;
+  uint32_t lo = 0, hi = doc_count_;
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (this->id(id_order_[mid]) < id) lo = mid + 1; else hi = mid;
+  }
+  if (lo < doc_count_ && this->id(id_order_[lo]) == id) return id_order_[lo];
+  return std::nullopt;
 }
 
 int64_t Segment::FindTerm(uint32_t f, std::string_view term) const {

@@ -8,7 +8,7 @@ packages=(
   g++ cmake ninja-build pkg-config python3
   libboost1.74-dev libboost-system1.74-dev
   libicu-dev libroaring-dev libzstd-dev rapidjson-dev catch2 liblmdb-dev
-  libstemmer-dev unicode-data
+  libstemmer-dev unicode-data libxxhash-dev
   libsqlite3-dev libxapian-dev wrk
 )
 
