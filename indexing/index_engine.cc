@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <deque>
 #include <fcntl.h>
+#include <malloc.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -28,6 +29,7 @@
 
 #include "common/faults.h"
 #include "common/listener_set.h"
+#include "common/memory_budget.h"
 #include "indexing/error_log.h"
 #include "indexing/index_kind.h"
 #include "storage/document_store.h"
@@ -40,6 +42,16 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr std::chrono::seconds kRetryAfterFailure{1};
+// A batch may hold this many times its JSON while it is applied (the
+// parsed document, the builder's token logs and sort buffers, the segment
+// image; measured peak about 3x for the search kind).
+constexpr size_t kBatchMemoryFactor = 4;
+// A progress report counts the backlog exactly up to this many changes
+// and estimates it beyond (DocumentStore::BacklogSince): /admin/indexes
+// answers in milliseconds over any backlog.
+constexpr uint64_t kExactBacklog = 100000;
+// Batches of at least this much JSON trim the allocator afterwards.
+constexpr size_t kTrimAfterBytes = size_t{8} << 20;
 constexpr std::chrono::seconds kRateWindow{60};
 
 Status ValidateIndexName(std::string_view name) {
@@ -235,7 +247,7 @@ class IndexSlot {
     // in the etag and not yet in entries, never the other way round.
     p.entries = kind_->Entries();
     p.last_indexed_etag = std::max(kind_->LastAppliedEtag(), indexed_etag());
-    auto backlog = store_.CountChangesSince(collection_, p.last_indexed_etag);
+    auto backlog = store_.BacklogSince(collection_, p.last_indexed_etag, kExactBacklog);
     p.backlog = backlog.ok() ? *backlog : 0;
     auto coll = store_.Collection(collection_);
     const uint64_t total = coll ? coll->count + coll->tombstones : 0;  // change-feed entries
@@ -359,7 +371,15 @@ class IndexSlot {
   void RunBatch() {
     const auto read_start = Clock::now();
     const uint64_t since = indexed_etag();
-    auto batch = store_.ReadChangeBatch(collection_, since, options_.batch_max_docs, options_.batch_max_bytes);
+    // The batch's JSON is a sixteenth of the budget at most, and the batch
+    // takes kBatchMemoryFactor times that from the index workers' share
+    // before it reads anything (waiting while other indexes hold it).
+    const size_t max_bytes = std::min<size_t>(options_.batch_max_bytes, BudgetShare(16, size_t{1} << 20, SIZE_MAX));
+    IndexingMemory::Grant grant = IndexingMemory::Instance().Take(kBatchMemoryFactor * max_bytes, [&] {
+      std::lock_guard lock(mu_);
+      return stop_ || reset_requested_ || paused_;
+    });
+    auto batch = store_.ReadChangeBatch(collection_, since, options_.batch_max_docs, max_bytes);
     if (!batch.ok()) {
       std::lock_guard lock(mu_);
       Fail("reading the change feed: " + batch.status().ToString());
@@ -382,8 +402,12 @@ class IndexSlot {
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     const size_t docs = changes.size();
     const bool caught_up = (*batch)->complete();
+    size_t batch_bytes = 0;
+    for (const auto& c : changes) batch_bytes += c.json.size();
     batch->reset();  // release the snapshot before anything else
     if (caught_up) kind_->Idle();
+    // What a large batch freed goes back to the system, not to the arena.
+    if (batch_bytes >= kTrimAfterBytes) ::malloc_trim(0);
     if (!s.ok()) {
       std::lock_guard lock(mu_);
       Fail("applying a batch: " + s.ToString());

@@ -8,6 +8,7 @@
 #include <rapidjson/document.h>
 
 #include "analyzers/analyzer.h"
+#include "common/memory_budget.h"
 #include "mapreduce/mapreduce_index.h"
 #include "postings/search_index.h"
 #include "server/router_internal.h"
@@ -662,8 +663,22 @@ Response Router::State::MetricsText() const {
     }
     out += "corvid_documents{collection=\"" + escaped + "\"} " + std::to_string(c.count) + "\n";
   }
+  std::vector<indexing::IndexProgress> all;
+  if (engine) all = engine->AllProgress();
+  {
+    // What the process holds beyond the page cache, against --memory-budget.
+    uint64_t indexes = 0;
+    for (const auto& p : all) indexes += p.memory_bytes;
+    metric("corvid_memory_budget_bytes", "gauge", "The memory budget (--memory-budget).", MemoryBudget());
+    out += "# HELP corvid_memory_bytes Memory held, by part: anon is the process's anonymous resident memory; "
+           "indexes what the indexes hold between batches (builders, deleted-docs bitmaps, merges); "
+           "index_batches what batches being applied have taken from the budget.\n"
+           "# TYPE corvid_memory_bytes gauge\n";
+    out += "corvid_memory_bytes{part=\"anon\"} " + std::to_string(ProcessAnonBytes()) + "\n";
+    out += "corvid_memory_bytes{part=\"indexes\"} " + std::to_string(indexes) + "\n";
+    out += "corvid_memory_bytes{part=\"index_batches\"} " + std::to_string(IndexingMemory::Instance().taken()) + "\n";
+  }
   if (engine) {
-    auto all = engine->AllProgress();
     struct Family { const char* name; const char* type; const char* help; };
     const Family families[] = {
         {"corvid_index_backlog", "gauge", "Unprocessed changes of the index's collection."},

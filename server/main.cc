@@ -12,6 +12,7 @@
 #include <string_view>
 #include <thread>
 
+#include "common/memory_budget.h"
 #include "indexing/index_engine.h"
 #include "server/http_server.h"
 #include "storage/document_store.h"
@@ -23,12 +24,29 @@ constexpr const char* kUsage =
     "                    [--max-doc-bytes N] [--max-bulk-bytes N] [--max-response-bytes N]\n"
     "                    [--max-header-bytes N] [--max-header-fields N] [--max-target-bytes N]\n"
     "                    [--max-connections N] [--idle-timeout-ms N] [--header-timeout-ms N]\n"
-    "                    [--max-result-window N]\n"
-    "defaults: --data ./corvid-data --listen 127.0.0.1:8080 --threads <cores>\n";
+    "                    [--max-result-window N] [--memory-budget BYTES]\n"
+    "defaults: --data ./corvid-data --listen 127.0.0.1:8080 --threads <cores>\n"
+    "          --memory-budget: half the cgroup's memory limit, else a quarter of RAM\n"
+    "          (BYTES may end in K, M or G: powers of 1024)\n";
 
 bool ParseNumber(std::string_view s, uint64_t& out) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return !s.empty() && ec == std::errc() && p == s.data() + s.size();
+}
+
+// A byte count with an optional K, M or G suffix (powers of 1024).
+bool ParseBytes(std::string_view s, uint64_t& out) {
+  uint64_t unit = 1;
+  if (!s.empty()) {
+    const char c = s.back();
+    if (c == 'K' || c == 'k') unit = uint64_t{1} << 10;
+    if (c == 'M' || c == 'm') unit = uint64_t{1} << 20;
+    if (c == 'G' || c == 'g') unit = uint64_t{1} << 30;
+    if (unit != 1) s.remove_suffix(1);
+  }
+  if (!ParseNumber(s, out) || out > (uint64_t{1} << 50) / unit) return false;
+  out *= unit;
+  return true;
 }
 
 int Fail(const std::string& message) {
@@ -62,6 +80,7 @@ int main(int argc, char** argv) {
   std::string data_dir = "./corvid-data";
   std::string listen = "127.0.0.1:8080";
   corvid::server::HttpServerOptions options;
+  uint64_t memory_budget = corvid::DefaultMemoryBudget();
   for (int i = 2; i < argc; ++i) {
     std::string_view flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -77,6 +96,9 @@ int main(int argc, char** argv) {
       listen = value;
     } else if (flag == "--api-key") {
       options.router.api_key = value;
+    } else if (flag == "--memory-budget") {
+      if (!ParseBytes(value, memory_budget) || memory_budget < (uint64_t{16} << 20))
+        return Fail("--memory-budget needs a byte count of at least 16M");
     } else if (flag == "--threads" || flag == "--max-doc-bytes" || flag == "--max-bulk-bytes" ||
                flag == "--max-response-bytes" || flag == "--max-header-bytes" || flag == "--max-header-fields" ||
                flag == "--max-target-bytes" || flag == "--max-connections" || flag == "--idle-timeout-ms" ||
@@ -107,6 +129,7 @@ int main(int argc, char** argv) {
     options.host = options.host.substr(1, options.host.size() - 2);
   options.port = uint16_t(port);
 
+  corvid::SetMemoryBudget(memory_budget);
   auto store = corvid::storage::DocumentStore::Open(data_dir + "/store");
   if (!store.ok()) {
     std::cerr << "corvid: cannot open the store in " << data_dir << ": " << store.status().ToString() << "\n";

@@ -434,6 +434,53 @@ Result<uint64_t> DocumentStore::CountChangesSince(std::string_view collection, u
   return n;
 }
 
+Result<uint64_t> DocumentStore::BacklogSince(std::string_view collection, uint64_t since, uint64_t exact_up_to) const {
+  auto coll = impl_->FindCollection(collection);
+  if (!coll || since == UINT64_MAX) return uint64_t{0};
+  const std::optional<CollectionInfo> info = Collection(collection);
+  ReadTxn txn(impl_->env);
+  if (!txn.status().ok()) return txn.status();
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn.get(), impl_->coll_changes_db, &cur);
+  if (rc != 0) return LmdbStatus(rc, "cursor");
+  auto ours = [&](const MDB_val& k) {
+    return k.mv_size == 12 && fmt::GetBE32(static_cast<const char*>(k.mv_data)) == *coll;
+  };
+  auto etag_of = [](const MDB_val& k) { return fmt::GetBE64(static_cast<const char*>(k.mv_data) + 4); };
+  // Exactly, up to exact_up_to entries.
+  uint64_t n = 0, reached = 0;
+  std::string key = fmt::CollChangeKey(*coll, since + 1);
+  MDB_val k = ToVal(key), v;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0 && ours(k) && n < exact_up_to;
+       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    ++n;
+    reached = etag_of(k);
+  }
+  if (rc != 0 && rc != MDB_NOTFOUND) {
+    mdb_cursor_close(cur);
+    return LmdbStatus(rc, "count changes");
+  }
+  if (n < exact_up_to || !info) {
+    mdb_cursor_close(cur);
+    return n;
+  }
+  // Beyond: the collection's entries taken as evenly spread over its etags
+  // (its first to its last), from the etag the exact count reached.
+  uint64_t first = 0, last = 0;
+  key = fmt::CollChangeKey(*coll, 0);
+  k = ToVal(key);
+  if (mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE) == 0 && ours(k)) first = etag_of(k);
+  key = fmt::CollChangeKey(*coll + 1, 0);
+  k = ToVal(key);
+  rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+  rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mdb_cursor_get(cur, &k, &v, MDB_LAST);
+  if (rc == 0 && ours(k)) last = etag_of(k);
+  mdb_cursor_close(cur);
+  if (last <= first || reached >= last) return n;
+  const double density = double(info->count + info->tombstones) / double(last - first + 1);
+  return n + static_cast<uint64_t>(density * double(last - reached));
+}
+
 std::vector<CollectionInfo> DocumentStore::Collections() const {
   std::shared_lock lock(impl_->collections_mu);
   std::vector<CollectionInfo> out;
