@@ -362,17 +362,20 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
   if (!coll || since == UINT64_MAX || max_docs == 0) return std::unique_ptr<ChangeBatch>(std::move(batch));
   batch->buffers.reserve(max_docs);
 
+  // The changes first (etag order), then their documents in key order: a
+  // store much larger than memory is read in ascending page order rather
+  // than at random (documents written together sit together), and each
+  // page once however many of the batch's documents it holds.
   MDB_cursor* cur = nullptr;
   int rc = mdb_cursor_open(txn, impl_->coll_changes_db, &cur);
   if (rc != 0) return LmdbStatus(rc, "cursor");
   std::string start = fmt::CollChangeKey(*coll, since + 1);
   MDB_val k = ToVal(start), v;
-  size_t bytes = 0;
   Status status;
   for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     std::string_view key = FromVal(k), val = FromVal(v);
     if (key.size() != 12 || fmt::GetBE32(key.data()) != *coll) break;
-    if (batch->items.size() >= max_docs || bytes >= max_bytes) {
+    if (batch->items.size() >= max_docs) {
       batch->complete_ = false;
       break;
     }
@@ -384,33 +387,61 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
     change.etag = fmt::GetBE64(key.data() + 4);
     change.deleted = val[0] & fmt::kFlagDeleted;
     change.id = val.substr(1);
-    if (!change.deleted) {
-      std::string dk = fmt::DocKey(*coll, change.id);
-      MDB_val dkv = ToVal(dk), dv;
-      int grc = mdb_get(txn, impl_->docs_db, &dkv, &dv);
-      fmt::DocView view;
-      if (grc != 0 || !fmt::DecodeDoc(FromVal(dv), view) || view.etag != change.etag) {
-        status = grc != 0 && grc != MDB_NOTFOUND ? LmdbStatus(grc, "read document")
-                                                 : Status::Corruption("change feed entry without its document");
-        break;
-      }
-      if (view.flags & fmt::kFlagZstd) {
-        batch->buffers.emplace_back();
-        if (Status s = DecodeBody(view, batch->buffers.back()); !s.ok()) {
-          status = s;
-          break;
-        }
-        change.json = batch->buffers.back();
-      } else {
-        change.json = view.body;
-      }
-      bytes += change.json.size();
-    }
     batch->items.push_back(change);
   }
   mdb_cursor_close(cur);
   if (!status.ok()) return status;
   if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "read change feed");
+  // Locate every document (in key order), and its body's size.
+  struct Located {
+    std::string key;
+    size_t item;
+    fmt::DocView view;
+    size_t size = 0;
+  };
+  std::vector<Located> docs;
+  for (size_t i = 0; i < batch->items.size(); ++i)
+    if (!batch->items[i].deleted) docs.push_back(Located{fmt::DocKey(*coll, batch->items[i].id), i, {}, 0});
+  std::sort(docs.begin(), docs.end(), [](const Located& a, const Located& b) { return a.key < b.key; });
+  std::vector<size_t> size_of(batch->items.size(), 0);
+  for (Located& d : docs) {
+    MDB_val dkv = ToVal(d.key), dv;
+    const int grc = mdb_get(txn, impl_->docs_db, &dkv, &dv);
+    if (grc != 0 || !fmt::DecodeDoc(FromVal(dv), d.view) || d.view.etag != batch->items[d.item].etag)
+      return grc != 0 && grc != MDB_NOTFOUND ? LmdbStatus(grc, "read document")
+                                             : Status::Corruption("change feed entry without its document");
+    d.size = d.view.body.size();
+    if (d.view.flags & fmt::kFlagZstd) {
+      const unsigned long long raw = ZSTD_getFrameContentSize(d.view.body.data(), d.view.body.size());
+      if (raw == ZSTD_CONTENTSIZE_ERROR || raw == ZSTD_CONTENTSIZE_UNKNOWN || raw > (1ull << 34))
+        return Status::Corruption("document body: bad zstd frame header");
+      d.size = static_cast<size_t>(raw);
+    }
+    size_of[d.item] = d.size;
+  }
+  // The batch is the longest prefix (etag order) within max_bytes (at
+  // least one change), as if read one by one.
+  size_t keep = 0, bytes = 0;
+  for (; keep < batch->items.size(); ++keep) {
+    if (keep > 0 && bytes >= max_bytes) break;
+    bytes += size_of[keep];
+  }
+  if (keep < batch->items.size()) {
+    batch->items.resize(keep);
+    batch->complete_ = false;
+  }
+  // Bodies, in key order again.
+  for (const Located& d : docs) {
+    if (d.item >= keep) continue;
+    DocChange& change = batch->items[d.item];
+    if (d.view.flags & fmt::kFlagZstd) {
+      batch->buffers.emplace_back();
+      if (Status st = DecodeBody(d.view, batch->buffers.back()); !st.ok()) return st;
+      change.json = batch->buffers.back();
+    } else {
+      change.json = d.view.body;
+    }
+  }
   return std::unique_ptr<ChangeBatch>(std::move(batch));
 }
 

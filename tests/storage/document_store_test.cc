@@ -371,6 +371,63 @@ TEST_CASE("waiters and listeners are woken by commits", "[storage]") {
   CHECK(store->WaitForEtagAfter(5, std::chrono::steady_clock::now()) == 2);
 }
 
+TEST_CASE("a change batch reads its documents in key order and keeps etag order and the byte limit", "[storage]") {
+  TempDir dir;
+  StoreOptions options;
+  options.compress_threshold = 64;
+  auto store = OpenStore(dir, options);
+  // Ids written in reverse key order, some compressed, some deleted later.
+  std::vector<WriteOp> ops;
+  for (int i = 0; i < 200; ++i) {
+    const std::string id = "k" + std::to_string(1000 - i);
+    ops.push_back(Put("c", id, R"({"id":")" + id + R"(","pad":")" + std::string(i % 3 == 0 ? 300 : 5, 'p') + R"("})"));
+  }
+  REQUIRE(Bulk(*store, ops).status.ok());
+  REQUIRE(Single(*store, Del("c", "k990")).status.ok());
+  auto batch = store->ReadChangeBatch("c", 0, 1000, 1 << 20);
+  REQUIRE(batch.ok());
+  auto changes = (*batch)->changes();
+  REQUIRE(changes.size() == 200);
+  for (size_t i = 1; i < changes.size(); ++i) CHECK(changes[i - 1].etag < changes[i].etag);
+  for (const auto& c : changes) {
+    if (c.deleted) {
+      CHECK(c.id == "k990");
+      continue;
+    }
+    CHECK(c.json.find(R"({"id":")" + std::string(c.id) + "\"") == 0);  // each body is its own document's
+  }
+  // The byte limit cuts an etag prefix: the change that reaches it is the last one.
+  size_t total = 0, expect = 0;
+  for (const auto& c : changes) {
+    ++expect;
+    total += c.json.size();
+    if (total >= 5000) break;
+  }
+  auto cut = store->ReadChangeBatch("c", 0, 1000, 5000);
+  REQUIRE(cut.ok());
+  CHECK((*cut)->changes().size() == expect);
+  CHECK_FALSE((*cut)->complete());
+  CHECK((*cut)->changes().back().etag == changes[expect - 1].etag);
+}
+
+TEST_CASE("the backlog is exact up to its cap and estimated from the etags beyond", "[storage]") {
+  TempDir dir;
+  auto store = OpenStore(dir, StoreOptions{});
+  std::vector<WriteOp> ops;
+  for (int i = 0; i < 300; ++i) {
+    ops.push_back(Put("a", "a" + std::to_string(i), "{}"));
+    if (i % 3 == 0) ops.push_back(Put("b", "b" + std::to_string(i), "{}"));  // other collections' etags interleave
+  }
+  REQUIRE(Bulk(*store, ops).status.ok());
+  const uint64_t exact = store->CountChangesSince("a", 50).value();
+  CHECK(store->BacklogSince("a", 50, 1000).value() == exact);  // under the cap: exact
+  const uint64_t estimate = store->BacklogSince("a", 50, 40).value();
+  CHECK(estimate >= exact * 9 / 10);
+  CHECK(estimate <= exact * 11 / 10);
+  CHECK(store->BacklogSince("a", 400, 40).value() == 0);
+  CHECK(store->BacklogSince("zzz", 0, 40).value() == 0);
+}
+
 TEST_CASE("change batches carry bodies, respect limits and count the backlog", "[storage]") {
   TempDir dir;
   StoreOptions options;
