@@ -49,7 +49,13 @@ DocRemap::DocRemap(const roaring_bitmap_t* deleted, uint32_t doc_count, uint32_t
 
 namespace {
 
-constexpr uint32_t kPairChunkDocs = 1u << 16;  // pair tables are built this many input documents at a time
+// Pair tables are built a chunk of input documents at a time: the first
+// kFirstPairChunkDocs, then as many as hold about kPairChunkBytes of the
+// common terms' postings (a common term may have dozens of positions in
+// every document), at most kMaxPairChunkDocs.
+constexpr uint64_t kFirstPairChunkDocs = 256;
+constexpr uint64_t kPairChunkBytes = uint64_t{1} << 20;
+constexpr uint64_t kMaxPairChunkDocs = uint64_t{1} << 16;
 
 struct Input {
   const Segment* seg;
@@ -474,9 +480,12 @@ Status Merger::WritePairs(uint32_t f, const std::vector<CommonTerm>& common) {
         cur.tfs = in.seg->Tfs(e);
         cur.pos = in.seg->PositionsStart(e);
       }
-      for (uint64_t lo = 0; lo < in.seg->doc_count(); lo += kPairChunkDocs) {
+      // Chunks sized from the previous one's bytes per document, so that
+      // each holds about kPairChunkBytes of postings.
+      uint64_t chunk = kFirstPairChunkDocs;
+      for (uint64_t lo = 0, hi = 0; lo < in.seg->doc_count(); lo = hi) {
         if (Cancelled()) return Status::ShuttingDown("merge cancelled");
-        const uint64_t hi = lo + kPairChunkDocs;
+        hi = lo + chunk;
         for (size_t c = 0; c < k; ++c) {
           docs[c].clear();
           tfs[c].clear();
@@ -494,8 +503,16 @@ Status Merger::WritePairs(uint32_t f, const std::vector<CommonTerm>& common) {
             cur.pos = q;
           }
         }
-        for (size_t c = 0; c < k; ++c)
+        // What the chunk holds: its postings, and BuildPairs' occurrences
+        // (at most one per common token, 8 bytes, then 4 more in its lists).
+        uint64_t bytes = 0;
+        for (size_t c = 0; c < k; ++c) {
           sources[c] = PairSource{docs[c], tfs[c], reinterpret_cast<const uint8_t*>(pos[c].data())};
+          bytes += 8 * docs[c].size() + pos[c].size();
+          for (uint32_t tf : tfs[c]) bytes += 12 * uint64_t{tf};
+        }
+        const uint64_t per_doc = std::max<uint64_t>(1, bytes / (hi - lo));
+        chunk = std::clamp<uint64_t>(kPairChunkBytes / per_doc, 16, kMaxPairChunkDocs);
         for (const PairList& pl : BuildPairs(sources)) {
           Bitmap& b = found[size_t{pl.first} * k + pl.second];
           if (!b) b = NewBitmap();
