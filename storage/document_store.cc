@@ -42,25 +42,6 @@ struct DctxDeleter {
   void operator()(ZSTD_DCtx* c) const { ZSTD_freeDCtx(c); }
 };
 
-Status DecodeBody(const fmt::DocView& view, std::string& out) {
-  if (!(view.flags & fmt::kFlagZstd)) {
-    out.assign(view.body);
-    return Status::Ok();
-  }
-  unsigned long long size = ZSTD_getFrameContentSize(view.body.data(), view.body.size());
-  if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (1ull << 34))
-    return Status::Corruption("document body: bad zstd frame header");
-  out.resize(size);
-  // One context per thread: ZSTD_decompress allocates (and frees) a ~160 KB
-  // context per call, an mmap and page faults per document read.
-  thread_local std::unique_ptr<ZSTD_DCtx, DctxDeleter> dctx(ZSTD_createDCtx());
-  if (!dctx) return Status::Internal("zstd: cannot allocate a decompression context");
-  size_t got = ZSTD_decompressDCtx(dctx.get(), out.data(), out.size(), view.body.data(), view.body.size());
-  if (ZSTD_isError(got) || got != size)
-    return Status::Corruption("document body: zstd decompression failed");
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status ValidateName(std::string_view name, std::string_view what) {
@@ -106,7 +87,7 @@ Status DocumentStore::Impl::OpenEnv(const std::string& dir) {
   if (rc != 0) return LmdbStatus(rc, "begin");
   struct Named { const char* name; MDB_dbi* dbi; } dbs[] = {
       {"meta", &meta_db}, {"collections", &collections_db}, {"docs", &docs_db},
-      {"changes", &changes_db}, {"coll_changes", &coll_changes_db}};
+      {"changes", &changes_db}, {"coll_changes", &coll_changes_db}, {"dicts", &dicts_db}};
   for (auto& d : dbs) {
     rc = mdb_dbi_open(txn, d.name, MDB_CREATE, d.dbi);
     if (rc != 0) {
@@ -123,9 +104,16 @@ Status DocumentStore::Impl::OpenEnv(const std::string& dir) {
     MDB_val nv = ToVal(v);
     rc = mdb_put(txn, meta_db, &key, &nv, 0);
   } else if (rc == 0) {
-    if (val.mv_size != 4 || fmt::GetLE(static_cast<const char*>(val.mv_data), 4) != fmt::kFormatVersion) {
+    const uint64_t version = val.mv_size == 4 ? fmt::GetLE(static_cast<const char*>(val.mv_data), 4) : 0;
+    if (version != 1 && version != fmt::kFormatVersion) {
       mdb_txn_abort(txn);
       return Status::Corruption("unknown store format version in " + dir);
+    }
+    if (version == 1) {  // opens unchanged; stamped 2 so that an older build refuses the new bodies
+      std::string v;
+      fmt::PutLE(v, fmt::kFormatVersion, 4);
+      MDB_val nv = ToVal(v);
+      rc = mdb_put(txn, meta_db, &key, &nv, 0);
     }
   }
   if (rc != 0) {
@@ -174,7 +162,48 @@ Status DocumentStore::Impl::LoadState() {
   }
   mdb_cursor_close(cur);
   if (rc != MDB_NOTFOUND) return LmdbStatus(rc, "scan collections");
+  return LoadDictionaries(txn.get());
+}
+
+Status DocumentStore::Impl::LoadDictionaries(MDB_txn* txn) {
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn, dicts_db, &cur);
+  if (rc != 0) return LmdbStatus(rc, "cursor");
+  MDB_val k, v;
+  std::unique_lock lock(dicts_mu);
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    if (k.mv_size != 4 || v.mv_size < 5) {
+      mdb_cursor_close(cur);
+      return Status::Corruption("dictionary entry");
+    }
+    const uint32_t id = fmt::GetBE32(static_cast<const char*>(k.mv_data));
+    const uint32_t coll = fmt::GetBE32(static_cast<const char*>(v.mv_data));
+    auto dict = body::Dictionary::Load(id, FromVal(v).substr(4), options.zstd_level);
+    if (!dict) {
+      mdb_cursor_close(cur);
+      return Status::Corruption("dictionary " + std::to_string(id) + " does not load");
+    }
+    dicts[id] = dict;
+    current_dict[coll] = dict;  // ids ascend: the last one wins
+    next_dict = std::max(next_dict, id + 1);
+  }
+  mdb_cursor_close(cur);
+  if (rc != MDB_NOTFOUND) return LmdbStatus(rc, "scan dictionaries");
   return Status::Ok();
+}
+
+std::shared_ptr<const body::Dictionary> DocumentStore::Impl::CurrentDictionary(uint32_t coll) const {
+  std::shared_lock lock(dicts_mu);
+  auto it = current_dict.find(coll);
+  return it == current_dict.end() ? nullptr : it->second;
+}
+
+body::DictionaryLookup DocumentStore::Impl::Dictionaries() const {
+  return [this](uint32_t id) -> std::shared_ptr<const body::Dictionary> {
+    std::shared_lock lock(dicts_mu);
+    auto it = dicts.find(id);
+    return it == dicts.end() ? nullptr : it->second;
+  };
 }
 
 Result<std::unique_ptr<DocumentStore>> DocumentStore::Open(const std::string& dir, StoreOptions options) {
@@ -215,7 +244,7 @@ Result<Document> DocumentStore::Get(std::string_view collection, std::string_vie
   if ((view.flags & fmt::kFlagLongId) && view.long_id != id) return Status::NotFound("document not found");
   Document doc;
   doc.etag = view.etag;
-  if (Status s = DecodeBody(view, doc.body); !s.ok()) return s;
+  if (Status s = impl_->Decode(view, doc.body); !s.ok()) return s;
   return doc;
 }
 
@@ -267,7 +296,7 @@ Result<DocumentStore::DocumentPage> DocumentStore::ListDocuments(std::string_vie
     e.id = long_id ? std::string(view.long_id) : std::string(key.substr(4));
     e.etag = view.etag;
     if (std::string_view(e.id) <= after) continue;  // before decompressing
-    if (Status s = DecodeBody(view, e.body); !s.ok()) return s;
+    if (Status s = impl_->Decode(view, e.body); !s.ok()) return s;
     if (long_id) {
       group_prefix.assign(prefix);
       group.push_back(std::move(e));
@@ -347,7 +376,9 @@ class ChangeBatchImpl : public ChangeBatch {
 }  // namespace
 
 Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_view collection, uint64_t since,
-                                                                    size_t max_docs, size_t max_bytes) const {
+                                                                    size_t max_docs, size_t max_bytes,
+                                                                    std::span<const std::string> fields) const {
+  const body::DictionaryLookup dicts = impl_->Dictionaries();
   auto batch = std::make_unique<ChangeBatchImpl>();
   batch->txn = std::make_unique<ReadTxn>(impl_->env);
   if (!batch->txn->status().ok()) return batch->txn->status();
@@ -410,13 +441,9 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
     if (grc != 0 || !fmt::DecodeDoc(FromVal(dv), d.view) || d.view.etag != batch->items[d.item].etag)
       return grc != 0 && grc != MDB_NOTFOUND ? LmdbStatus(grc, "read document")
                                              : Status::Corruption("change feed entry without its document");
-    d.size = d.view.body.size();
-    if (d.view.flags & fmt::kFlagZstd) {
-      const unsigned long long raw = ZSTD_getFrameContentSize(d.view.body.data(), d.view.body.size());
-      if (raw == ZSTD_CONTENTSIZE_ERROR || raw == ZSTD_CONTENTSIZE_UNKNOWN || raw > (1ull << 34))
-        return Status::Corruption("document body: bad zstd frame header");
-      d.size = static_cast<size_t>(raw);
-    }
+    auto size = body::DecodedSize(d.view.flags, d.view.body, fields);
+    if (!size.ok()) return size.status();
+    d.size = static_cast<size_t>(*size);
     size_of[d.item] = d.size;
   }
   // The batch is the longest prefix (etag order) within max_bytes (at
@@ -434,13 +461,14 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
   for (const Located& d : docs) {
     if (d.item >= keep) continue;
     DocChange& change = batch->items[d.item];
-    if (d.view.flags & fmt::kFlagZstd) {
-      batch->buffers.emplace_back();
-      if (Status st = DecodeBody(d.view, batch->buffers.back()); !st.ok()) return st;
-      change.json = batch->buffers.back();
-    } else {
-      change.json = d.view.body;
+    if (d.view.flags == 0) {
+      change.json = d.view.body;  // raw: read in place
+      continue;
     }
+    batch->buffers.emplace_back();
+    if (Status st = body::DecodeFields(d.view.flags, d.view.body, dicts, fields, batch->buffers.back()); !st.ok())
+      return st;
+    change.json = batch->buffers.back();
   }
   return std::unique_ptr<ChangeBatch>(std::move(batch));
 }

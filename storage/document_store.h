@@ -149,9 +149,13 @@ class DocumentStore {
 
   // The changes of `collection` with etag > since, with bodies, at most
   // `max_docs` documents and (roughly) `max_bytes` of bodies, always at
-  // least one change if there is any.
+  // least one change if there is any. With `fields` (top-level names,
+  // sorted), a body may be only those fields (a JSON object of them, in
+  // document order): large documents are then read by the fields an index
+  // uses, not whole (body_format.h); small ones come whole.
   Result<std::unique_ptr<ChangeBatch>> ReadChangeBatch(std::string_view collection, uint64_t since,
-                                                       size_t max_docs, size_t max_bytes) const;
+                                                       size_t max_docs, size_t max_bytes,
+                                                       std::span<const std::string> fields = {}) const;
 
   // How many changes of `collection` have etag > since (the backlog of an
   // index that has processed through `since`), counting at most `cap`.

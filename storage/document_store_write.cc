@@ -10,8 +10,6 @@
 // if it fails after writing (rare: an id-hash collision, an LMDB error on one
 // request) the batch transaction is aborted and re-applied without it, so one
 // failing request never fails or half-applies the others.
-#include <zstd.h>
-
 #include "common/faults.h"
 #include "storage/document_store.h"
 #include "storage/format.h"
@@ -23,22 +21,22 @@ namespace fmt = format;
 
 namespace {
 
-struct CctxDeleter {
-  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
-};
-
-// Compresses `body` in place when that makes it smaller; returns the flags.
-uint8_t EncodeBody(std::string& body, const StoreOptions& options) {
-  if (body.size() < options.compress_threshold) return 0;
-  thread_local std::unique_ptr<ZSTD_CCtx, CctxDeleter> cctx(ZSTD_createCCtx());
-  thread_local std::string scratch;
-  scratch.resize(ZSTD_compressBound(body.size()));
-  size_t n = ZSTD_compressCCtx(cctx.get(), scratch.data(), scratch.size(), body.data(), body.size(),
-                               options.zstd_level);
-  if (ZSTD_isError(n) || n >= body.size()) return 0;
-  body.assign(scratch.data(), n);
-  if (scratch.capacity() > (size_t{4} << 20)) std::string().swap(scratch);  // don't pin huge buffers
-  return fmt::kFlagZstd;
+// Encodes a put's body in place (body_format.h) with its collection's
+// dictionary, or samples it towards one; returns the flags.
+uint8_t EncodeBody(DocumentStore::Impl& impl, const std::string& collection, std::string& body) {
+  std::shared_ptr<const body::Dictionary> dict;
+  const auto coll = impl.FindCollection(collection);
+  if (coll) {
+    dict = impl.CurrentDictionary(*coll);
+    if (!dict) impl.Sample(*coll, body);
+  }
+  thread_local std::string out;
+  const uint8_t flags = body::Encode(body, dict.get(), impl.options.zstd_level, impl.options.compress_threshold, out);
+  if (dict && (flags & (format::kFlagDict | format::kFlagStructured)) && impl.NoteCompression(*coll, body.size(), out.size()))
+    impl.Sample(*coll, body);
+  body.swap(out);
+  if (out.capacity() > (size_t{4} << 20)) std::string().swap(out);  // don't pin huge buffers
+  return flags;
 }
 
 // State of one attempt at applying a batch in a single transaction.
@@ -199,6 +197,96 @@ class BatchWriter {
 
 }  // namespace
 
+// A collection's dictionary is trained from its first kTrainSamples
+// documents (their first kSampleBytes each, kTrainBytes at most in all)
+// into at most kDictionaryBytes, by the thread whose write completes the
+// sample; that write waits for it (~0.1 s, once per collection).
+constexpr size_t kTrainSamples = 1000;
+constexpr size_t kSampleBytes = size_t{4} << 10;
+constexpr size_t kTrainBytes = size_t{4} << 20;
+constexpr size_t kDictionaryBytes = size_t{64} << 10;
+
+// A window of kDriftWindowBytes of bodies compressed by a dictionary whose ratio
+// (stored / raw) exceeds kDriftFactor times its first window's starts a
+// retraining.
+constexpr uint64_t kDriftWindowBytes = uint64_t{8} << 20;
+constexpr double kDriftFactor = 1.3;
+
+bool DocumentStore::Impl::NoteCompression(uint32_t coll, size_t raw, size_t stored) {
+  std::lock_guard lock(samplers_mu);
+  Sampler& s = samplers[coll];
+  if (s.active) return !s.busy;
+  s.window_raw += raw;
+  s.window_stored += stored;
+  if (s.window_raw < kDriftWindowBytes) return false;
+  const double ratio = double(s.window_stored) / double(s.window_raw);
+  s.window_raw = s.window_stored = 0;
+  if (s.baseline == 0) {
+    s.baseline = ratio;
+    return false;
+  }
+  if (ratio <= s.baseline * kDriftFactor) return false;
+  s.active = true;  // drifted: sample the documents written from now on
+  s.failed = false;
+  return true;
+}
+
+void DocumentStore::Impl::Sample(uint32_t coll, std::string_view json) {
+  std::vector<std::string> samples;
+  {
+    std::lock_guard lock(samplers_mu);
+    Sampler& s = samplers[coll];
+    if (s.busy || s.failed) return;
+    const std::string_view piece = json.substr(0, kSampleBytes);
+    s.samples.emplace_back(piece);
+    s.bytes += piece.size();
+    if (s.samples.size() < kTrainSamples && s.bytes < kTrainBytes) return;
+    s.busy = true;
+    samples.swap(s.samples);
+  }
+  const std::string dict = body::TrainDictionary(samples, kDictionaryBytes);
+  const Status st = dict.empty() ? Status::InvalidArgument("nothing to train from") : StoreDictionary(coll, dict);
+  std::lock_guard lock(samplers_mu);
+  if (st.ok()) {
+    samplers.erase(coll);  // a fresh window and baseline for the new dictionary
+  } else {
+    Sampler& s = samplers[coll];
+    s = Sampler{};
+    s.failed = true;  // bodies stay compressed without one
+  }
+}
+
+Status DocumentStore::Impl::StoreDictionary(uint32_t coll, const std::string& bytes) {
+  uint32_t id;
+  {
+    std::unique_lock lock(dicts_mu);
+    id = next_dict++;
+  }
+  auto dict = body::Dictionary::Load(id, bytes, options.zstd_level);
+  if (!dict) return Status::Internal("zstd: the trained dictionary does not load");
+  // Its own write transaction (LMDB queues it behind the merger's): the
+  // dictionary is durable before any body names it.
+  MDB_txn* txn = nullptr;
+  int rc = mdb_txn_begin(env, nullptr, 0, &txn);
+  if (rc != 0) return LmdbStatus(rc, "begin");
+  std::string key, value;
+  fmt::PutBE32(key, id);
+  fmt::PutBE32(value, coll);
+  value += bytes;
+  MDB_val k = ToVal(key), v = ToVal(value);
+  rc = mdb_put(txn, dicts_db, &k, &v, 0);
+  if (rc != 0) {
+    mdb_txn_abort(txn);
+    return LmdbStatus(rc, "write dictionary");
+  }
+  rc = mdb_txn_commit(txn);
+  if (rc != 0) return LmdbStatus(rc, "commit dictionary");
+  std::unique_lock lock(dicts_mu);
+  dicts[id] = dict;
+  current_dict[coll] = std::move(dict);
+  return Status::Ok();
+}
+
 void DocumentStore::Submit(WriteRequest request, WriteCallback done) {
   for (const WriteOp& op : request.ops) {
     Status s = ValidateName(op.collection, "collection name");
@@ -215,7 +303,7 @@ void DocumentStore::Submit(WriteRequest request, WriteCallback done) {
   PendingWrite p;
   p.body_flags.reserve(request.ops.size());
   for (WriteOp& op : request.ops) {
-    p.body_flags.push_back(op.kind == WriteKind::kPut ? EncodeBody(op.body, impl_->options) : 0);
+    p.body_flags.push_back(op.kind == WriteKind::kPut ? EncodeBody(*impl_, op.collection, op.body) : 0);
     p.bytes += op.body.size() + op.id.size() + 64;
   }
   p.request = std::move(request);

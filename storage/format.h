@@ -15,6 +15,10 @@
 //   "docs"         DocKey        -> DocValue
 //   "changes"      u64 etag      -> u32 collection | u8 flags | id bytes
 //   "coll_changes" u32 coll | u64 etag -> u8 flags | id bytes
+//   "dicts"        u32 dictionary id -> u32 collection | zstd dictionary
+//                  (trained from the collection's documents; ids grow, the
+//                  highest of a collection is the one new bodies use, older
+//                  ones stay for the bodies written with them)
 //
 // DocKey = u32 collection number | id, when the id is at most
 // kMaxDirectIdBytes; longer ids (LMDB keys are at most 511 bytes) use
@@ -22,9 +26,18 @@
 // and the full id is kept in the value and compared on every read.
 //
 // DocValue = u64 etag | u8 flags | [u16 id length | id, if kFlagLongId] | body
-//   flags: kFlagDeleted  tombstone, body empty
-//          kFlagZstd     body is one zstd frame of the JSON text
-//          kFlagLongId   the full id follows (see DocKey)
+//   flags: kFlagDeleted     tombstone, body empty
+//          kFlagZstd        body is one zstd frame of the JSON text
+//          kFlagLongId      the full id follows (see DocKey)
+//          kFlagDict        body is a varint dictionary id and one zstd
+//                           frame of the text compressed with it
+//          kFlagStructured  body is the structured layout (large documents)
+//   The body encodings are documented in body_format.h, beside their
+//   encoder and decoders.
+//
+// Format versions: 1 had only raw and kFlagZstd bodies and no "dicts"; a
+// version-1 store opens unchanged and is stamped 2 (its old bodies stay
+// readable; rewritten documents take the new encodings).
 //
 // Each document has exactly one entry in "changes" and "coll_changes": its
 // latest write (older ones are removed when it is rewritten), tombstones
@@ -38,7 +51,7 @@
 
 namespace corvid::storage::format {
 
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr size_t kMaxKeyBytes = 511;
 inline constexpr size_t kMaxDirectIdBytes = 498;
 inline constexpr size_t kLongIdPrefix = kMaxKeyBytes - 4 - 8;
@@ -46,6 +59,8 @@ inline constexpr size_t kLongIdPrefix = kMaxKeyBytes - 4 - 8;
 inline constexpr uint8_t kFlagDeleted = 1;
 inline constexpr uint8_t kFlagZstd = 2;
 inline constexpr uint8_t kFlagLongId = 4;
+inline constexpr uint8_t kFlagDict = 8;
+inline constexpr uint8_t kFlagStructured = 16;
 
 inline void PutBE32(std::string& out, uint32_t v) {
   char b[4] = {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};

@@ -16,9 +16,12 @@
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "common/listener_set.h"
+#include "storage/body_format.h"
 #include "storage/document_store.h"
+#include "storage/format.h"
 
 namespace corvid::storage {
 
@@ -50,7 +53,7 @@ inline std::string_view FromVal(const MDB_val& v) {
 // A queued write request with its bodies already encoded (compressed).
 struct PendingWrite {
   WriteRequest request;
-  std::vector<uint8_t> body_flags;  // per op: format::kFlagZstd or 0
+  std::vector<uint8_t> body_flags;  // per op: the body's format flags (body_format.h)
   size_t bytes = 0;
   DocumentStore::WriteCallback done;
 };
@@ -65,7 +68,45 @@ class DocumentStore::Impl {
  public:
   StoreOptions options;
   MDB_env* env = nullptr;
-  MDB_dbi meta_db = 0, collections_db = 0, docs_db = 0, changes_db = 0, coll_changes_db = 0;
+  MDB_dbi meta_db = 0, collections_db = 0, docs_db = 0, changes_db = 0, coll_changes_db = 0, dicts_db = 0;
+
+  // Compression dictionaries (body_format.h): every one by id, and each
+  // collection's current one. Written after a dictionary is committed.
+  mutable std::shared_mutex dicts_mu;
+  std::unordered_map<uint32_t, std::shared_ptr<const body::Dictionary>> dicts;
+  std::unordered_map<uint32_t, std::shared_ptr<const body::Dictionary>> current_dict;  // by collection
+  uint32_t next_dict = 1;  // guarded by dicts_mu
+  // Documents sampled per collection until it has a dictionary.
+  struct Sampler {
+    std::vector<std::string> samples;
+    size_t bytes = 0;
+    bool busy = false;    // a thread is training from it
+    bool failed = false;  // training gave nothing: no dictionary for this collection until restart
+    bool active = false;  // sampling for a (re)training
+    // The current dictionary's compression: the ratio of its first window
+    // of bodies, and the window being filled (NoteCompression).
+    double baseline = 0;
+    uint64_t window_raw = 0, window_stored = 0;
+  };
+  std::mutex samplers_mu;
+  std::map<uint32_t, Sampler> samplers;  // guarded by samplers_mu
+
+  std::shared_ptr<const body::Dictionary> CurrentDictionary(uint32_t coll) const;
+  body::DictionaryLookup Dictionaries() const;
+  // Keeps a sample of `json` for `coll`'s dictionary; trains, stores and
+  // publishes one when enough are kept (on the calling thread, once).
+  void Sample(uint32_t coll, std::string_view json);
+  // Records how well `coll`'s dictionary compressed a body; when a window
+  // of bodies does markedly worse than its first one did, sampling starts
+  // for a new dictionary (the old one stays for the bodies that use it).
+  // Returns whether `json` should be sampled.
+  bool NoteCompression(uint32_t coll, size_t raw, size_t stored);
+  Status StoreDictionary(uint32_t coll, const std::string& bytes);
+  Status LoadDictionaries(MDB_txn* txn);
+  // A stored body back to its text.
+  Status Decode(const format::DocView& view, std::string& out) const {
+    return body::DecodeWhole(view.flags, view.body, Dictionaries(), out);
+  }
 
   // Collections by name. Written only by the merger thread after a commit.
   mutable std::shared_mutex collections_mu;

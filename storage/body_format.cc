@@ -1,0 +1,514 @@
+// Encoder and decoders of stored bodies (layout in body_format.h).
+#include "storage/body_format.h"
+
+#define ZDICT_STATIC_LINKING_ONLY
+#include <xxhash.h>
+#include <zdict.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "storage/format.h"
+
+namespace corvid::storage::body {
+
+namespace fmt = format;
+
+namespace {
+
+struct CctxDeleter {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+struct DctxDeleter {
+  void operator()(ZSTD_DCtx* c) const { ZSTD_freeDCtx(c); }
+};
+
+// One compression and one decompression context per thread: creating one
+// costs an allocation of ~160 KB and its page faults.
+ZSTD_CCtx* Cctx() {
+  thread_local std::unique_ptr<ZSTD_CCtx, CctxDeleter> c(ZSTD_createCCtx());
+  return c.get();
+}
+ZSTD_DCtx* Dctx() {
+  thread_local std::unique_ptr<ZSTD_DCtx, DctxDeleter> d(ZSTD_createDCtx());
+  return d.get();
+}
+
+void PutVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+// Reads a varint at *p (< end); false if it runs past end or is too long.
+bool GetVarint(const char*& p, const char* end, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (p == end) return false;
+    const auto b = static_cast<uint8_t>(*p++);
+    v |= uint64_t{b & 0x7fu} << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+// Appends one zstd frame of `text` (with the content checksum) to `out`,
+// with `dict` when given. False if zstd fails.
+bool AppendFrame(std::string& out, std::string_view text, const Dictionary* dict, int level) {
+  ZSTD_CCtx* c = Cctx();
+  if (c == nullptr) return false;
+  ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
+  ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1);
+  if (dict != nullptr) {
+    ZSTD_CCtx_refCDict(c, dict->cdict());  // the dictionary's level
+  } else {
+    ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level);
+  }
+  const size_t at = out.size();
+  out.resize(at + ZSTD_compressBound(text.size()));
+  const size_t n = ZSTD_compress2(c, out.data() + at, out.size() - at, text.data(), text.size());
+  if (ZSTD_isError(n)) {
+    out.resize(at);
+    return false;
+  }
+  out.resize(at + n);
+  return true;
+}
+
+// Decompresses one frame of exactly `raw` bytes into out[at, at + raw).
+Status DecodeFrame(std::string_view frame, uint64_t raw, const Dictionary* dict, char* out) {
+  ZSTD_DCtx* d = Dctx();
+  if (d == nullptr) return Status::Internal("zstd: cannot allocate a decompression context");
+  const size_t got = dict != nullptr ? ZSTD_decompress_usingDDict(d, out, raw, frame.data(), frame.size(), dict->ddict())
+                                     : ZSTD_decompressDCtx(d, out, raw, frame.data(), frame.size());
+  if (ZSTD_isError(got) || got != raw) return Status::Corruption("document body: zstd frame does not decode");
+  return Status::Ok();
+}
+
+Status FrameSize(std::string_view frame, uint64_t& size) {
+  const unsigned long long n = ZSTD_getFrameContentSize(frame.data(), frame.size());
+  if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN || n > (1ull << 34))
+    return Status::Corruption("document body: bad zstd frame header");
+  size = n;
+  return Status::Ok();
+}
+
+// A top-level field of a JSON object's text: its key (between the quotes,
+// as written) and its value's bytes.
+struct Field {
+  std::string_view key;
+  size_t value_begin, value_end;
+};
+
+// Splits a JSON object's text at its top-level values. The text was
+// validated before it was stored, but the scan checks what it relies on
+// and gives up (false) on anything else: such a body is stored whole.
+bool ScanObject(std::string_view t, std::vector<Field>& fields) {
+  fields.clear();
+  size_t i = 0;
+  const size_t n = t.size();
+  auto ws = [&] {
+    while (i < n && (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r')) ++i;
+  };
+  auto skip_string = [&]() -> bool {  // at the opening quote
+    for (++i; i < n; ++i) {
+      if (t[i] == '\\') {
+        ++i;
+      } else if (t[i] == '"') {
+        ++i;
+        return true;
+      }
+    }
+    return false;
+  };
+  ws();
+  if (i >= n || t[i] != '{') return false;
+  ++i;
+  ws();
+  if (i < n && t[i] == '}') return true;
+  for (;;) {
+    ws();
+    if (i >= n || t[i] != '"') return false;
+    const size_t key_begin = i + 1;
+    if (!skip_string()) return false;
+    const std::string_view key = t.substr(key_begin, i - 1 - key_begin);
+    ws();
+    if (i >= n || t[i] != ':') return false;
+    ++i;
+    ws();
+    const size_t value_begin = i;
+    if (i >= n) return false;
+    if (t[i] == '"') {
+      if (!skip_string()) return false;
+    } else if (t[i] == '{' || t[i] == '[') {
+      size_t depth = 0;
+      for (; i < n; ++i) {
+        const char c = t[i];
+        if (c == '"') {
+          if (!skip_string()) return false;
+          --i;
+        } else if (c == '{' || c == '[') {
+          ++depth;
+        } else if (c == '}' || c == ']') {
+          if (--depth == 0) {
+            ++i;
+            break;
+          }
+        }
+      }
+      if (depth != 0) return false;
+    } else {
+      while (i < n && t[i] != ',' && t[i] != '}' && t[i] != ' ' && t[i] != '\t' && t[i] != '\n' && t[i] != '\r') ++i;
+      if (i == value_begin) return false;
+    }
+    fields.push_back(Field{key, value_begin, i});
+    ws();
+    if (i >= n) return false;
+    if (t[i] == ',') {
+      ++i;
+      continue;
+    }
+    if (t[i] != '}') return false;
+    ++i;
+    ws();
+    return i == n;
+  }
+}
+
+// A key as written (escapes and all) decoded to its UTF-8 bytes.
+void UnescapeKey(std::string_view raw, std::string& out) {
+  out.clear();
+  auto hex = [&](size_t at, uint32_t& v) {
+    v = 0;
+    if (at + 4 > raw.size()) return false;
+    for (size_t k = 0; k < 4; ++k) {
+      const char c = raw[at + k];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= uint32_t(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= uint32_t(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= uint32_t(c - 'A' + 10);
+      else return false;
+    }
+    return true;
+  };
+  auto put_utf8 = [&](uint32_t cp) {
+    if (cp < 0x80) {
+      out.push_back(char(cp));
+    } else if (cp < 0x800) {
+      out.push_back(char(0xC0 | (cp >> 6)));
+      out.push_back(char(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+      out.push_back(char(0xE0 | (cp >> 12)));
+      out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+      out.push_back(char(0x80 | (cp & 0x3F)));
+    } else {
+      out.push_back(char(0xF0 | (cp >> 18)));
+      out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
+      out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+      out.push_back(char(0x80 | (cp & 0x3F)));
+    }
+  };
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] != '\\' || i + 1 >= raw.size()) {
+      out.push_back(raw[i]);
+      continue;
+    }
+    const char e = raw[++i];
+    switch (e) {
+      case 'b': out.push_back('\b'); break;
+      case 'f': out.push_back('\f'); break;
+      case 'n': out.push_back('\n'); break;
+      case 'r': out.push_back('\r'); break;
+      case 't': out.push_back('\t'); break;
+      case 'u': {
+        uint32_t cp;
+        if (!hex(i + 1, cp)) break;
+        i += 4;
+        uint32_t lo;
+        if (cp >= 0xD800 && cp < 0xDC00 && i + 2 < raw.size() && raw[i + 1] == '\\' && raw[i + 2] == 'u' &&
+            hex(i + 3, lo) && lo >= 0xDC00 && lo < 0xE000) {
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          i += 6;
+        }
+        put_utf8(cp);
+        break;
+      }
+      default: out.push_back(e);  // \" \\ \/
+    }
+  }
+}
+
+bool KeyIn(std::string_view raw, std::span<const std::string> names) {
+  if (raw.find('\\') == std::string_view::npos) return std::binary_search(names.begin(), names.end(), raw);
+  thread_local std::string decoded;
+  UnescapeKey(raw, decoded);
+  return std::binary_search(names.begin(), names.end(), decoded);
+}
+
+// A structured body's header, parsed.
+struct Structured {
+  uint64_t dict_id = 0, text_size = 0;
+  struct Frame {
+    uint64_t raw, stored, raw_off, stored_off;  // offsets: in the text, and from the frames' start
+  };
+  std::vector<Frame> frames;
+  struct Entry {
+    std::string_view key;
+    uint64_t frame, offset, length;
+  };
+  std::vector<Entry> fields;
+  std::string_view data;  // the frames
+};
+
+Status ParseStructured(std::string_view s, Structured& out) {
+  const auto bad = [] { return Status::Corruption("document body: bad structured header"); };
+  const char* p = s.data();
+  const char* end = p + s.size();
+  if (p == end || static_cast<uint8_t>(*p) != 1) return bad();
+  ++p;
+  uint64_t count = 0;
+  if (!GetVarint(p, end, out.dict_id) || !GetVarint(p, end, out.text_size) || !GetVarint(p, end, count) ||
+      count > s.size())
+    return bad();
+  out.frames.clear();
+  uint64_t raw_off = 0, stored_off = 0;
+  for (uint64_t f = 0; f < count; ++f) {
+    Structured::Frame fr{};
+    if (!GetVarint(p, end, fr.raw) || !GetVarint(p, end, fr.stored)) return bad();
+    fr.raw_off = raw_off;
+    fr.stored_off = stored_off;
+    raw_off += fr.raw;
+    stored_off += fr.stored;
+    out.frames.push_back(fr);
+  }
+  if (raw_off != out.text_size) return bad();
+  if (!GetVarint(p, end, count) || count > s.size()) return bad();
+  out.fields.clear();
+  for (uint64_t f = 0; f < count; ++f) {
+    uint64_t key_len = 0;
+    Structured::Entry e{};
+    if (!GetVarint(p, end, key_len) || key_len > uint64_t(end - p)) return bad();
+    e.key = std::string_view(p, key_len);
+    p += key_len;
+    if (!GetVarint(p, end, e.frame) || !GetVarint(p, end, e.offset) || !GetVarint(p, end, e.length)) return bad();
+    if (e.frame >= out.frames.size() || e.offset > out.frames[e.frame].raw ||
+        e.length > out.frames[e.frame].raw - e.offset)
+      return bad();
+    out.fields.push_back(e);
+  }
+  if (end - p < 4) return bad();
+  uint32_t sum;
+  std::memcpy(&sum, p, 4);
+  if (sum != static_cast<uint32_t>(XXH3_64bits(s.data(), size_t(p - s.data())))) return bad();
+  p += 4;
+  out.data = std::string_view(p, size_t(end - p));
+  if (stored_off != out.data.size()) return bad();
+  return Status::Ok();
+}
+
+Status DictFor(uint64_t id, const DictionaryLookup& dicts, std::shared_ptr<const Dictionary>& out) {
+  out.reset();
+  if (id == 0) return Status::Ok();
+  if (id > UINT32_MAX || !dicts || !(out = dicts(static_cast<uint32_t>(id))))
+    return Status::Corruption("document body: unknown compression dictionary " + std::to_string(id));
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::shared_ptr<const Dictionary> Dictionary::Load(uint32_t id, std::string_view bytes, int level) {
+  std::shared_ptr<Dictionary> d(new Dictionary());
+  d->id_ = id;
+  d->bytes_ = bytes.size();
+  d->cdict_ = ZSTD_createCDict(bytes.data(), bytes.size(), level);
+  d->ddict_ = ZSTD_createDDict(bytes.data(), bytes.size());
+  if (d->cdict_ == nullptr || d->ddict_ == nullptr) return nullptr;
+  return d;
+}
+
+Dictionary::~Dictionary() {
+  ZSTD_freeCDict(cdict_);
+  ZSTD_freeDDict(ddict_);
+}
+
+uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t compress_threshold, std::string& out) {
+  out.clear();
+  thread_local std::vector<Field> fields;
+  if (json.size() >= kStructuredMinBytes && ScanObject(json, fields)) {
+    // Frames: pieces of the text ending where a top-level value ends (the
+    // last one the closing brace), grouped up to kFrameBytes; a piece whose
+    // value alone reaches kFrameBytes has a frame of its own.
+    struct FrameSpan {
+      size_t begin, end;
+    };
+    std::vector<FrameSpan> spans;
+    std::vector<uint64_t> frame_of(fields.size());
+    size_t begin = 0, piece_begin = 0;
+    for (size_t f = 0; f < fields.size(); ++f) {
+      const size_t piece_end = fields[f].value_end;
+      const bool large = fields[f].value_end - fields[f].value_begin >= kFrameBytes;
+      if ((large || piece_end - begin > kFrameBytes) && piece_begin > begin) {
+        spans.push_back(FrameSpan{begin, piece_begin});
+        begin = piece_begin;
+      }
+      frame_of[f] = spans.size();
+      if (large) {
+        spans.push_back(FrameSpan{begin, piece_end});
+        begin = piece_end;
+      }
+      piece_begin = piece_end;
+    }
+    spans.push_back(FrameSpan{begin, json.size()});
+    std::string header;
+    header.push_back(1);
+    PutVarint(header, dict != nullptr ? dict->id() : 0);
+    PutVarint(header, json.size());
+    PutVarint(header, spans.size());
+    thread_local std::string frames;
+    frames.clear();
+    bool ok = true;
+    for (const FrameSpan& sp : spans) {
+      const size_t at = frames.size();
+      ok = ok && AppendFrame(frames, json.substr(sp.begin, sp.end - sp.begin), dict, level);
+      PutVarint(header, sp.end - sp.begin);
+      PutVarint(header, frames.size() - at);
+    }
+    if (ok) {
+      PutVarint(header, fields.size());
+      for (size_t f = 0; f < fields.size(); ++f) {
+        PutVarint(header, fields[f].key.size());
+        header.append(fields[f].key);
+        PutVarint(header, frame_of[f]);
+        PutVarint(header, fields[f].value_begin - spans[frame_of[f]].begin);
+        PutVarint(header, fields[f].value_end - fields[f].value_begin);
+      }
+      const auto sum = static_cast<uint32_t>(XXH3_64bits(header.data(), header.size()));
+      header.append(reinterpret_cast<const char*>(&sum), 4);
+      out.reserve(header.size() + frames.size());
+      out = header;
+      out += frames;
+      if (frames.capacity() > (size_t{4} << 20)) std::string().swap(frames);
+      return fmt::kFlagStructured;
+    }
+    out.clear();
+  }
+  if (dict != nullptr && json.size() >= kDictCompressMinBytes) {
+    PutVarint(out, dict->id());
+    const size_t at = out.size();
+    if (AppendFrame(out, json, dict, level) && out.size() < json.size()) return fmt::kFlagDict;
+    (void)at;
+    out.clear();
+  }
+  if (json.size() >= compress_threshold && AppendFrame(out, json, nullptr, level) && out.size() < json.size())
+    return fmt::kFlagZstd;
+  out.assign(json);
+  return 0;
+}
+
+Result<uint64_t> DecodedSize(uint8_t flags, std::string_view stored, std::span<const std::string> names) {
+  if (flags & fmt::kFlagStructured) {
+    Structured s;
+    if (Status st = ParseStructured(stored, s); !st.ok()) return st;
+    if (names.empty()) return s.text_size;
+    uint64_t size = 2, last = UINT64_MAX;
+    for (const auto& e : s.fields) {
+      if (!KeyIn(e.key, names)) continue;
+      if (e.frame != last) size += s.frames[e.frame].raw;
+      last = e.frame;
+      size += e.key.size() + 4;
+    }
+    return size;
+  }
+  if (flags & fmt::kFlagDict) {
+    const char* p = stored.data();
+    uint64_t id;
+    if (!GetVarint(p, stored.data() + stored.size(), id)) return Status::Corruption("document body: bad dictionary id");
+    stored.remove_prefix(size_t(p - stored.data()));
+  }
+  if (flags & (fmt::kFlagZstd | fmt::kFlagDict)) {
+    uint64_t n;
+    if (Status st = FrameSize(stored, n); !st.ok()) return st;
+    return n;
+  }
+  return uint64_t{stored.size()};
+}
+
+Status DecodeWhole(uint8_t flags, std::string_view stored, const DictionaryLookup& dicts, std::string& out) {
+  std::shared_ptr<const Dictionary> dict;
+  if (flags & fmt::kFlagStructured) {
+    Structured s;
+    if (Status st = ParseStructured(stored, s); !st.ok()) return st;
+    if (Status st = DictFor(s.dict_id, dicts, dict); !st.ok()) return st;
+    out.resize(s.text_size);
+    for (const auto& f : s.frames)
+      if (Status st = DecodeFrame(s.data.substr(f.stored_off, f.stored), f.raw, dict.get(), out.data() + f.raw_off);
+          !st.ok())
+        return st;
+    return Status::Ok();
+  }
+  if (flags & fmt::kFlagDict) {
+    const char* p = stored.data();
+    uint64_t id;
+    if (!GetVarint(p, stored.data() + stored.size(), id)) return Status::Corruption("document body: bad dictionary id");
+    if (Status st = DictFor(id, dicts, dict); !st.ok()) return st;
+    stored.remove_prefix(size_t(p - stored.data()));
+  }
+  if (flags & (fmt::kFlagZstd | fmt::kFlagDict)) {
+    uint64_t n;
+    if (Status st = FrameSize(stored, n); !st.ok()) return st;
+    out.resize(n);
+    return DecodeFrame(stored, n, dict.get(), out.data());
+  }
+  out.assign(stored);
+  return Status::Ok();
+}
+
+Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLookup& dicts,
+                    std::span<const std::string> names, std::string& out) {
+  if (!(flags & fmt::kFlagStructured) || names.empty()) return DecodeWhole(flags, stored, dicts, out);
+  Structured s;
+  if (Status st = ParseStructured(stored, s); !st.ok()) return st;
+  std::shared_ptr<const Dictionary> dict;
+  if (Status st = DictFor(s.dict_id, dicts, dict); !st.ok()) return st;
+  thread_local std::string frame;
+  uint64_t decoded = UINT64_MAX;  // the frame in `frame`
+  out.clear();
+  out.push_back('{');
+  for (const auto& e : s.fields) {
+    if (!KeyIn(e.key, names)) continue;
+    if (e.frame != decoded) {
+      const auto& f = s.frames[e.frame];
+      frame.resize(f.raw);
+      if (Status st = DecodeFrame(s.data.substr(f.stored_off, f.stored), f.raw, dict.get(), frame.data()); !st.ok())
+        return st;
+      decoded = e.frame;
+    }
+    if (out.size() > 1) out.push_back(',');
+    out.push_back('"');
+    out.append(e.key);
+    out.append("\":");
+    out.append(frame, e.offset, e.length);
+  }
+  out.push_back('}');
+  if (frame.capacity() > (size_t{4} << 20)) std::string().swap(frame);
+  return Status::Ok();
+}
+
+std::string TrainDictionary(const std::vector<std::string>& samples, size_t max_bytes) {
+  std::string joined;
+  std::vector<size_t> sizes;
+  for (const auto& s : samples) {
+    joined += s;
+    sizes.push_back(s.size());
+  }
+  std::string dict(max_bytes, '\0');
+  const size_t n = ZDICT_trainFromBuffer(dict.data(), dict.size(), joined.data(), sizes.data(),
+                                         static_cast<unsigned>(sizes.size()));
+  if (ZDICT_isError(n)) return {};
+  dict.resize(n);
+  return dict;
+}
+
+}  // namespace corvid::storage::body

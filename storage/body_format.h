@@ -1,0 +1,102 @@
+// The stored body of a document: how its JSON text is kept in a DocValue
+// (format.h) so that reads cost what they use. Small bodies are one zstd
+// frame, with the collection's trained dictionary once it has one (a
+// 2 KB document alone compresses poorly; with a dictionary of its
+// collection's common strings it compresses several times over). Large
+// bodies are "structured": the text cut at its top-level values into
+// frames of a few KB, each value larger than that in a frame of its own,
+// behind a directory of the top-level keys, so one field is read by
+// decompressing one small frame and never touching the others' pages.
+// Both give back the exact bytes that were written.
+//
+// Encodings, by the DocValue flags (format.h):
+//   0                  the JSON text, raw
+//   kFlagZstd          one zstd frame of the text
+//   kFlagDict          varint dictionary id, then one zstd frame of the
+//                      text compressed with that dictionary
+//   kFlagStructured    the structured layout:
+//     u8 version (1)
+//     varint dictionary id (0: none)
+//     varint text length
+//     varint frame count F; per frame: varint raw length, varint stored length
+//     varint field count; per top-level field, in document order: varint
+//       key length, the key as written between its quotes (escapes kept),
+//       varint frame, varint offset of the value in the frame's text,
+//       varint value length
+//     u32 the low 32 bits of the XXH3-64 of every byte above
+//     the F frames, back to back: each a zstd frame (content checksum on)
+//       of consecutive bytes of the text; concatenated they are the text.
+// Dictionaries live in the store's "dicts" database (format.h).
+#pragma once
+
+#include <zstd.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace corvid::storage::body {
+
+// Bodies at least this large are structured.
+inline constexpr size_t kStructuredMinBytes = size_t{16} << 10;
+// A frame of small values holds about this much text; a value at least
+// this large gets a frame of its own.
+inline constexpr size_t kFrameBytes = size_t{4} << 10;
+// With a dictionary, bodies this large are compressed (without one,
+// StoreOptions::compress_threshold).
+inline constexpr size_t kDictCompressMinBytes = 128;
+
+// A trained dictionary, ready for both directions. Immutable; shared.
+class Dictionary {
+ public:
+  static std::shared_ptr<const Dictionary> Load(uint32_t id, std::string_view bytes, int level);
+  ~Dictionary();
+  uint32_t id() const { return id_; }
+  const ZSTD_CDict* cdict() const { return cdict_; }
+  const ZSTD_DDict* ddict() const { return ddict_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Dictionary() = default;
+  uint32_t id_ = 0;
+  ZSTD_CDict* cdict_ = nullptr;
+  ZSTD_DDict* ddict_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// The dictionary with this id, or nullptr if there is none (Corruption
+// then, for a body that names it).
+using DictionaryLookup = std::function<std::shared_ptr<const Dictionary>(uint32_t id)>;
+
+// Encodes `json` (a JSON object's text; anything else is kept whole) into
+// `out`; returns the DocValue flags to store with it.
+uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t compress_threshold, std::string& out);
+
+// The whole text back, exactly as written.
+Status DecodeWhole(uint8_t flags, std::string_view stored, const DictionaryLookup& dicts, std::string& out);
+
+// What DecodeFields(names) will decode, from the stored bytes' headers (no
+// decompression): the text's size, or for a structured body and a non-empty
+// `names` the size of the frames holding those fields.
+Result<uint64_t> DecodedSize(uint8_t flags, std::string_view stored, std::span<const std::string> names);
+
+// The top-level fields whose names are in `names` (sorted, unescaped), as
+// one JSON object text in document order (a projection: what an index
+// that reads only those fields needs). A structured body decompresses
+// only the frames holding them; a whole body is decoded and returned
+// whole (every reader of a projection accepts more fields than it asked
+// for); empty `names`: the whole text.
+Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLookup& dicts,
+                    std::span<const std::string> names, std::string& out);
+
+// Trains a dictionary of at most `max_bytes` from `samples` (ZDICT); empty
+// when the samples are too few or too alike to train from.
+std::string TrainDictionary(const std::vector<std::string>& samples, size_t max_bytes);
+
+}  // namespace corvid::storage::body
