@@ -151,6 +151,7 @@ class IndexSlot {
         definition_json_(std::move(definition_json)),
         type_(def.type),
         collection_(def.collection),
+        read_fields_(def.read_fields),
         dir_(std::move(dir)),
         kind_(std::move(kind)),
         store_(store),
@@ -379,7 +380,7 @@ class IndexSlot {
       std::lock_guard lock(mu_);
       return stop_ || reset_requested_ || paused_;
     });
-    auto batch = store_.ReadChangeBatch(collection_, since, options_.batch_max_docs, max_bytes);
+    auto batch = store_.ReadChangeBatch(collection_, since, options_.batch_max_docs, max_bytes, read_fields_);
     if (!batch.ok()) {
       std::lock_guard lock(mu_);
       Fail("reading the change feed: " + batch.status().ToString());
@@ -445,6 +446,7 @@ class IndexSlot {
   const std::string definition_json_;
   const std::string type_;
   const std::string collection_;
+  const std::vector<std::string> read_fields_;  // what the kind reads of a document (empty: all)
   const fs::path dir_;
   const std::unique_ptr<IndexKind> kind_;
   storage::DocumentStore& store_;

@@ -41,6 +41,9 @@ class IndexKind {
 struct CompiledDefinition {
   std::string type;
   std::string collection;
+  // The top-level document fields the index reads, sorted (empty: whole
+  // documents); the worker asks the store for those only.
+  std::vector<std::string> read_fields;
   // Opens (or creates) the state in `dir`.
   std::function<Result<std::unique_ptr<IndexKind>>(const std::string& dir)> open;
 };

@@ -98,6 +98,7 @@ Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
     if (!def.ok()) return def.status();
     out.type = "mapreduce";
     out.collection = (*def)->collection();
+    out.read_fields = (*def)->ReadFields();
     out.open = [def = *def](const std::string& dir) -> Result<std::unique_ptr<IndexKind>> {
       auto index = mapreduce::MapReduceIndex::Open(dir, def);
       if (!index.ok()) return index.status();
@@ -109,6 +110,7 @@ Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
     if (!def.ok()) return def.status();
     out.type = "search";
     out.collection = (*def)->collection();
+    out.read_fields = (*def)->ReadFields();
     out.open = [def = *def](const std::string& dir) -> Result<std::unique_ptr<IndexKind>> {
       auto index = postings::SearchIndex::Open(dir, def);
       if (!index.ok()) return index.status();

@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <map>
+#include <set>
 
 #include "common/exact_json.h"
 #include "mapreduce/format.h"
@@ -229,6 +230,25 @@ Result<std::shared_ptr<const DefinitionImpl>> DefinitionImpl::CompileImpl(std::s
       });
     }
     def->unwind_args_ = std::move(used);
+  }
+
+  // The top-level fields the maps read: each field path's first component,
+  // and its dotted prefixes (a key may hold dots). A definition that reads
+  // none still needs an object: it asks for the empty name.
+  {
+    std::set<std::string> names;
+    for (const auto& m : def->maps_) {
+      VisitNodes(*m, [&](Node& n) {
+        if (n.kind != NodeKind::kField || n.path.empty()) return;
+        std::string prefix;
+        for (const auto& part : n.path) {
+          prefix += prefix.empty() ? part : "." + part;
+          names.insert(prefix);
+        }
+      });
+    }
+    if (names.empty()) names.insert("");
+    def->read_fields_.assign(names.begin(), names.end());
   }
 
   // Canonical form and fingerprint.

@@ -78,6 +78,7 @@ class DefinitionImpl final : public Definition {
 
   const std::string& collection() const override { return collection_; }
   uint64_t Fingerprint() const override { return fingerprint_; }
+  const std::vector<std::string>& ReadFields() const override { return read_fields_; }
 
   const std::vector<std::string>& group_names() const { return group_names_; }
   const std::vector<Reducer>& reducers() const { return reducers_; }
@@ -109,6 +110,7 @@ class DefinitionImpl final : public Definition {
   std::vector<Reducer> reducers_;
   size_t numeric_reducers_ = 0;
   std::vector<const Node*> unwind_args_;
+  std::vector<std::string> read_fields_;  // ReadFields
 };
 
 }  // namespace corvid::mapreduce

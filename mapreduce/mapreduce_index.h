@@ -38,6 +38,10 @@ class Definition {
   // A stable fingerprint of the definition's meaning (used to detect that
   // on-disk state belongs to a different definition).
   virtual uint64_t Fingerprint() const = 0;
+  // The top-level document fields its expressions read, sorted: a map
+  // needs nothing else of a document (the store then reads a large
+  // document by those fields only).
+  virtual const std::vector<std::string>& ReadFields() const = 0;
 };
 
 struct QueryResult {

@@ -47,6 +47,7 @@ class SearchDefinitionImpl final : public SearchDefinition {
 
   const std::string& collection() const override { return collection_; }
   uint64_t Fingerprint() const override { return fingerprint_; }
+  const std::vector<std::string>& ReadFields() const override { return read_fields_; }
 
   // Fields sorted by name. text_fields()[slot] / numeric_fields()[slot].
   const std::vector<FieldDef>& fields() const { return fields_; }
@@ -71,6 +72,7 @@ class SearchDefinitionImpl final : public SearchDefinition {
   std::vector<std::string> store_;
   std::vector<std::vector<std::string>> store_split_;
   uint64_t fingerprint_ = 0;
+  std::vector<std::string> read_fields_;  // ReadFields
 };
 
 // "a.b.c" -> {"a", "b", "c"}.

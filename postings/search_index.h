@@ -34,6 +34,9 @@ class SearchDefinition {
   virtual ~SearchDefinition() = default;
   virtual const std::string& collection() const = 0;
   virtual uint64_t Fingerprint() const = 0;
+  // The top-level document fields it indexes or stores, sorted; empty when
+  // it needs whole documents ("store": "*").
+  virtual const std::vector<std::string>& ReadFields() const = 0;
 };
 
 enum class DefaultOperator { kOr, kAnd };
