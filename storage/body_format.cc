@@ -6,6 +6,7 @@
 #include <zdict.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 #include "storage/format.h"
@@ -127,7 +128,11 @@ bool ScanObject(std::string_view t, std::vector<Field>& fields) {
   if (i >= n || t[i] != '{') return false;
   ++i;
   ws();
-  if (i < n && t[i] == '}') return true;
+  if (i < n && t[i] == '}') {
+    ++i;
+    ws();
+    return i == n;
+  }
   for (;;) {
     ws();
     if (i >= n || t[i] != '"') return false;
@@ -467,6 +472,7 @@ Status DecodeWhole(uint8_t flags, std::string_view stored, const DictionaryLooku
 
 Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLookup& dicts,
                     std::span<const std::string> names, std::string& out) {
+  assert(std::is_sorted(names.begin(), names.end()));  // KeyIn binary-searches them
   if (!(flags & fmt::kFlagStructured) || names.empty()) return DecodeWhole(flags, stored, dicts, out);
   Structured s;
   if (Status st = ParseStructured(stored, s); !st.ok()) return st;

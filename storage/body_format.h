@@ -1,8 +1,9 @@
 // The stored body of a document: how its JSON text is kept in a DocValue
 // (format.h) so that reads cost what they use. Small bodies are one zstd
 // frame, with the collection's trained dictionary once it has one (a
-// 2 KB document alone compresses poorly; with a dictionary of its
-// collection's common strings it compresses several times over). Large
+// 2 KB document alone compresses poorly: 0.56 of its text for the
+// StackOverflow-like documents of bench/small_machine.py, 0.42 with a
+// dictionary of its collection's common strings). Large
 // bodies are "structured": the text cut at its top-level values into
 // frames of a few KB, each value larger than that in a frame of its own,
 // behind a directory of the top-level keys, so one field is read by
@@ -74,8 +75,9 @@ class Dictionary {
 // then, for a body that names it).
 using DictionaryLookup = std::function<std::shared_ptr<const Dictionary>(uint32_t id)>;
 
-// Encodes `json` (a JSON object's text; anything else is kept whole) into
-// `out`; returns the DocValue flags to store with it.
+// Encodes `json` (a JSON object's text, validated: the scan that cuts it
+// relies on that; anything it does not recognize as an object is kept
+// whole) into `out`; returns the DocValue flags to store with it.
 uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t compress_threshold, std::string& out);
 
 // The whole text back, exactly as written.

@@ -26,7 +26,9 @@ struct StoreOptions {
   // Virtual size of the LMDB map; the file grows only as data is written.
   size_t map_size = size_t{256} << 30;
   // Bodies at least this large are zstd-compressed (kept raw when that is
-  // not smaller).
+  // not smaller) while their collection has no dictionary; with one, from
+  // body::kDictCompressMinBytes; large objects are always structured
+  // (body_format.h).
   size_t compress_threshold = 1024;
   int zstd_level = 1;
   // The merger closes a batch once it holds this many operations or bytes

@@ -205,6 +205,8 @@ constexpr size_t kTrainSamples = 1000;
 constexpr size_t kSampleBytes = size_t{4} << 10;
 constexpr size_t kTrainBytes = size_t{4} << 20;
 constexpr size_t kDictionaryBytes = size_t{64} << 10;
+// Samples of every collection together stay under this.
+constexpr size_t kAllSamplesBytes = size_t{32} << 20;
 
 // A window of kDriftWindowBytes of bodies compressed by a dictionary whose ratio
 // (stored / raw) exceeds kDriftFactor times its first window's starts a
@@ -238,11 +240,15 @@ void DocumentStore::Impl::Sample(uint32_t coll, std::string_view json) {
     Sampler& s = samplers[coll];
     if (s.busy || s.failed) return;
     const std::string_view piece = json.substr(0, kSampleBytes);
+    if (sample_bytes + piece.size() > kAllSamplesBytes) return;  // many collections sampling at once
     s.samples.emplace_back(piece);
     s.bytes += piece.size();
+    sample_bytes += piece.size();
     if (s.samples.size() < kTrainSamples && s.bytes < kTrainBytes) return;
     s.busy = true;
     samples.swap(s.samples);
+    sample_bytes -= s.bytes;
+    s.bytes = 0;
   }
   const std::string dict = body::TrainDictionary(samples, kDictionaryBytes);
   const Status st = dict.empty() ? Status::InvalidArgument("nothing to train from") : StoreDictionary(coll, dict);

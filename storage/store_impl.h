@@ -90,6 +90,7 @@ class DocumentStore::Impl {
   };
   std::mutex samplers_mu;
   std::map<uint32_t, Sampler> samplers;  // guarded by samplers_mu
+  size_t sample_bytes = 0;               // guarded by samplers_mu: held by every sampler
 
   std::shared_ptr<const body::Dictionary> CurrentDictionary(uint32_t coll) const;
   body::DictionaryLookup Dictionaries() const;
