@@ -477,7 +477,8 @@ void Router::State::PutDoc(Request& req, const std::string& coll, const std::str
     return reply(ErrorResponse(
         415, "unsupported_media_type",
         "Content-Type must be application/json, got '" + std::string(Utf8Prefix(req.content_type, 100)) + "'"));
-  if (auto problem = ValidateJsonObject(req.body)) return reply(ProblemResponse(*problem));
+  if (auto problem = ValidateJsonObject(req.body, nullptr, DuplicateKeys::kReject))
+    return reply(ProblemResponse(*problem));
   WriteOp op;
   op.kind = WriteKind::kPut;
   if (auto bad = ReadWriteConditions(req, op)) return reply(std::move(*bad));
@@ -551,7 +552,7 @@ BulkPart ParseBulkPart(std::string_view part, size_t first_line, const std::stri
                                 std::nullopt, line_no);
       return out;
     }
-    if (auto problem = ValidateJsonObject(line, &fields)) {
+    if (auto problem = ValidateJsonObject(line, &fields, DuplicateKeys::kReject)) {
       out.error = ProblemResponse(*problem, line_no);
       return out;
     }

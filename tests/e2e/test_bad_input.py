@@ -150,6 +150,50 @@ class BadInputTest(CorvidTestCase):
         self.assertEqual(resp.json['rows'], [{'k': '\U0001F600', 'n': 1}], resp.describe())
         self.assertStatus(self.c.delete('/indexes/' + name), 200)
 
+    def test_duplicate_keys(self):
+        # A key twice in one object (compared decoded) is 400 duplicate_key
+        # naming the key and the offset of its second occurrence, never
+        # stored, as Elasticsearch refuses duplicate fields.
+        c = self.coll()
+        cases = [(b'{"a":1,"b":2,"a":3}', 13, '"a"', 'the top-level object'),
+                 (b'{"x":{"k":1,"k":2}}', 12, '"k"', "the object at 'x'"),
+                 (b'{"a":[{"k":1},{"k":2,"\\u006b":3}]}', 21, '"k"', "the object at 'a[1]'"),
+                 (b'{"a":{"b":1},"a":2}', 13, '"a"', 'the top-level object'),
+                 (b'{"q\\"\\n":1,"q\\"\\n":2}', 11, r'"q\"\n"', 'the top-level object')]
+        for i, (body, offset, key, where) in enumerate(cases):
+            with self.subTest(body=body):
+                resp = self.c.put(doc_path(c, 'k%d' % i), body)
+                err = self.assertRejected(resp, 400, 'duplicate_key', c, 'k%d' % i)
+                self.assertEqual(err.get('offset'), offset, resp.describe())
+                self.assertEqual(err['message'], 'duplicate key %s at offset %d in %s' % (key, offset, where),
+                                 resp.describe())
+        # Keys of different objects, and one key at different levels, are fine.
+        for i, body in enumerate([b'{"x":{"k":1},"y":{"k":2},"z":[{"k":1},{"k":1}]}',
+                                  b'{"k":{"k":{"k":1}},"j":[{"k":[{"k":1}]}]}']):
+            self.putOk(c, 'ok%d' % i, body, status=201)
+            self.assertEqual(self.c.get(doc_path(c, 'ok%d' % i)).body, body)
+        # In a bulk: 400 naming the line, the offset within it, and nothing written.
+        d = self.coll('bulk')
+        lines = [b'{"id":"b1","v":{"k":1}}', b'{"id":"b2","v":{"k":1}}',
+                 b'{"id":"b3","v":[{"k":1,"w":2,"k":3}]}', b'{"id":"b4"}']
+        resp = self.c.post(bulk_path(d), b'\n'.join(lines) + b'\n', content_type='application/x-ndjson')
+        err = self.assertError(resp, 400, 'duplicate_key')
+        self.assertEqual((err.get('line'), err.get('offset')), (3, 29), resp.describe())
+        self.assertEqual(err['message'], "line 3: duplicate key \"k\" at offset 29 in the object at 'v[0]'",
+                         resp.describe())
+        self.assertError(self.c.get(doc_path(d, 'b1')), 404, 'not_found')
+        self.assertIsNone(self.collection_count(d))
+        resp = self.c.post(bulk_path(d), b'\n'.join(lines[:2] + lines[3:]) + b'\n',
+                           content_type='application/x-ndjson')
+        self.assertStatus(resp, 200)
+        self.assertEqual(resp.json['count'], 3, resp.describe())
+        # An index definition keeps its own answer, which names the field.
+        resp = self.c.put('/indexes/dup_' + c, b'{"type":"mapreduce","collection":"x","map":{"k":"k"},'
+                          b'"groupBy":["k"],"reduce":{"n":"count()"},"map":{"k":"k"}}')
+        err = self.assertError(resp, 400, 'invalid_definition')
+        self.assertIn('map: the key appears twice in its object', err['message'], resp.describe())
+        self.assertError(self.c.get('/indexes/dup_' + c), 404, 'not_found')
+
     def test_nesting_limit(self):
         c = self.coll()
         for name, text in (('obj256', nested_object(256)), ('arr256', nested_array_in_object(256))):
@@ -494,6 +538,30 @@ class DefaultLimitsTest(CorvidTestCase):
         self.assertEqual(len(resp.body), len(body))
         self.assertTrue(resp.body == body, '16 MiB body did not round-trip')
         self.assertEtagHeader(resp, etag)
+
+
+    def test_16_mib_document_with_a_million_keys(self):
+        # One object with a million keys is checked for duplicates in
+        # linear time: answered in well under a second, not in hours.
+        c = self.coll()
+        n = 1000000
+        keys = b','.join(b'"k%d":%d' % (i, i % 10) for i in range(n))
+        body = b'{' + keys + b'}'
+        self.assertLessEqual(len(body), 16 * 1024 * 1024)
+        dup = b'{' + keys + b',"k%d":0}' % (n // 2)
+        self.assertLessEqual(len(dup), 16 * 1024 * 1024)
+        start = time.monotonic()
+        resp = self.c.put(doc_path(c, 'wide'), body)
+        self.assertEqual(resp.status, 201, resp.describe())
+        self.assertLess(time.monotonic() - start, 10.0)
+        start = time.monotonic()
+        resp = self.c.put(doc_path(c, 'dup'), dup)
+        err = self.assertError(resp, 400, 'duplicate_key')
+        self.assertLess(time.monotonic() - start, 10.0)
+        self.assertEqual(err.get('offset'), len(keys) + 2, resp.describe())
+        self.assertTrue(err['message'].startswith('duplicate key "k%d" at offset ' % (n // 2)), resp.describe())
+        self.assertError(self.c.get(doc_path(c, 'dup')), 404, 'not_found')
+        self.assertTrue(self.c.get(doc_path(c, 'wide')).body == body, 'wide document did not round-trip')
 
 
 class ApiKeyTest(CorvidTestCase):

@@ -5,8 +5,13 @@
 #include <rapidjson/document.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <future>
+#include <random>
+#include <set>
 
 #include "common/utf8.h"
 #include "server/json_input.h"
@@ -111,6 +116,228 @@ TEST_CASE("JSON validation extracts the bulk fields", "[server]") {
   CHECK_FALSE(f.deleted);
   CHECK_FALSE(ValidateJsonObject(R"({"id":"a\"b\u00e9"})", &f));
   CHECK(f.id == std::optional<std::string>("a\"b\xc3\xa9"));  // unescaped
+}
+
+namespace {
+
+std::optional<JsonProblem> ValidateDocument(std::string_view body) {
+  return ValidateJsonObject(body, nullptr, DuplicateKeys::kReject);
+}
+
+// `{"<prefix>0":0,"<prefix>1":1,...}`: `n` distinct keys in one object, and
+// after them the keys in `extra` (each with the value 0).
+std::string ManyKeys(size_t n, std::string_view prefix, std::initializer_list<std::string_view> extra = {}) {
+  std::string s = "{";
+  for (size_t i = 0; i < n; ++i) {
+    if (i) s += ',';
+    s.append("\"").append(prefix).append(std::to_string(i)).append("\":").append(std::to_string(i));
+  }
+  for (std::string_view k : extra) s.append(s.size() > 1 ? ",\"" : "\"").append(k).append("\":0");
+  return s + "}";
+}
+
+}  // namespace
+
+TEST_CASE("JSON validation of a document refuses a key twice in one object", "[server]") {
+  struct Case {
+    std::string body;
+    size_t offset;  // the repeated key's opening quote
+    std::string message;
+  };
+  const Case refused[] = {
+      {R"({"a":1,"b":2,"a":3})", 13, R"(duplicate key "a" at offset 13 in the top-level object)"},
+      {R"({"x":{"b":1,"b":2}})", 12, R"(duplicate key "b" at offset 12 in the object at 'x')"},
+      {R"({"a":[1,{"k":1},{"k":2,"k":3}]})", 23, R"(duplicate key "k" at offset 23 in the object at 'a[2]')"},
+      {R"({"a":{"b":[[{"c":{"d":0,"d":1}}]]}})", 24,
+       R"(duplicate key "d" at offset 24 in the object at 'a.b[0][0].c')"},
+      // Keys compare decoded: an escape is the character it spells.
+      {R"({"a":1,"\u0061":2})", 7, R"(duplicate key "a" at offset 7 in the top-level object)"},
+      {"{\"\\u00e9t\\u00E9\":1,\"\xc3\xa9t\xc3\xa9\":2}", 19,
+       "duplicate key \"\xc3\xa9t\xc3\xa9\" at offset 19 in the top-level object"},
+      {R"({"\ud83d\ude00":1,"😀":2})", 18, R"(duplicate key "😀" at offset 18 in the top-level object)"},
+      {R"({"a\/b":1,"a/b":2})", 10, R"(duplicate key "a/b" at offset 10 in the top-level object)"},
+      // A key the parent had before a child object opened and closed.
+      {R"({"a":{"b":1},"a":2})", 13, R"(duplicate key "a" at offset 13 in the top-level object)"},
+      // The message escapes what the key holds, as JSON spells it.
+      {R"({"":1,"":2})", 6, R"(duplicate key "" at offset 6 in the top-level object)"},
+      {R"({"q\"b\\s\n\u0000\u007f":1,"q\"b\\s\n\u0000\u007f":2})", 27,
+       R"(duplicate key "q\"b\\s\n\u0000\u007f" at offset 27 in the top-level object)"},
+      {"{\"k\":{ \"id\" : 1 ,\n \"id\" : 2 }}", 19, R"(duplicate key "id" at offset 19 in the object at 'k')"},
+  };
+  for (const Case& c : refused) {
+    INFO(c.body);
+    auto p = ValidateDocument(c.body);
+    REQUIRE(p);
+    CHECK(p->code == "duplicate_key");
+    CHECK(p->offset == c.offset);
+    CHECK(p->message == c.message);
+    CHECK(c.body.substr(c.offset, 1) == "\"");
+    // Other bodies (index definitions, searches) leave duplicates to their own parsers.
+    CHECK_FALSE(ValidateJsonObject(c.body));
+  }
+
+  // Keys of different objects, and a key at different levels, are fine.
+  for (std::string_view body : {
+           R"({"x":{"k":1},"y":{"k":2},"z":[{"k":1},{"k":1},{"k":[{"k":1}]}]})",
+           R"({"k":{"k":{"k":1}},"j":[{"k":[{"k":{"k":1}}]}]})",
+           R"({"a":{"b":1,"c":2},"b":3,"c":{"a":1}})",  // a child's keys go when it closes
+           R"({"a":1,"A":2,"a ":3,"\u0061\u0062":4,"a\u0000":5,"aa":6})",
+           R"({"id":"x","_deleted":false,"v":[{"id":"y"},{"id":"z"}]})",
+       }) {
+    INFO(body);
+    CHECK_FALSE(ValidateDocument(body));
+  }
+
+  // A long key is cut in the message, at a character boundary.
+  std::string long_key;
+  for (int i = 0; i < 120; ++i) long_key += "\xc3\xa9";  // 240 bytes
+  auto p = ValidateDocument("{\"" + long_key + "\":1,\"" + long_key + "\":2}");
+  REQUIRE(p);
+  CHECK(p->code == "duplicate_key");
+  CHECK(p->message ==
+        "duplicate key \"" + long_key.substr(0, 100) + "\"... (240 bytes) at offset 246 in the top-level object");
+  CHECK(IsValidUtf8(p->message));
+
+  // Still reported first: a problem before the duplicate; the bulk fields are still read.
+  CHECK(ValidateDocument(R"({"a":"\udc00","a":1})")->code == "invalid_utf8");
+  CHECK(ValidateDocument(R"({"a":1,"a":2,})")->code == "duplicate_key");
+  CHECK(ValidateDocument(R"({"a":1,,"a":2})")->code == "invalid_json");
+  ObjectFields f;
+  CHECK_FALSE(ValidateJsonObject(R"({"id":"x","v":{"id":1},"_deleted":true})", &f, DuplicateKeys::kReject));
+  CHECK(f.id == std::optional<std::string>("x"));
+  CHECK(f.deleted);
+  CHECK(ValidateJsonObject(R"({"id":"x","id":"y"})", &f, DuplicateKeys::kReject)->code == "duplicate_key");
+}
+
+TEST_CASE("JSON validation finds duplicate keys in large objects in linear time", "[server]") {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); };
+  // Past 16 keys an object's keys are in a hash table: 200k keys take
+  // milliseconds (compared pairwise they would take minutes).
+  const std::string distinct = ManyKeys(200000, "key");
+  auto start = Clock::now();
+  CHECK_FALSE(ValidateDocument(distinct));
+  CHECK(seconds(start) < 2.0);
+
+  const std::string last_repeats_first = ManyKeys(200000, "key", {"key0"});
+  start = Clock::now();
+  auto p = ValidateDocument(last_repeats_first);
+  CHECK(seconds(start) < 2.0);
+  REQUIRE(p);
+  CHECK(p->code == "duplicate_key");
+  CHECK(p->offset == last_repeats_first.size() - 9);  // ... ,"key0":0}
+  CHECK(p->message.starts_with(R"(duplicate key "key0" at offset )"));
+  auto middle = ValidateDocument(ManyKeys(200000, "key", {"new", "key123456"}));
+  REQUIRE(middle);
+  CHECK(middle->message.starts_with(R"(duplicate key "key123456" at offset )"));
+
+  // Keys long enough to be hashed in 16-byte steps, alike but for a few bytes.
+  const std::string pad(40, 'p');
+  std::string long_keys = ManyKeys(50000, pad);
+  CHECK_FALSE(ValidateDocument(long_keys));
+  CHECK(ValidateDocument(ManyKeys(50000, pad, {pad + "49999"}))->code == "duplicate_key");
+
+  // Every size around the switch to a hash table, with the duplicate first or last.
+  for (size_t n = 1; n <= 40; ++n) {
+    INFO(n);
+    CHECK_FALSE(ValidateDocument(ManyKeys(n, "k")));
+    CHECK(ValidateDocument(ManyKeys(n, "k", {"k0"}))->code == "duplicate_key");
+    std::string last = "k";
+    last += std::to_string(n - 1);
+    CHECK(ValidateDocument(ManyKeys(n, "k", {last}))->code == "duplicate_key");
+  }
+
+  // Large objects nested in large objects: each has a table of its own, and
+  // a parent's table outlives its children.
+  std::string nested = "{";
+  for (int i = 0; i < 40; ++i) {
+    nested += "\"p" + std::to_string(i) + "\":";
+    nested += i % 10 == 0 ? ManyKeys(30, "c", {"p1", "p2"}) : "0";
+    nested += ",";
+  }
+  CHECK_FALSE(ValidateDocument(nested + "\"last\":1}"));
+  CHECK(ValidateDocument(nested + "\"p39\":1}")->code == "duplicate_key");
+  CHECK(ValidateDocument(nested + "\"q\":" + ManyKeys(30, "c", {"c29"}) + "}")->code == "duplicate_key");
+  // After a huge body, small ones still work (the buffers were given back).
+  CHECK_FALSE(ValidateDocument(R"({"a":{"a":1},"b":2})"));
+  CHECK(ValidateDocument(R"({"a":{"a":1},"a":2})")->code == "duplicate_key");
+}
+
+TEST_CASE("JSON validation agrees with a brute-force oracle on duplicate keys", "[server]") {
+  // Random documents whose keys come from a small alphabet (so duplicates
+  // are common), each key spelt with random escapes; the oracle decodes
+  // nothing: it knows each key's text before it was spelt.
+  std::mt19937_64 rng(20261204);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  auto spell = [&](std::string_view key) {
+    std::string out = "\"";
+    for (char c : key) {
+      if (pick(3) == 0) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, pick(2) ? "\\u%04x" : "\\u%04X", static_cast<unsigned char>(c));
+        out += buf;
+      } else {
+        out += c;
+      }
+    }
+    return out + "\"";
+  };
+  struct Expect {
+    std::optional<std::string> first_duplicate;
+  };
+  // Writes a random value of depth at most `depth` to `out`, noting in `e`
+  // the first key (in text order) repeated in its object.
+  std::function<void(std::string&, int, Expect&)> value = [&](std::string& out, int depth, Expect& e) {
+    const size_t kind = depth > 0 ? pick(4) : 3;
+    if (kind <= 1) {
+      const size_t n = pick(kind == 0 ? 4 : 24);  // some objects past the linear limit
+      std::set<std::string> seen;
+      out += '{';
+      for (size_t i = 0; i < n; ++i) {
+        std::string key;
+        for (size_t len = pick(kind == 0 ? 2 : 3) + 1; len > 0; --len) key += "ab"[pick(2)];
+        if (i) out += ',';
+        out += spell(key) + ":";
+        if (!seen.insert(key).second && !e.first_duplicate) e.first_duplicate = key;
+        value(out, depth - 1, e);
+      }
+      out += '}';
+    } else if (kind == 2) {
+      out += '[';
+      for (size_t i = 0, n = pick(3); i < n; ++i) {
+        if (i) out += ',';
+        value(out, depth - 1, e);
+      }
+      out += ']';
+    } else {
+      out += std::to_string(pick(10));
+    }
+  };
+  int refused = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string body = "{";
+    Expect e;
+    std::set<std::string> top;
+    for (size_t i = 0, n = pick(6); i < n; ++i) {
+      std::string key = "t";
+      key += std::to_string(pick(8));
+      if (i) body += ',';
+      body += spell(key) + ":";
+      if (!top.insert(key).second && !e.first_duplicate) e.first_duplicate = key;
+      value(body, 3, e);
+    }
+    body += '}';
+    INFO(body);
+    auto p = ValidateDocument(body);
+    REQUIRE(p.has_value() == e.first_duplicate.has_value());
+    if (!p) continue;
+    ++refused;
+    CHECK(p->code == "duplicate_key");
+    CHECK(p->message.starts_with("duplicate key \"" + *e.first_duplicate + "\" at offset "));
+    CHECK(body[*p->offset] == '"');
+  }
+  CHECK(refused > 100);
+  CHECK(refused < 2900);
 }
 
 namespace {
