@@ -252,21 +252,45 @@ bool KeyIn(std::string_view raw, std::span<const std::string> names) {
   return std::binary_search(names.begin(), names.end(), decoded);
 }
 
-// A structured body's header, parsed.
+// A structured body's header, parsed: its frames; its directory is walked
+// on demand (ForEachField), since a reader usually wants a few fields and
+// stops when it has them.
 struct Structured {
   uint64_t dict_id = 0, text_size = 0;
   struct Frame {
     uint64_t raw, stored, raw_off, stored_off;  // offsets: in the text, and from the frames' start
   };
   std::vector<Frame> frames;
-  struct Entry {
-    std::string_view key;
-    uint64_t frame, offset, length;
-  };
-  std::vector<Entry> fields;
+  const char* fields_begin = nullptr;  // the directory's entries (checked by ParseStructured)
+  const char* fields_end = nullptr;
   std::string_view data;  // the frames
 };
+struct FieldEntry {
+  std::string_view key;
+  uint64_t frame, offset, length;
+};
 
+// Decodes the directory entry at *p (< end) into e; false if malformed.
+bool NextField(const char*& p, const char* end, const Structured& s, FieldEntry& e) {
+  uint64_t key_len = 0;
+  if (!GetVarint(p, end, key_len) || key_len > uint64_t(end - p)) return false;
+  e.key = std::string_view(p, key_len);
+  p += key_len;
+  if (!GetVarint(p, end, e.frame) || !GetVarint(p, end, e.offset) || !GetVarint(p, end, e.length)) return false;
+  return e.frame < s.frames.size() && e.offset <= s.frames[e.frame].raw && e.length <= s.frames[e.frame].raw - e.offset;
+}
+
+// Calls fn(entry) for the directory's entries in document order while it
+// returns true.
+template <typename F>
+void ForEachField(const Structured& s, F&& fn) {
+  FieldEntry e;
+  for (const char* p = s.fields_begin; p != s.fields_end && NextField(p, s.fields_end, s, e);)
+    if (!fn(e)) return;
+}
+
+// Parses and checks the header (every entry of the directory is checked
+// once here, with the checksum over all of it).
 Status ParseStructured(std::string_view s, Structured& out) {
   const auto bad = [] { return Status::Corruption("document body: bad structured header"); };
   const char* p = s.data();
@@ -290,19 +314,11 @@ Status ParseStructured(std::string_view s, Structured& out) {
   }
   if (raw_off != out.text_size) return bad();
   if (!GetVarint(p, end, count) || count > s.size()) return bad();
-  out.fields.clear();
-  for (uint64_t f = 0; f < count; ++f) {
-    uint64_t key_len = 0;
-    Structured::Entry e{};
-    if (!GetVarint(p, end, key_len) || key_len > uint64_t(end - p)) return bad();
-    e.key = std::string_view(p, key_len);
-    p += key_len;
-    if (!GetVarint(p, end, e.frame) || !GetVarint(p, end, e.offset) || !GetVarint(p, end, e.length)) return bad();
-    if (e.frame >= out.frames.size() || e.offset > out.frames[e.frame].raw ||
-        e.length > out.frames[e.frame].raw - e.offset)
-      return bad();
-    out.fields.push_back(e);
-  }
+  out.fields_begin = p;
+  FieldEntry e;
+  for (uint64_t f = 0; f < count; ++f)
+    if (!NextField(p, end, out, e)) return bad();
+  out.fields_end = p;
   if (end - p < 4) return bad();
   uint32_t sum;
   std::memcpy(&sum, p, 4);
@@ -343,8 +359,9 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
   thread_local std::vector<Field> fields;
   if (json.size() >= kStructuredMinBytes && ScanObject(json, fields)) {
     // Frames: pieces of the text ending where a top-level value ends (the
-    // last one the closing brace), grouped up to kFrameBytes; a piece whose
-    // value alone reaches kFrameBytes has a frame of its own.
+    // last one the closing brace), grouped up to kFrameBytes (the first
+    // frame up to kFirstFrameBytes); a piece whose value alone reaches
+    // kFrameBytes has a frame of its own.
     struct FrameSpan {
       size_t begin, end;
     };
@@ -354,7 +371,8 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
     for (size_t f = 0; f < fields.size(); ++f) {
       const size_t piece_end = fields[f].value_end;
       const bool large = fields[f].value_end - fields[f].value_begin >= kFrameBytes;
-      if ((large || piece_end - begin > kFrameBytes) && piece_begin > begin) {
+      const size_t target = spans.empty() ? kFirstFrameBytes : kFrameBytes;
+      if ((large || piece_end - begin > target) && piece_begin > begin) {
         spans.push_back(FrameSpan{begin, piece_begin});
         begin = piece_begin;
       }
@@ -414,16 +432,18 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
 
 Result<uint64_t> DecodedSize(uint8_t flags, std::string_view stored, std::span<const std::string> names) {
   if (flags & fmt::kFlagStructured) {
-    Structured s;
+    thread_local Structured s;
     if (Status st = ParseStructured(stored, s); !st.ok()) return st;
     if (names.empty()) return s.text_size;
     uint64_t size = 2, last = UINT64_MAX;
-    for (const auto& e : s.fields) {
-      if (!KeyIn(e.key, names)) continue;
+    size_t found = 0;
+    ForEachField(s, [&](const FieldEntry& e) {
+      if (!KeyIn(e.key, names)) return true;
       if (e.frame != last) size += s.frames[e.frame].raw;
       last = e.frame;
       size += e.key.size() + 4;
-    }
+      return ++found < names.size();  // a key is in a document once
+    });
     return size;
   }
   if (flags & fmt::kFlagDict) {
@@ -443,7 +463,7 @@ Result<uint64_t> DecodedSize(uint8_t flags, std::string_view stored, std::span<c
 Status DecodeWhole(uint8_t flags, std::string_view stored, const DictionaryLookup& dicts, std::string& out) {
   std::shared_ptr<const Dictionary> dict;
   if (flags & fmt::kFlagStructured) {
-    Structured s;
+    thread_local Structured s;
     if (Status st = ParseStructured(stored, s); !st.ok()) return st;
     if (Status st = DictFor(s.dict_id, dicts, dict); !st.ok()) return st;
     out.resize(s.text_size);
@@ -474,7 +494,7 @@ Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLook
                     std::span<const std::string> names, std::string& out) {
   assert(std::is_sorted(names.begin(), names.end()));  // KeyIn binary-searches them
   if (!(flags & fmt::kFlagStructured) || names.empty()) return DecodeWhole(flags, stored, dicts, out);
-  Structured s;
+  thread_local Structured s;
   if (Status st = ParseStructured(stored, s); !st.ok()) return st;
   std::shared_ptr<const Dictionary> dict;
   if (Status st = DictFor(s.dict_id, dicts, dict); !st.ok()) return st;
@@ -482,13 +502,15 @@ Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLook
   uint64_t decoded = UINT64_MAX;  // the frame in `frame`
   out.clear();
   out.push_back('{');
-  for (const auto& e : s.fields) {
-    if (!KeyIn(e.key, names)) continue;
+  Status status;
+  size_t found = 0;
+  ForEachField(s, [&](const FieldEntry& e) {
+    if (!KeyIn(e.key, names)) return true;
     if (e.frame != decoded) {
       const auto& f = s.frames[e.frame];
       frame.resize(f.raw);
-      if (Status st = DecodeFrame(s.data.substr(f.stored_off, f.stored), f.raw, dict.get(), frame.data()); !st.ok())
-        return st;
+      status = DecodeFrame(s.data.substr(f.stored_off, f.stored), f.raw, dict.get(), frame.data());
+      if (!status.ok()) return false;
       decoded = e.frame;
     }
     if (out.size() > 1) out.push_back(',');
@@ -496,7 +518,9 @@ Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLook
     out.append(e.key);
     out.append("\":");
     out.append(frame, e.offset, e.length);
-  }
+    return ++found < names.size();  // a key is in a document once
+  });
+  if (!status.ok()) return status;
   out.push_back('}');
   if (frame.capacity() > (size_t{4} << 20)) std::string().swap(frame);
   return Status::Ok();
