@@ -1,7 +1,8 @@
 // SearchIndexImpl: the index worker's side of a search index — turning
-// batches into segment files, deletes into per-segment bitmaps, the
-// crash-safe manifest, the tiered merge policy and its background thread —
-// and publication of reader snapshots. Queries run in searcher.cc.
+// batches into segment files, deletes into per-segment bitmaps, committing
+// the manifest (manifest.h), running merges (picked by merge_policy.h,
+// written by segment_merger.h) on a background thread — and publication
+// of reader snapshots. Queries run in searcher.cc.
 //
 // Threads: the index worker (ApplyBatch, Clear), one merge thread per index
 // (MergeLoop), and any number of readers (Search, the accessors). Both
@@ -11,18 +12,8 @@
 // ids is kept in memory: the previous version of a document is found
 // through the segments' id filters and id orders (Segment::FindId).
 //
-// Manifest file "MANIFEST", version 1 (little-endian), rewritten whole by
-// WriteFileAtomic (tmp, fsync, rename, fsync dir) after every batch/merge:
-//    0  char[8] magic "CVDMAN01"
-//    8  u32 version (1), u32 0
-//   16  u64 definition fingerprint
-//   24  u64 lastIndexedEtag the listed segments cover
-//   32  u64 next segment id
-//   40  u32 segment count, u32 0
-//   48  per segment: u64 id, u32 doc_count, u32 n, n bytes: the deleted doc
-//       numbers as a portable-format roaring bitmap (RoaringFormatSpec)
-//   end u64 Checksum64 of every preceding byte
-// Segment i lives in "seg-<id as 16 hex digits>.cvs" (format: segment.cc).
+// The manifest (manifest.h) names the segment files; segment i lives in
+// "seg-<id as 16 hex digits>.cvs" (format: segment.cc).
 // Files the manifest does not name (a crash between writing a segment and
 // the manifest, or after a merge) are deleted on Open. Any invalid file
 // makes Open wipe the directory and start from etag 0.
@@ -44,22 +35,14 @@
 #include "common/faults.h"
 #include "common/hash.h"
 #include "common/memory_budget.h"
+#include "postings/manifest.h"
+#include "postings/merge_policy.h"
 #include "postings/segment_merger.h"
 #include "postings/snapshot.h"
 
 namespace corvid::postings {
 namespace {
 
-constexpr char kManifestMagic[8] = {'C', 'V', 'D', 'M', 'A', 'N', '0', '1'};
-constexpr uint32_t kManifestVersion = 1;
-constexpr const char* kManifestName = "MANIFEST";
-// Tiered merge policy: a level holds segments within a factor of
-// kMergeFactor in live size; kMergeFactor segments of a level are merged
-// into one of the next. Segments over kMaxDeletedFraction deleted are
-// rewritten alone to purge deletes.
-constexpr uint64_t kMergeFactor = 10;
-constexpr uint64_t kFloorDocs = 1000;
-constexpr double kMaxDeletedFraction = 0.3;
 // The batch builder keeps its dictionary and arrays between batches
 // (SegmentBuilder::Reset) unless they grew beyond kBacklogBuilderBytes;
 // once the index has caught up (Idle) it keeps at most kIdleBuilderBytes.
@@ -100,11 +83,6 @@ class BuildSink final : public analyzers::TokenSink {
   uint32_t base_ = 0, next_base_ = 0, count_ = 0;
 };
 
-uint64_t Level(uint64_t live) {
-  uint64_t level = 0;
-  for (uint64_t s = std::max(live, kFloorDocs) / kFloorDocs; s >= kMergeFactor; s /= kMergeFactor) ++level;
-  return level;
-}
 
 class SearchIndexImpl final : public SearchIndex {
  public:
@@ -243,25 +221,9 @@ SegmentState SearchIndexImpl::MakeState(uint64_t id, std::shared_ptr<const Segme
 }
 
 Status SearchIndexImpl::WriteManifest(const Snapshot& s) const {
-  std::string out(kManifestMagic, 8);
-  PutFixed<uint32_t>(out, kManifestVersion);
-  PutFixed<uint32_t>(out, 0);
-  PutFixed<uint64_t>(out, def_->Fingerprint());
-  PutFixed<uint64_t>(out, s.etag);
-  PutFixed<uint64_t>(out, next_segment_id_);
-  PutFixed<uint32_t>(out, static_cast<uint32_t>(s.segments.size()));
-  PutFixed<uint32_t>(out, 0);
-  for (const auto& seg : s.segments) {
-    PutFixed<uint64_t>(out, seg.id);
-    PutFixed<uint32_t>(out, seg.segment->doc_count());
-    size_t n = roaring_bitmap_portable_size_in_bytes(seg.deleted.get());
-    PutFixed<uint32_t>(out, static_cast<uint32_t>(n));
-    size_t at = out.size();
-    out.resize(at + n);
-    roaring_bitmap_portable_serialize(seg.deleted.get(), out.data() + at);
-  }
-  PutFixed<uint64_t>(out, Checksum64(out.data(), out.size()));
-  return WriteFileAtomic(dir_, kManifestName, out);
+  std::vector<ManifestEntry> entries;
+  for (const auto& seg : s.segments) entries.push_back(ManifestEntry{seg.id, seg.segment->doc_count(), seg.deleted.get()});
+  return WriteFileAtomic(dir_, kManifestName, EncodeManifest(def_->Fingerprint(), s.etag, next_segment_id_, entries));
 }
 
 void SearchIndexImpl::WipeFiles() {
@@ -290,39 +252,24 @@ void SearchIndexImpl::RemoveUnreferenced(const Snapshot& s) {
 }
 
 Status SearchIndexImpl::LoadManifest() {
-  std::string m;
-  Status st = ReadWholeFile(dir_ + "/" + kManifestName, &m);
+  std::string bytes;
+  Status st = ReadWholeFile(dir_ + "/" + kManifestName, &bytes);
   if (!st.ok()) return st;
-  auto bad = [](const char* why) { return Status::Corruption(std::string("MANIFEST: ") + why); };
-  if (m.size() < 56 || std::memcmp(m.data(), kManifestMagic, 8) != 0) return bad("not a manifest");
-  if (GetFixed<uint32_t>(m.data() + 8) != kManifestVersion) return bad("unknown version");
-  if (Checksum64(m.data(), m.size() - 8) != GetFixed<uint64_t>(m.data() + m.size() - 8)) return bad("checksum mismatch");
-  if (GetFixed<uint64_t>(m.data() + 16) != def_->Fingerprint()) return bad("written for another definition");
+  auto m = DecodeManifest(bytes);
+  if (!m.ok()) return m.status();
+  if (m->fingerprint != def_->Fingerprint()) return Status::Corruption("MANIFEST: written for another definition");
   auto snap = EmptySnapshot();
-  snap->etag = GetFixed<uint64_t>(m.data() + 24);
-  next_segment_id_ = GetFixed<uint64_t>(m.data() + 32);
-  uint32_t count = GetFixed<uint32_t>(m.data() + 40);
-  size_t p = 48;
-  const size_t end = m.size() - 8;
+  snap->etag = m->etag;
+  next_segment_id_ = m->next_segment_id;
   const auto nt = static_cast<uint32_t>(def_->text_fields().size());
   const auto nn = static_cast<uint32_t>(def_->numeric_fields().size());
-  for (uint32_t i = 0; i < count; ++i) {
-    if (p + 16 > end) return bad("truncated");
-    uint64_t id = GetFixed<uint64_t>(m.data() + p);
-    uint32_t docs = GetFixed<uint32_t>(m.data() + p + 8);
-    uint32_t n = GetFixed<uint32_t>(m.data() + p + 12);
-    p += 16;
-    if (p + n > end) return bad("truncated");
-    Bitmap del(roaring_bitmap_portable_deserialize_safe(m.data() + p, n));
-    if (!del) return bad("bad deleted-docs bitmap");
-    p += n;
-    auto seg = Segment::Open(dir_ + "/" + SegmentName(id), def_->Fingerprint(), nt, nn);
+  for (auto& entry : m->segments) {
+    auto seg = Segment::Open(dir_ + "/" + SegmentName(entry.id), def_->Fingerprint(), nt, nn);
     if (!seg.ok()) return seg.status();
-    if ((*seg)->doc_count() != docs) return bad("segment doc count differs");
-    snap->segments.push_back(MakeState(id, std::move(seg).value(), std::move(del)));
+    if ((*seg)->doc_count() != entry.doc_count) return Status::Corruption("MANIFEST: segment doc count differs");
+    snap->segments.push_back(MakeState(entry.id, std::move(seg).value(), std::move(entry.deleted)));
+    next_segment_id_ = std::max(next_segment_id_.load(), entry.id + 1);
   }
-  if (p != end) return bad("trailing bytes");
-  for (const auto& s : snap->segments) next_segment_id_ = std::max(next_segment_id_.load(), s.id + 1);
   Recount(*snap);
   RemoveUnreferenced(*snap);
   Publish(std::move(snap));
@@ -568,23 +515,10 @@ Status SearchIndexImpl::MergeUntilBalanced() {
   for (int round = 0; round < 64 && !stop_merges_; ++round) {
     auto cur = Current();
     const auto& segs = cur->segments;
-    std::vector<size_t> pick;
-    for (size_t i = 0; i < segs.size() && pick.empty(); ++i) {
-      double frac = static_cast<double>(segs[i].deleted_count) / segs[i].segment->doc_count();
-      if (segs[i].deleted_count > 0 && frac > kMaxDeletedFraction) pick.push_back(i);
-    }
-    if (pick.empty()) {
-      std::unordered_map<uint64_t, std::vector<size_t>> levels;
-      for (size_t i = 0; i < segs.size(); ++i) levels[Level(segs[i].live())].push_back(i);
-      uint64_t best = UINT64_MAX;
-      for (auto& [lvl, v] : levels)
-        if (v.size() >= kMergeFactor && lvl < best) best = lvl;
-      if (best == UINT64_MAX) return Status::Ok();
-      auto& v = levels[best];
-      std::sort(v.begin(), v.end(), [&](size_t a, size_t b) { return segs[a].live() < segs[b].live(); });
-      pick.assign(v.begin(), v.begin() + kMergeFactor);
-      std::sort(pick.begin(), pick.end());
-    }
+    std::vector<SegmentSize> sizes;
+    for (const auto& s : segs) sizes.push_back(SegmentSize{s.segment->doc_count(), s.deleted_count});
+    const std::vector<size_t> pick = PickMerge(sizes);
+    if (pick.empty()) return Status::Ok();
     Status st = Merge(cur, pick);
     if (!st.ok()) return st;
   }
