@@ -11,6 +11,7 @@
 // request) the batch transaction is aborted and re-applied without it, so one
 // failing request never fails or half-applies the others.
 #include <exception>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -28,16 +29,41 @@ namespace {
 // Encodes a put's body in place (body_format.h) with its collection's
 // dictionary, or samples it towards one; returns the flags.
 uint8_t EncodeBody(DocumentStore::Impl& impl, const std::string& collection, std::string& body) {
-  std::shared_ptr<const body::Dictionary> dict;
-  const auto coll = impl.FindCollection(collection);
-  if (coll) {
-    dict = impl.CurrentDictionary(*coll);
-    if (!dict) impl.Sample(*coll, body);
+  // The collection's number and dictionary, looked up once per run of
+  // writes to one collection on this thread (a bulk request's puts).
+  thread_local const DocumentStore::Impl* cached_impl = nullptr;
+  thread_local std::string cached_name;
+  thread_local std::optional<uint32_t> coll;
+  thread_local std::shared_ptr<const body::Dictionary> dict;
+  thread_local uint64_t cached_at = 0;  // the store's commit count when cached: a dictionary may have come since
+  const uint64_t now = impl.last_etag.load(std::memory_order_relaxed);
+  if (cached_impl != &impl || cached_name != collection || cached_at != now || !coll || !dict) {
+    cached_impl = &impl;
+    cached_name = collection;
+    cached_at = now;
+    coll = impl.FindCollection(collection);
+    dict = coll ? impl.CurrentDictionary(*coll) : nullptr;
   }
+  if (coll && !dict) impl.Sample(*coll, body);
   thread_local std::string out;
   const uint8_t flags = body::Encode(body, dict.get(), impl.options.zstd_level, impl.options.compress_threshold, out);
-  if (dict && (flags & (format::kFlagDict | format::kFlagStructured)) && impl.NoteCompression(*coll, body.size(), out.size()))
-    impl.Sample(*coll, body);
+  if (dict && (flags & (format::kFlagDict | format::kFlagStructured))) {
+    // Compression is tallied per thread and handed over every 256 KiB (a
+    // lock per document cost the bulk load).
+    // Once a window drifted, this thread samples the collection's writes
+    // for the new dictionary until the sample is taken.
+    thread_local uint32_t tally_coll = 0;
+    thread_local uint64_t tally_raw = 0, tally_stored = 0;
+    thread_local std::optional<uint32_t> resampling;
+    if (tally_coll != *coll || tally_raw >= (uint64_t{256} << 10)) {
+      if (tally_raw > 0 && impl.NoteCompression(tally_coll, tally_raw, tally_stored)) resampling = tally_coll;
+      tally_coll = *coll;
+      tally_raw = tally_stored = 0;
+    }
+    tally_raw += body.size();
+    tally_stored += out.size();
+    if (resampling == *coll && !impl.Sample(*coll, body, /*retrain=*/true)) resampling.reset();
+  }
   body.swap(out);
   if (out.capacity() > (size_t{4} << 20)) std::string().swap(out);  // don't pin huge buffers
   return flags;
@@ -218,10 +244,10 @@ constexpr size_t kAllSamplesBytes = size_t{32} << 20;
 constexpr uint64_t kDriftWindowBytes = uint64_t{8} << 20;
 constexpr double kDriftFactor = 1.3;
 
-bool DocumentStore::Impl::NoteCompression(uint32_t coll, size_t raw, size_t stored) {
+bool DocumentStore::Impl::NoteCompression(uint32_t coll, uint64_t raw, uint64_t stored) {
   std::lock_guard lock(samplers_mu);
   Sampler& s = samplers[coll];
-  if (s.active) return !s.busy;
+  if (s.active) return false;  // already resampling
   s.window_raw += raw;
   s.window_stored += stored;
   if (s.window_raw < kDriftWindowBytes) return false;
@@ -237,18 +263,18 @@ bool DocumentStore::Impl::NoteCompression(uint32_t coll, size_t raw, size_t stor
   return true;
 }
 
-void DocumentStore::Impl::Sample(uint32_t coll, std::string_view json) {
+bool DocumentStore::Impl::Sample(uint32_t coll, std::string_view json, bool retrain) {
   std::vector<std::string> samples;
   {
     std::lock_guard lock(samplers_mu);
     Sampler& s = samplers[coll];
-    if (s.busy || s.failed) return;
+    if (s.busy || s.failed || (retrain && !s.active)) return false;
     const std::string_view piece = json.substr(0, kSampleBytes);
-    if (sample_bytes + piece.size() > kAllSamplesBytes) return;  // many collections sampling at once
+    if (sample_bytes + piece.size() > kAllSamplesBytes) return true;  // many collections sampling at once
     s.samples.emplace_back(piece);
     s.bytes += piece.size();
     sample_bytes += piece.size();
-    if (s.samples.size() < kTrainSamples && s.bytes < kTrainBytes) return;
+    if (s.samples.size() < kTrainSamples && s.bytes < kTrainBytes) return true;
     s.busy = true;
     samples.swap(s.samples);
     sample_bytes -= s.bytes;
@@ -264,6 +290,7 @@ void DocumentStore::Impl::Sample(uint32_t coll, std::string_view json) {
     s = Sampler{};
     s.failed = true;  // bodies stay compressed without one
   }
+  return false;
 }
 
 Status DocumentStore::Impl::StoreDictionary(uint32_t coll, const std::string& bytes) {

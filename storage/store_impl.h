@@ -94,14 +94,16 @@ class DocumentStore::Impl {
 
   std::shared_ptr<const body::Dictionary> CurrentDictionary(uint32_t coll) const;
   body::DictionaryLookup Dictionaries() const;
-  // Keeps a sample of `json` for `coll`'s dictionary; trains, stores and
+  // Keeps a sample of `json` for `coll`'s dictionary (its first, or with
+  // `retrain` a new one once NoteCompression saw drift); trains, stores and
   // publishes one when enough are kept (on the calling thread, once).
-  void Sample(uint32_t coll, std::string_view json);
-  // Records how well `coll`'s dictionary compressed a body; when a window
-  // of bodies does markedly worse than its first one did, sampling starts
-  // for a new dictionary (the old one stays for the bodies that use it).
-  // Returns whether `json` should be sampled.
-  bool NoteCompression(uint32_t coll, size_t raw, size_t stored);
+  // Returns whether the collection is still being sampled.
+  bool Sample(uint32_t coll, std::string_view json, bool retrain = false);
+  // Records how well `coll`'s dictionary compressed bodies (`raw` bytes
+  // into `stored`); when a window of them does markedly worse than its
+  // first one did, sampling starts for a new dictionary (the old one stays
+  // for the bodies that use it). Returns true when it starts.
+  bool NoteCompression(uint32_t coll, uint64_t raw, uint64_t stored);
   Status StoreDictionary(uint32_t coll, const std::string& bytes);
   Status LoadDictionaries(MDB_txn* txn);
   // A stored body back to its text.

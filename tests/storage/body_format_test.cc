@@ -1671,3 +1671,64 @@ TEST_CASE("a store written by the format-1 build opens, reads back identically a
     CHECK(seen_old + 2 == expected.collections[1].count);  // all but z0 (replaced) and u3 (deleted)
   }
 }
+
+namespace corvid::storage {
+namespace {
+
+// Documents of one vocabulary, then of another: the dictionary trained on
+// the first compresses the second markedly worse, and the store trains a
+// second one for the collection (the first stays, for its bodies).
+TEST_CASE("a collection whose documents drift gets a new dictionary, and old bodies still read", "[body][storage]") {
+  TempDir dir;
+  std::mt19937_64 rng(77);
+  auto doc = [&](int i, bool drifted) {
+    static const char* const kA[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"};
+    std::string text;
+    while (text.size() < 1800) {
+      if (drifted) {
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(rng()));
+        text += hex;
+      } else {
+        text += kA[rng() % 8];
+      }
+      text += ' ';
+    }
+    return std::string("{\"n\":") + std::to_string(i) + ",\"kind\":\"" + (drifted ? "b" : "a") + "\",\"text\":\"" +
+           text + "\"}";
+  };
+  std::map<std::string, std::string> truth;
+  {
+    auto store = OpenStore(dir.path);
+    int n = 0;
+    // 1000 to train, then ~9 MB of the same kind (the first window), then
+    // ~9 MB of the other kind and 1000 more to sample it.
+    const int first = 1000 + 5000, second = 5000 + 1500;
+    for (int batch = 0; n < first + second; ++batch) {
+      std::vector<WriteOp> ops;
+      for (int k = 0; k < 250 && n < first + second; ++k, ++n) {
+        const std::string id = Numbered("d", n);
+        ops.push_back(Put("drift", id, doc(n, n >= first)));
+        truth[id] = ops.back().body;
+      }
+      REQUIRE(Bulk(*store, ops).status.ok());
+    }
+  }
+  const RawStore raw = Inspect(dir.path);
+  REQUIRE(raw.dicts.size() == 2);
+  CHECK(raw.dicts.begin()->second.first == std::next(raw.dicts.begin())->second.first);  // one collection
+  // Bodies name both dictionaries, and every one reads back exactly.
+  std::set<uint64_t> used;
+  for (const auto& [key, d] : raw.docs)
+    if (d.flags & format::kFlagDict) used.insert(static_cast<uint8_t>(d.body[0]));  // ids < 128: one varint byte
+  CHECK(used.size() == 2);
+  auto store = OpenStore(dir.path);
+  for (const auto& [id, body] : truth) {
+    auto got = store->Get("drift", id);
+    REQUIRE(got.ok());
+    REQUIRE(got->body == body);
+  }
+}
+
+}  // namespace
+}  // namespace corvid::storage
