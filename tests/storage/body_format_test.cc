@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "storage/document_store.h"
+#include "tests/storage/store_test_util.h"
 #include "storage/format.h"
 
 using namespace corvid;
@@ -36,54 +37,12 @@ namespace {
 // ---------------------------------------------------------------------------
 // Helpers: temp dirs, store writes, dictionaries.
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = std::filesystem::temp_directory_path() /
-           ("corvid-body-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
-std::unique_ptr<DocumentStore> OpenStore(const std::filesystem::path& dir, StoreOptions options = {}) {
-  options.map_size = size_t{1} << 30;
-  auto store = DocumentStore::Open(dir.string(), options);
-  INFO(store.status().ToString());
-  REQUIRE(store.ok());
-  return std::move(store).value();
-}
-
-WriteOp Put(std::string coll, std::string id, std::string body) {
-  WriteOp op;
-  op.kind = WriteKind::kPut;
-  op.collection = std::move(coll);
-  op.id = std::move(id);
-  op.body = std::move(body);
-  return op;
-}
-
-WriteOp Del(std::string coll, std::string id) {
-  WriteOp op;
-  op.kind = WriteKind::kDelete;
-  op.collection = std::move(coll);
-  op.id = std::move(id);
-  return op;
-}
-
-WriteResult Bulk(DocumentStore& store, std::vector<WriteOp> ops) {
-  WriteRequest req;
-  req.single = false;
-  req.ops = std::move(ops);
-  return store.Write(std::move(req));
-}
-
-WriteResult Single(DocumentStore& store, WriteOp op) {
-  WriteRequest req;
-  req.ops.push_back(std::move(op));
-  return store.Write(std::move(req));
-}
+using testing::Bulk;
+using testing::Del;
+using testing::OpenStore;
+using testing::Put;
+using testing::Single;
+using testing::TempDir;
 
 body::DictionaryLookup LookupOf(std::vector<std::shared_ptr<const body::Dictionary>> dicts) {
   return [dicts](uint32_t id) -> std::shared_ptr<const body::Dictionary> {
