@@ -916,13 +916,7 @@ void SegmentBuilder::EncodeText(size_t f, std::string& out, std::string& dir) {
     EncodeTerm(out, l.docs, l.tfs, l.pos, lens.data(), blocks_, bitmap_);
     dfs[ti] = static_cast<uint32_t>(l.docs.size());
   }
-  PutFixed<uint64_t>(dir, lengths_off);
-  PutFixed<uint64_t>(dir, sum_len);
-  PutFixed<uint32_t>(dir, with_tokens);
-  PutFixed<uint32_t>(dir, nt);
-  PutFixed<uint64_t>(dir, term_offs_off);
-  PutFixed<uint64_t>(dir, term_blob_off);
-  PutFixed<uint64_t>(dir, list_offs_off);
+  PutTextFieldDir(dir, TextFieldDir{lengths_off, sum_len, with_tokens, nt, term_offs_off, term_blob_off, list_offs_off});
   const std::vector<uint32_t> common =
       doc_count() >= kMinPairTableDocs ? ChooseCommonTerms(dfs, doc_count()) : std::vector<uint32_t>();
   std::vector<PairList> pairs;

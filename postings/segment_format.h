@@ -91,6 +91,23 @@ inline bool IdFilterMayContain(const char* filter, uint64_t blocks, std::string_
 
 inline void Align(std::string& out) { out.append((32 - out.size() % 32) % 32, '\0'); }
 
+// A text field's directory entry but its pair section's offset (segment.cc
+// has the layout), appended to the directory being built.
+struct TextFieldDir {
+  uint64_t lengths_off, sum_len;
+  uint32_t with_tokens, term_count;
+  uint64_t term_offs_off, term_blob_off, list_offs_off;
+};
+inline void PutTextFieldDir(std::string& dir, const TextFieldDir& d) {
+  PutFixed<uint64_t>(dir, d.lengths_off);
+  PutFixed<uint64_t>(dir, d.sum_len);
+  PutFixed<uint32_t>(dir, d.with_tokens);
+  PutFixed<uint32_t>(dir, d.term_count);
+  PutFixed<uint64_t>(dir, d.term_offs_off);
+  PutFixed<uint64_t>(dir, d.term_blob_off);
+  PutFixed<uint64_t>(dir, d.list_offs_off);
+}
+
 // Appends a short list (at most kShortList postings: docs and tfs, `df`
 // each; len_of(i) the field length of posting i's document) to `out`:
 // header varints, tfs, positions, the doc numbers as chunk varints and u16

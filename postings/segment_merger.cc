@@ -439,13 +439,7 @@ Status Merger::WriteTextField(uint32_t f) {
   const uint64_t list_offs_off = w_.offset();
   spill.CopyTo(w_);
   if (!spill.status().ok()) return spill.status();
-  PutFixed<uint64_t>(dir_, lengths_off);
-  PutFixed<uint64_t>(dir_, sum_len);
-  PutFixed<uint32_t>(dir_, with_tokens);
-  PutFixed<uint32_t>(dir_, nt);
-  PutFixed<uint64_t>(dir_, term_offs_off);
-  PutFixed<uint64_t>(dir_, term_blob_off);
-  PutFixed<uint64_t>(dir_, list_offs_off);
+  PutTextFieldDir(dir_, TextFieldDir{lengths_off, sum_len, with_tokens, nt, term_offs_off, term_blob_off, list_offs_off});
   return WritePairs(f, candidates);
 }
 
