@@ -59,24 +59,23 @@ MB means 10^6 bytes (JSON, and the 200 MB RSS bar); MiB 2^20 bytes.
 import argparse
 import http.client
 import json
-import math
 import os
 import platform
 import random
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.parse
-import zlib
 from array import array
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import (ROOT, Client, CpuMeter, MemorySampler, Server, ServerDied,  # noqa: E402
+                          ServerSteps, built_at, bulk_load, git_output, machine_facts, mib, ndjson_batches,
+                          percentile, proc_memory, say, sigterm_as_interrupt, store_figures)
+
 COLLECTION = "users"
 MR_INDEX = "users_by_month"
 SEARCH_INDEX = "users_name"
@@ -87,10 +86,9 @@ POLL_SECONDS = 0.05            # GET /admin/indexes during a build
 SAMPLE_SECONDS = 0.1           # /proc/PID/status
 GET_REPEATS = 200
 HTTP_TIMEOUT = 60
+JSON_OK = (200, 201)           # the statuses Client.json accepts here
 BULK_TIMEOUT = 900
 BUILD_TIMEOUT = 3600
-STOP_TIMEOUT = 120
-MiB = 1 << 20
 
 # The figures of issue 34: map/reduce build docs/s per case.
 RAVENDB = {"a": 78_064, "b": 68_965, "c": 38_759}
@@ -109,24 +107,8 @@ SEARCH_DEFINITION = {
     "fields": {"name": {"analyzer": "standard"}}}
 
 
-def say(*parts):
-    print(*parts, flush=True)
-
-
-def mib(n):
-    return "n/a" if n is None else "%.1f MiB" % (n / MiB)
-
-
 def num(x, fmt="{:,.0f}"):
     return "n/a" if x is None else fmt.format(x)
-
-
-def percentile(values, p):
-    """Nearest-rank percentile (None when empty)."""
-    if not values:
-        return None
-    v = sorted(values)
-    return v[max(0, min(len(v) - 1, math.ceil(p / 100 * len(v)) - 1))]
 
 
 # ---------------------------------------------------------------- corpus
@@ -247,201 +229,27 @@ class Corpus:
     def batches(self, count, batch_bytes=BATCH_BYTES):
         """Yields (ndjson bytes, docs in it, seconds spent generating,
         (largest line's bytes, its doc number))."""
-        n = 0
-        while n < count:
-            t0 = time.perf_counter()
-            lines, size, largest = [], 0, (0, -1)
-            while n < count and size < batch_bytes:
-                line = json.dumps(self.document(n), separators=(",", ":")) + "\n"
-                lines.append(line)
-                size += len(line)
-                largest = max(largest, (len(line) - 1, n))
-                n += 1
-            body = "".join(lines).encode()
-            yield body, len(lines), time.perf_counter() - t0, largest
+        return ndjson_batches(self.document, count, batch_bytes)
 
 
 def doc_path(n):
     return "/docs/%s/users%%2F%d" % (COLLECTION, n)   # '/' inside an id is percent-encoded
 
 
-# ---------------------------------------------------------------- http, server
+# ---------------------------------------------------------------- server
 
-class Client:
-    """One keep-alive HTTP connection with a timeout; reconnects after an error."""
-
-    def __init__(self, port, timeout=HTTP_TIMEOUT):
-        self.port, self.timeout, self.conn = port, timeout, None
-
-    def request(self, method, path, body=None, ctype="application/json"):
-        """(status, body bytes, seconds); closes the connection and raises on failure."""
-        if self.conn is None:
-            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
-        headers = {"Content-Type": ctype} if body is not None else {}
-        t0 = time.perf_counter()
-        try:
-            self.conn.request(method, path, body=body, headers=headers)
-            r = self.conn.getresponse()
-            payload = r.read()
-        except (OSError, http.client.HTTPException):
-            self.close()
-            raise
-        return r.status, payload, time.perf_counter() - t0
-
-    def json(self, method, path, body=None, ok=(200, 201)):
-        status, payload, _ = self.request(method, path, body)
-        if status not in ok:
-            raise RuntimeError("%s %s -> %d %s" % (method, path, status, payload[:300]))
-        return json.loads(payload)
-
-    def close(self):
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerDied(Exception):
-    pass
-
-
-class Server:
-    """corvid serve on a free port with its own data dir."""
-
-    def __init__(self, binary, data, log_path):
-        self.binary, self.data, self.log_path = binary, data, log_path
-        self.proc, self.port = None, None
-
-    def start(self):
-        self.port = free_port()
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [self.binary, "serve", "--data", self.data, "--listen", "127.0.0.1:%d" % self.port],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        client = Client(self.port, 2)
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 60:
-            if not self.alive():
-                raise ServerDied("start")
-            try:
-                if client.request("GET", "/health")[0] == 200:
-                    client.close()
-                    return time.perf_counter() - t0
-            except (OSError, http.client.HTTPException):
-                pass
-            time.sleep(0.01)
-        client.close()
-        raise RuntimeError("the server did not answer /health within 60 s")
-
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc else None
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def exit_text(self):
-        rc = self.proc.returncode if self.proc else None
-        if rc is None:
-            return "running"
-        return "killed by signal %d (%s)" % (-rc, signal.Signals(-rc).name) if rc < 0 else "exit status %d" % rc
-
-    def stop(self, timeout=STOP_TIMEOUT):
-        if not self.alive():
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(30)
-
-    def log_tail(self, lines=15):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return ""
-
-
-class MemorySampler(threading.Thread):
+class ProcSampler(MemorySampler):
     """Every 100 ms the server's VmRSS and RssAnon; the peaks per phase."""
 
     def __init__(self, pid):
-        super().__init__(daemon=True)
+        super().__init__(SAMPLE_SECONDS, count_samples=True)
         self.pid = pid
-        self.phase = "start"
-        self.peaks = {}
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
 
-    def run(self):
-        while not self.stopping.wait(SAMPLE_SECONDS):
-            self.sample()
-
-    def sample(self):
-        figures = {}
+    def read(self):
         try:
-            with open("/proc/%d/status" % self.pid) as f:
-                for line in f:
-                    key = line.split(":", 1)[0]
-                    if key in ("VmRSS", "RssAnon", "RssFile"):
-                        figures[key] = int(line.split()[1]) * 1024
+            return proc_memory(self.pid)
         except (OSError, ValueError):
-            return figures
-        with self.lock:
-            peaks = self.peaks.setdefault(self.phase, {"samples": 0})
-            peaks["samples"] += 1
-            for k, v in figures.items():
-                peaks[k] = max(peaks.get(k, 0), v)
-        return figures
-
-    def begin(self, phase):
-        """Starts a phase; returns the figures at its start."""
-        with self.lock:
-            self.phase = phase
-        return self.sample()
-
-    def phase_peaks(self, phase):
-        self.sample()
-        with self.lock:
-            return dict(self.peaks.get(phase, {}))
-
-
-class CpuMeter:
-    """The share of the machine's CPU time used by anything but the server
-    and this client between construction and others_percent()."""
-
-    def __init__(self, server_pid):
-        self.pid = server_pid
-        self.start = self._now()
-
-    def _now(self):
-        with open("/proc/stat") as f:
-            cpu = [int(x) for x in f.readline().split()[1:9]]
-        try:
-            with open("/proc/%d/stat" % self.pid) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            server = int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            server = 0
-        t = os.times()
-        client = (t.user + t.system + t.children_user + t.children_system) * os.sysconf("SC_CLK_TCK")
-        return sum(cpu), sum(cpu) - cpu[3] - cpu[4], server, client
-
-    def server_seconds(self):
-        return (self._now()[2] - self.start[2]) / os.sysconf("SC_CLK_TCK")
-
-    def others_percent(self):
-        total0, busy0, server0, client0 = self.start
-        total, busy, server, client = self._now()
-        others = (busy - busy0) - (server - server0) - (client - client0)
-        return max(0.0, 100.0 * others / (total - total0)) if total > total0 else 0.0
+            return None
 
 
 def idle_percent(seconds):
@@ -480,7 +288,7 @@ class Poller(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self):
-        client = Client(self.server.port)
+        client = Client(self.server.port, HTTP_TIMEOUT)
         try:
             while not self.stopping.is_set():
                 tick = time.perf_counter()
@@ -502,23 +310,9 @@ class Poller(threading.Thread):
             client.close()
 
 
-def du_bytes(path):
-    """Allocated bytes under path (as du), and their apparent size."""
-    allocated = apparent = 0
-    for dirpath, _, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            allocated += st.st_blocks * 512
-            apparent += st.st_size
-    return allocated, apparent
-
-
 # ---------------------------------------------------------------- one case
 
-class Case:
+class Case(ServerSteps):
     def __init__(self, case, docs, args, binary, work):
         self.case, self.docs, self.args = case, docs, args
         self.data = os.path.join(work, "data-%s" % case)
@@ -529,20 +323,8 @@ class Case:
         self.largest = (0, -1)
         self.probe_name = None
 
-    def check_alive(self, phase):
-        if not self.server.alive():
-            raise ServerDied(phase)
-
-    def call(self, phase, fn):
-        try:
-            return fn()
-        except (OSError, http.client.HTTPException):
-            for _ in range(20):
-                self.check_alive(phase)
-                time.sleep(0.1)
-            raise
-
     def memory_line(self, phase, at_start):
+        self.sampler.sample()
         p = self.sampler.phase_peaks(phase)
         self.figures.setdefault("memory", {})[phase] = {"peaks": p, "at_start": at_start}
         say("    memory[%s]: peak VmRSS %s, RssAnon %s, RssFile %s (at its start: VmRSS %s, RssAnon %s; "
@@ -552,15 +334,21 @@ class Case:
 
     def run(self):
         os.makedirs(self.data)
-        up = self.server.start()
-        self.sampler = MemorySampler(self.server.pid)
+        self.server.start()
+        up = self.server.wait_healthy(60)
+        if up is None:
+            if not self.server.alive():
+                raise ServerDied("start")
+            raise RuntimeError("the server did not answer /health within 60 s")
+        self.sampler = ProcSampler(self.server.pid)
         self.sampler.start()
         say("(%s) %s: %d docs; server pid %d on 127.0.0.1:%d, /health after %.3f s" % (
             self.case, CASE_NAMES[self.case], self.docs, self.server.pid, self.server.port, up))
         try:
             self.load()
             self.build("mapreduce", MR_INDEX, MR_DEFINITION)
-            self.call("delete", lambda: Client(self.server.port).json("DELETE", "/indexes/%s" % MR_INDEX))
+            self.call("delete", lambda: Client(self.server.port, HTTP_TIMEOUT).json(
+                "DELETE", "/indexes/%s" % MR_INDEX, ok=JSON_OK))
             self.build("search", SEARCH_INDEX, SEARCH_DEFINITION)
             if self.case in ("b", "c"):
                 self.get_large()
@@ -572,47 +360,24 @@ class Case:
     def load(self):
         at_start = self.sampler.begin("load")
         corpus = Corpus(self.case, self.args.seed)
+
+        def batches():
+            for body, count, gen_seconds, largest in corpus.batches(self.docs):
+                self.largest = max(self.largest, largest)
+                yield body, count, gen_seconds
         conn = Client(self.server.port, BULK_TIMEOUT)
-        json_bytes = docs = requests = 0
-        in_requests = generating = 0.0
-        ratio = None
-        cpu = CpuMeter(self.server.pid)
-        t0 = time.perf_counter()
-        for body, count, gen_seconds, largest in corpus.batches(self.docs):
-            generating += gen_seconds
-            self.largest = max(self.largest, largest)
-            if ratio is None:
-                ratio = len(body) / len(zlib.compress(body, 6))
-            status, payload, seconds = self.call("load", lambda: conn.request(
-                "POST", "/docs/%s/_bulk" % COLLECTION, body, "application/x-ndjson"))
-            if status != 200:
-                self.check_alive("load")
-                raise RuntimeError("bulk request %d -> %d %s" % (requests + 1, status, payload[:300]))
-            answer = json.loads(payload)
-            if answer.get("count") != count:
-                raise RuntimeError("bulk request %d stored %s of %d docs" % (requests + 1, answer.get("count"), count))
-            self.last_etag = answer["lastEtag"]
-            in_requests += seconds
-            json_bytes += len(body)
-            docs += count
-            requests += 1
-        wall = time.perf_counter() - t0
-        others = cpu.others_percent()
+        f, ratio = bulk_load(self, "load", conn, COLLECTION, batches())
         conn.close()
+        docs, json_bytes, requests = f["docs"], f["json_bytes"], f["requests"]
         self.probe_name = corpus.first_name
-        c = Client(self.server.port).json("GET", "/collections")
+        c = Client(self.server.port, HTTP_TIMEOUT).json("GET", "/collections", ok=JSON_OK)
         count = next((x["count"] for x in c["collections"] if x["name"] == COLLECTION), 0)
         if count != docs:
             raise RuntimeError("the collection holds %d docs, not %d" % (count, docs))
-        self.last_etag = max(self.last_etag, c["lastEtag"])
-        store_du, store_apparent = du_bytes(os.path.join(self.data, "store"))
-        f = {"docs": docs, "json_bytes": json_bytes, "requests": requests, "last_etag": self.last_etag,
-             "largest_doc_bytes": self.largest[0], "largest_doc": "users/%d" % self.largest[1],
-             "seconds_in_requests": in_requests, "seconds_generating": generating, "seconds_wall": wall,
-             "mb_per_s": json_bytes / 1e6 / in_requests, "docs_per_s": docs / in_requests,
-             "mb_per_s_end_to_end": json_bytes / 1e6 / wall, "zlib6_ratio_first_body": ratio,
-             "store_du_bytes": store_du, "store_apparent_bytes": store_apparent,
-             "store_over_json": store_du / json_bytes, "others_cpu_percent": others}
+        self.last_etag = max(f["last_etag"], c["lastEtag"])
+        f.update(store_figures(self.data, json_bytes))
+        f.update({"last_etag": self.last_etag, "largest_doc_bytes": self.largest[0],
+                  "largest_doc": "users/%d" % self.largest[1], "zlib6_ratio_first_body": ratio})
         self.figures["load"] = f
         say("  load: %.1f MB of JSON (%s B/doc, largest %s B; zlib -6 packs the first body %.2fx) in %d "
             "bulk requests of ~%d MB on one connection" % (
@@ -620,10 +385,10 @@ class Case:
                 BATCH_BYTES // 1_000_000))
         say("    %.1f MB/s, %s docs/s (%.2f s inside requests); end to end with generation %.1f MB/s "
             "(%.2f s, %.2f s of it generating in Python); other processes used %.0f%% of the CPU" % (
-                f["mb_per_s"], num(f["docs_per_s"]), in_requests, f["mb_per_s_end_to_end"], wall,
-                generating, others))
+                f["mb_per_s"], num(f["docs_per_s"]), f["seconds_in_requests"], f["mb_per_s_end_to_end"],
+                f["seconds_wall"], f["seconds_generating"], f["others_cpu_percent"]))
         say("    store: %s on disk (du of DATA/store; apparent %s) = %.3fx the JSON; lastEtag %d" % (
-            mib(store_du), mib(store_apparent), f["store_over_json"], self.last_etag))
+            mib(f["store_du_bytes"]), mib(f["store_apparent_bytes"]), f["store_over_json"], self.last_etag))
         self.memory_line("load", at_start)
 
     def build(self, kind, name, definition):
@@ -632,7 +397,7 @@ class Case:
         index's progress listener, so this is exact to a round trip); a
         thread polling /admin/indexes every 50 ms gives the cross-check."""
         at_start = self.sampler.begin(kind)
-        control = Client(self.server.port)
+        control = Client(self.server.port, HTTP_TIMEOUT)
         target = self.last_etag
         poller = Poller(self.server, name, target)
         cpu = CpuMeter(self.server.pid)
@@ -697,20 +462,20 @@ class Case:
     def check_index(self, kind, name, control):
         """A sanity check of what the index answers."""
         if kind == "mapreduce":
-            r = control.json("GET", "/indexes/%s/results?limit=1000" % name)
+            r = control.json("GET", "/indexes/%s/results?limit=1000" % name, ok=JSON_OK)
             counted = sum(row.get("count", 0) for row in r["rows"])
             ok = counted == self.docs and not r.get("stale")
             return "%s: %d month rows counting %d docs%s" % (
                 "ok" if ok else "WRONG", r["total"], counted, "" if ok else " (want %d)" % self.docs)
         q = self.probe_name
-        r = control.json("GET", "/indexes/%s/search?limit=1&q=%s" % (name, urllib.parse.quote(q)))
+        r = control.json("GET", "/indexes/%s/search?limit=1&q=%s" % (name, urllib.parse.quote(q)), ok=JSON_OK)
         return "%s: q=%s -> total %d" % ("ok" if r["total"] > 0 and not r.get("stale") else "WRONG", q, r["total"])
 
     def get_large(self):
         at_start = self.sampler.begin("get")
         n = self.largest[1]
         path = doc_path(n)
-        client = Client(self.server.port)
+        client = Client(self.server.port, HTTP_TIMEOUT)
         times, size = [], None
         cpu = CpuMeter(self.server.pid)
         for _ in range(GET_REPEATS):
@@ -803,22 +568,14 @@ def comparison(results, scaled):
 
 
 def machine_line(source, copy):
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    ram = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal"))
-    build_type = "?"
-    cache = os.path.join(os.path.dirname(source), "CMakeCache.txt")
-    if os.path.exists(cache):
-        build_type = next((l.split("=", 1)[1].strip() for l in open(cache)
-                           if l.startswith("CMAKE_BUILD_TYPE:")), "?")
+    cpu, ram, build_type = machine_facts(source)
     src_dir = os.path.dirname(os.path.dirname(source))
-    rev = subprocess.run(["git", "-C", src_dir, "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "-C", src_dir, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    rev = git_output(src_dir, "rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git_output(src_dir, "status", "--porcelain", "--untracked-files=no")
     return ("machine: %d cores, %s, %.1f GiB RAM, %s; nice %d\n"
             "binary:  %s (%s build, built %s; its tree's HEAD %s%s; run from a private copy)" % (
                 os.cpu_count(), cpu, ram / (1 << 30), platform.platform(), os.nice(0), source, build_type,
-                time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(os.path.getmtime(copy))), rev,
+                built_at(copy), rev,
                 " with uncommitted changes" if dirty else ""))
 
 
@@ -856,10 +613,7 @@ def parse_args():
 
 def main():
     args = parse_args()
-
-    def interrupt(*_):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, interrupt)
+    sigterm_as_interrupt()
     work = tempfile.mkdtemp(prefix="corvid-large-docs-")
     summary = {"cases": {}, "counts": args.counts, "scale": args.scale, "seed": args.seed}
     failed = False

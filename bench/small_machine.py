@@ -55,13 +55,11 @@ import argparse
 import http.client
 import itertools
 import json
-import math
 import os
 import platform
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -69,9 +67,13 @@ import tempfile
 import threading
 import time
 import urllib.parse
-import zlib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import (ROOT, MiB, STOP_TIMEOUT, Client, CpuMeter, MemorySampler, Server,  # noqa: E402
+                          ServerDied, ServerSteps, bulk_load, built_at, du_bytes, git_output,
+                          machine_facts, mib, ndjson_batches, percentile, proc_memory, say, sigterm_as_interrupt,
+                          store_figures)
+
 CGROUP_ROOT = "/sys/fs/cgroup/memory"
 COLLECTION = "questions"
 MAPREDUCE_INDEX = "questions_by_month"
@@ -82,24 +84,6 @@ GET_CONNECTIONS = 64
 HTTP_TIMEOUT = 30              # seconds, every control-plane call
 BULK_TIMEOUT = 600             # seconds, one bulk request
 BUILD_TIMEOUT = 4 * 3600       # seconds, the whole index build
-STOP_TIMEOUT = 120             # seconds between SIGTERM and SIGKILL
-MiB = 1 << 20
-
-
-def say(*parts):
-    print(*parts, flush=True)
-
-
-def mib(n):
-    return "n/a" if n is None else "%.1f MiB" % (n / MiB)
-
-
-def percentile(values, p):
-    """Nearest-rank percentile of a list (None when empty)."""
-    if not values:
-        return None
-    v = sorted(values)
-    return v[max(0, min(len(v) - 1, math.ceil(p / 100 * len(v)) - 1))]
 
 
 # ---------------------------------------------------------------- corpus
@@ -226,17 +210,8 @@ class Corpus:
 
     def batches(self, count, batch_bytes=BATCH_BYTES):
         """Yields (ndjson_bytes, docs_in_it, seconds_spent_generating)."""
-        n = 0
-        while n < count:
-            t0 = time.perf_counter()
-            lines, size = [], 0
-            while n < count and size < batch_bytes:
-                line = json.dumps(self.document(n), separators=(",", ":")) + "\n"
-                lines.append(line)
-                size += len(line)
-                n += 1
-            body = "".join(lines).encode()
-            yield body, len(lines), time.perf_counter() - t0
+        for body, docs, seconds, _ in ndjson_batches(self.document, count, batch_bytes):
+            yield body, docs, seconds
 
     def query_words(self):
         """A few words at different frequencies, for searches during the build."""
@@ -244,50 +219,8 @@ class Corpus:
                 self.vocab[len(COMMON_WORDS) + 2000], 'tags:"%s"' % self.tags[0]]
 
 
-# ---------------------------------------------------------------- http
-
-class Client:
-    """One keep-alive HTTP connection with a timeout; reconnects after an error."""
-
-    def __init__(self, port, timeout=HTTP_TIMEOUT):
-        self.port, self.timeout, self.conn = port, timeout, None
-
-    def request(self, method, path, body=None, ctype="application/json"):
-        """Returns (status, body bytes, seconds); raises OSError/HTTPException
-        after closing the connection if the call failed."""
-        if self.conn is None:
-            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
-        headers = {"Content-Type": ctype} if body is not None else {}
-        t0 = time.perf_counter()
-        try:
-            self.conn.request(method, path, body=body, headers=headers)
-            r = self.conn.getresponse()
-            payload = r.read()
-        except (OSError, http.client.HTTPException):
-            self.close()
-            raise
-        return r.status, payload, time.perf_counter() - t0
-
-    def json(self, method, path, body=None, ctype="application/json"):
-        status, payload, _ = self.request(method, path, body, ctype)
-        if status >= 300:
-            raise RuntimeError("%s %s -> %d %s" % (method, path, status, payload[:300]))
-        return json.loads(payload)
-
-    def close(self):
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-
-
 def doc_path(n):
     return "/docs/%s/q%%2F%d" % (COLLECTION, n)   # '/' inside an id must be percent-encoded
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- cgroup, server
@@ -341,96 +274,17 @@ class MemoryCgroup:
         return False
 
 
-class Server:
-    """corvid serve on a free port, started inside the cgroup by a small sh
-    wrapper that puts itself into cgroup.procs and then execs the server
-    (so Popen.pid is the server's pid, and our client is not in the cgroup)."""
-
-    def __init__(self, binary, data, cgroup, extra_args, log_path):
-        self.binary, self.data, self.cgroup = binary, data, cgroup
-        self.extra_args, self.log_path = extra_args, log_path
-        self.proc, self.port = None, None
-
-    def start(self):
-        self.port = free_port()
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            ["sh", "-c", 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', "sh", self.cgroup.path,
-             self.binary, "serve", "--data", self.data, "--listen", "127.0.0.1:%d" % self.port]
-            + self.extra_args,
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc else None
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def exit_text(self):
-        rc = self.proc.returncode if self.proc else None
-        if rc is None:
-            return "running"
-        return "killed by signal %d (%s)" % (-rc, signal.Signals(-rc).name) if rc < 0 else "exit status %d" % rc
-
-    def wait_until(self, check, timeout):
-        """Seconds from now until check() is true (polled every 10 ms), or
-        None if the server exited or the time ran out."""
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < timeout:
-            if not self.alive():
-                return None
-            try:
-                if check():
-                    return time.perf_counter() - t0
-            except (OSError, http.client.HTTPException, ValueError):
-                pass
-            time.sleep(0.01)
-        return None
-
-    def stop(self, timeout=STOP_TIMEOUT):
-        """SIGTERM, then SIGKILL after timeout. Returns (seconds until exit,
-        killed?) or (None, False) if it was not running."""
-        if not self.alive():
-            return None, False
-        t0 = time.perf_counter()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-            return time.perf_counter() - t0, False
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(30)
-            return time.perf_counter() - t0, True
-
-    def log_tail(self, lines=15):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return ""
-
-
-class MemorySampler(threading.Thread):
+class CgroupSampler(MemorySampler):
     """Every second: the cgroup's memory.stat and max usage, and the server
     process's VmRSS/RssAnon/RssFile; keeps the peaks per phase and overall."""
 
     STAT_KEYS = ("rss", "cache", "mapped_file", "total_rss", "total_cache")
 
     def __init__(self, cgroup, server):
-        super().__init__(daemon=True)
+        super().__init__(1.0)
         self.cgroup, self.server = cgroup, server
-        self.phase = "start"
-        self.peaks = {}          # phase -> {figure: peak}
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
 
-    def run(self):
-        while not self.stopping.wait(1.0):
-            self.sample()
-
-    def sample(self):
+    def read(self):
         figures = {}
         try:
             stat = self.cgroup.stat()
@@ -443,53 +297,10 @@ class MemorySampler(threading.Thread):
         pid = self.server.pid
         if pid and self.server.alive():
             try:
-                with open("/proc/%d/status" % pid) as f:
-                    for line in f:
-                        key = line.split(":", 1)[0]
-                        if key in ("VmRSS", "RssAnon", "RssFile"):
-                            figures[key] = int(line.split()[1]) * 1024
+                figures.update(proc_memory(pid))
             except (OSError, ValueError):
                 pass
-        with self.lock:
-            for scope in (self.phase, "all"):
-                peaks = self.peaks.setdefault(scope, {})
-                for k, v in figures.items():
-                    peaks[k] = max(peaks.get(k, 0), v)
         return figures
-
-    def phase_peaks(self, phase):
-        with self.lock:
-            return dict(self.peaks.get(phase, {}))
-
-
-class CpuMeter:
-    """The share of the machine's CPU time used by anything but the server
-    and this client (its threads and its waited-for children, e.g. wrk)
-    between construction and others_percent(), as bench/run.sh's `measure`:
-    on 2 cores any other process skews every figure."""
-
-    def __init__(self, server_pid):
-        self.pid = server_pid
-        self.start = self._now()
-
-    def _now(self):
-        with open("/proc/stat") as f:
-            cpu = [int(x) for x in f.readline().split()[1:9]]
-        try:
-            with open("/proc/%d/stat" % self.pid) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            server = int(fields[11]) + int(fields[12])     # utime + stime
-        except (OSError, IndexError, ValueError):
-            server = 0
-        t = os.times()
-        client = (t.user + t.system + t.children_user + t.children_system) * os.sysconf("SC_CLK_TCK")
-        return sum(cpu), sum(cpu) - cpu[3] - cpu[4], server, client
-
-    def others_percent(self):
-        total0, busy0, server0, client0 = self.start
-        total, busy, server, client = self._now()
-        others = (busy - busy0) - (server - server0) - (client - client0)
-        return max(0.0, 100.0 * others / (total - total0)) if total > total0 else 0.0
 
 
 def drop_caches():
@@ -503,27 +314,9 @@ def drop_caches():
         return str(e)
 
 
-def du_bytes(path):
-    """Allocated bytes under path (du), and their apparent size."""
-    allocated = apparent = 0
-    for dirpath, _, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            allocated += st.st_blocks * 512
-            apparent += st.st_size
-    return allocated, apparent
-
-
 # ---------------------------------------------------------------- phases
 
-class ServerDied(Exception):
-    pass
-
-
-class Run:
+class Run(ServerSteps):
     """The state shared by the phases: the server, the cgroup, the figures."""
 
     def __init__(self, args, server, cgroup, sampler):
@@ -533,10 +326,6 @@ class Run:
         self.last_etag = None      # the last write's etag
         self.build_done = False
         self.corpus = None
-
-    def check_alive(self, phase):
-        if not self.server.alive():
-            raise ServerDied(phase)
 
     def begin(self, phase):
         self.sampler.phase = phase
@@ -558,16 +347,6 @@ class Run:
     def client(self, timeout=HTTP_TIMEOUT):
         return Client(self.server.port, timeout)
 
-    def call(self, phase, fn):
-        """Runs an HTTP step; a failure while the server is gone is its death."""
-        try:
-            return fn()
-        except (OSError, http.client.HTTPException):
-            for _ in range(20):           # a killed server may take a moment to be reaped
-                self.check_alive(phase)
-                time.sleep(0.1)
-            raise
-
     def collection_state(self):
         """(documents in the collection, the server's last etag)."""
         client = self.client()
@@ -580,44 +359,15 @@ class Run:
 def phase_load(run):
     """Bulk-loads --docs documents as ~6 MB NDJSON requests on one connection."""
     run.begin("load")
-    corpus = run.corpus
     conn = run.client(BULK_TIMEOUT)
-    json_bytes = docs = requests = 0
-    in_requests = generating = 0.0
-    ratio = None
-    last_etag = 0
-    cpu = CpuMeter(run.server.pid)
-    t0 = time.perf_counter()
-    for body, count, gen_seconds in corpus.batches(run.args.docs):
-        generating += gen_seconds
-        if ratio is None:
-            ratio = len(body) / len(zlib.compress(body, 6))
-        status, payload, seconds = run.call("load", lambda: conn.request(
-            "POST", "/docs/%s/_bulk" % COLLECTION, body, "application/x-ndjson"))
-        if status != 200:
-            run.check_alive("load")
-            raise RuntimeError("bulk request %d -> %d %s" % (requests + 1, status, payload[:300]))
-        answer = json.loads(payload)
-        if answer.get("count") != count:
-            raise RuntimeError("bulk request %d stored %s of %d docs" % (requests + 1, answer.get("count"), count))
-        last_etag = answer["lastEtag"]
-        in_requests += seconds
-        json_bytes += len(body)
-        docs += count
-        requests += 1
-    wall = time.perf_counter() - t0
-    others = cpu.others_percent()
+    figures, ratio = bulk_load(run, "load", conn, COLLECTION, run.corpus.batches(run.args.docs))
     conn.close()
     run.docs, run.last_etag = run.collection_state()
-    store_du, store_apparent = du_bytes(os.path.join(run.args.data, "store"))
-    figures = {
-        "docs": docs, "json_bytes": json_bytes, "requests": requests, "last_etag": last_etag,
-        "seconds_in_requests": in_requests, "seconds_generating": generating, "seconds_wall": wall,
-        "mb_per_s": json_bytes / 1e6 / in_requests, "docs_per_s": docs / in_requests,
-        "mb_per_s_end_to_end": json_bytes / 1e6 / wall, "zlib6_ratio_first_batch": ratio,
-        "store_du_bytes": store_du, "store_apparent_bytes": store_apparent,
-        "store_over_json": store_du / json_bytes, "others_cpu_percent": others,
-    }
+    figures.update(store_figures(run.args.data, figures["json_bytes"]))
+    figures["zlib6_ratio_first_batch"] = ratio
+    docs, json_bytes, requests = figures["docs"], figures["json_bytes"], figures["requests"]
+    in_requests, wall = figures["seconds_in_requests"], figures["seconds_wall"]
+    generating, others = figures["seconds_generating"], figures["others_cpu_percent"]
     say("load: %d docs, %.1f MB of JSON (%.0f B/doc, zlib-6 compresses it %.2fx) in %d bulk requests "
         "of ~%d MB on one connection" % (docs, json_bytes / 1e6, json_bytes / docs, ratio, requests,
                                          BATCH_BYTES // 1_000_000))
@@ -626,8 +376,8 @@ def phase_load(run):
             figures["mb_per_s"], figures["docs_per_s"], in_requests, figures["mb_per_s_end_to_end"],
             wall, generating, others))
     say("  store: %s on disk (du of %s/store; apparent %s) = %.2fx the JSON; collection count %d, "
-        "lastEtag %d" % (mib(store_du), run.args.data, mib(store_apparent), figures["store_over_json"],
-                         run.docs, run.last_etag))
+        "lastEtag %d" % (mib(figures["store_du_bytes"]), run.args.data, mib(figures["store_apparent_bytes"]),
+                         figures["store_over_json"], run.docs, run.last_etag))
     run.end("load", figures)
 
 
@@ -970,19 +720,12 @@ def phase_restart(run, phases):
 def machine_line(source, copy):
     """What we ran on: the machine, and the binary (source path, build type,
     when it was built, the commit) that `copy` was copied from."""
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    ram = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal"))
-    build_type = "?"
-    cache = os.path.join(os.path.dirname(source), "CMakeCache.txt")
-    if os.path.exists(cache):
-        build_type = next((l.split("=", 1)[1].strip() for l in open(cache)
-                           if l.startswith("CMAKE_BUILD_TYPE:")), "?")
-    rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip() or "no commit"
+    cpu, ram, build_type = machine_facts(source)
+    rev = git_output(ROOT, "rev-parse", "--short", "HEAD") or "no commit"
     return ("machine: %d cores, %s, %.1f GiB RAM, %s\n"
             "binary:  %s (%s build, built %s; HEAD %s; run from a private copy)" % (
                 os.cpu_count(), cpu, ram / (1 << 30), platform.platform(), source, build_type,
-                time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(os.path.getmtime(copy))), rev))
+                built_at(copy), rev))
 
 
 def parse_args():
@@ -1035,10 +778,7 @@ def server_extra_args(binary, budget_mib):
 
 def main():
     args, phases = parse_args()
-    # A SIGTERM to this script unwinds like Ctrl-C, through the cleanup below.
-    def interrupt(*_):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, interrupt)
+    sigterm_as_interrupt()      # a SIGTERM unwinds like Ctrl-C, through the cleanup below
     if args.sigterm_during_build and "build" in phases and "restart" not in phases:
         phases.append("restart")
     work = tempfile.mkdtemp(prefix="corvid-small-machine-")
@@ -1060,8 +800,8 @@ def main():
             budget_note or "no --memory-budget", args.seed, ",".join(phases),
             ", SIGTERM during build" if args.sigterm_during_build else "", args.data))
         cgroup = MemoryCgroup("corvid-small-machine-%d" % os.getpid(), args.cap_mib)
-        server = Server(binary, args.data, cgroup, extra, os.path.join(work, "server.log"))
-        sampler = MemorySampler(cgroup, server)
+        server = Server(binary, args.data, os.path.join(work, "server.log"), cgroup, extra)
+        sampler = CgroupSampler(cgroup, server)
         run = Run(args, server, cgroup, sampler)
         run.corpus = Corpus(args.seed)
         run.summary.update({"docs": args.docs if "load" in phases else None, "cap_mib": args.cap_mib,
@@ -1102,9 +842,7 @@ def run_phases(run, phases):
     phase = "start"
     try:
         server.start()
-        client = Client(server.port, 2)
-        up = server.wait_until(lambda: client.request("GET", "/health")[0] == 200, 60)
-        client.close()
+        up = server.wait_healthy(60)
         if up is None:
             raise ServerDied("start")
         say("server:  pid %d on 127.0.0.1:%d in cgroup %s, /health after %.3f s" % (
