@@ -52,7 +52,8 @@ constexpr size_t kBatchMemoryFactor = 4;
 // pages of the change feed, which a store larger than memory may have to
 // read from disk (100,000 took a second under a 512 MiB cap).
 constexpr uint64_t kExactBacklog = 10000;
-// Batches of at least this much JSON trim the allocator afterwards.
+// Batches of at least this much JSON (or a 32nd of the budget, if less)
+// trim the allocator afterwards.
 constexpr size_t kTrimAfterBytes = size_t{8} << 20;
 constexpr std::chrono::seconds kRateWindow{60};
 
@@ -410,7 +411,7 @@ class IndexSlot {
     batch->reset();  // release the snapshot before anything else
     if (caught_up) kind_->Idle();
     // What a large batch freed goes back to the system, not to the arena.
-    if (batch_bytes >= kTrimAfterBytes) ::malloc_trim(0);
+    if (batch_bytes >= std::min<size_t>(kTrimAfterBytes, BudgetShare(32, 0, SIZE_MAX))) ::malloc_trim(0);
     if (!s.ok()) {
       std::lock_guard lock(mu_);
       Fail("applying a batch: " + s.ToString());
