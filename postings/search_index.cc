@@ -534,28 +534,27 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
   const auto nn = static_cast<uint32_t>(def_->numeric_fields().size());
   const Status cancelled = Status::ShuttingDown("merge cancelled");
   std::vector<MergeInput> inputs;
-  std::vector<DocRemap> remap;  // where each source's documents went (for the deletes made meanwhile)
-  uint32_t live = 0;
+  uint64_t live = 0;
+  // The merger's buffers (segment_merger.h): two 1 MiB write buffers, the
+  // id filter, the remaps of inputs with deletes, a long list's bitmap.
+  uint64_t held = uint64_t{3} << 20;
   for (size_t k : which) {
     const SegmentState& s = base->segments[k];
     inputs.push_back(MergeInput{s.segment.get(), s.deleted.get()});
-    remap.emplace_back(s.deleted.get(), s.segment->doc_count(), live);
-    live += remap.back().live_count();
+    live += s.live();
+    if (s.deleted_count > 0) held += uint64_t{s.segment->doc_count()} * 3 / 16 + 64;
   }
   const uint64_t new_id = next_segment_id_++;
   std::shared_ptr<const Segment> merged;
+  std::vector<DocRemap> remap;  // where each source's documents went (for the deletes made meanwhile)
   if (live > 0) {
-    // The merger's buffers (segment_merger.h): two 1 MiB write buffers, the
-    // id filter, the remaps of inputs with deletes, a long list's bitmap.
-    uint64_t held = (uint64_t{3} << 20) + uint64_t{live} * 10 / 8 + uint64_t{live} / 8;
-    for (const DocRemap& r : remap)
-      if (r.has_deletes()) held += uint64_t{r.live_count()} * 3 / 16 + 64;
-    merge_bytes_ = held;
+    merge_bytes_ = held + live * 10 / 8 + live / 8;
     struct Done {
       std::atomic<uint64_t>& bytes;
       ~Done() { bytes = 0; }
     } done{merge_bytes_};
-    auto written = MergeSegments(inputs, dir_, SegmentName(new_id), def_->Fingerprint(), nt, nn, stop_merges_);
+    auto written =
+        MergeSegments(inputs, dir_, SegmentName(new_id), def_->Fingerprint(), nt, nn, stop_merges_, &remap);
     if (!written.ok()) return written.status();
     auto seg = Segment::Open(dir_ + "/" + SegmentName(new_id), def_->Fingerprint(), nt, nn, Segment::Checksum::kWrittenByUs);
     if (!seg.ok()) {
@@ -587,6 +586,13 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
       const SegmentState& was = base->segments[which[k]];
       auto it = std::find_if(next->segments.begin(), next->segments.end(),
                              [&](const SegmentState& s) { return s.id == was.id; });
+      if (!merged) {  // nothing of the sources was live: they just go
+        if (it != next->segments.end()) {
+          removed.push_back(was.id);
+          next->segments.erase(it);
+        }
+        continue;
+      }
       if (it == next->segments.end()) {
         // Every document of it was deleted since `base` (fully deleted
         // segments leave the snapshot); its merged documents are consecutive.

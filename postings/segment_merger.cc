@@ -125,6 +125,11 @@ class Merger {
   }
   uint32_t doc_count() const { return n_; }
   Status Run(uint64_t fingerprint, uint32_t text_fields, uint32_t numeric_fields);
+  std::vector<DocRemap> TakeRemaps() {
+    std::vector<DocRemap> out;
+    for (Input& i : in_) out.push_back(std::move(i.remap));
+    return out;
+  }
 
  private:
   bool Cancelled() const { return cancel_.load(std::memory_order_relaxed); }
@@ -603,7 +608,7 @@ Status Merger::Run(uint64_t fingerprint, uint32_t text_fields, uint32_t numeric_
 
 Result<uint32_t> MergeSegments(std::span<const MergeInput> inputs, const std::string& dir, const std::string& name,
                                uint64_t fingerprint, uint32_t text_fields, uint32_t numeric_fields,
-                               const std::atomic<bool>& cancel) {
+                               const std::atomic<bool>& cancel, std::vector<DocRemap>* remaps) {
   std::vector<Input> in;
   uint32_t base = 0;
   for (const MergeInput& mi : inputs) {
@@ -620,6 +625,7 @@ Result<uint32_t> MergeSegments(std::span<const MergeInput> inputs, const std::st
     Merger m(std::move(in), *out, dir, cancel);
     docs = m.doc_count();
     st = m.Run(fingerprint, text_fields, numeric_fields);
+    if (remaps != nullptr) *remaps = m.TakeRemaps();
   }
   if (st.ok() && cancel.load()) st = Status::ShuttingDown("merge cancelled");
   if (st.ok() && ::rename(tmp.c_str(), (dir + "/" + name).c_str()) != 0)

@@ -53,11 +53,12 @@ struct MergeInput {
 
 // Writes dir/name (through dir/name.tmp, fsynced, renamed, directory
 // fsynced) holding the live documents of `inputs` in order. Returns the
-// merged document count; on error or when `cancel` becomes true nothing is
-// left at dir/name or dir/name.tmp. Cost: one pass over the inputs' files
-// per section, a few per long posting list.
+// merged document count, and in *remaps (if given) where each input's
+// documents went; on error or when `cancel` becomes true nothing is left at
+// dir/name or dir/name.tmp. Cost: one pass over the inputs' files per
+// section, a few per long posting list.
 Result<uint32_t> MergeSegments(std::span<const MergeInput> inputs, const std::string& dir, const std::string& name,
                                uint64_t fingerprint, uint32_t text_fields, uint32_t numeric_fields,
-                               const std::atomic<bool>& cancel);
+                               const std::atomic<bool>& cancel, std::vector<DocRemap>* remaps = nullptr);
 
 }  // namespace corvid::postings
