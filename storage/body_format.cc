@@ -261,9 +261,10 @@ struct Structured {
     uint64_t raw, stored, raw_off, stored_off;  // offsets: in the text, and from the frames' start
   };
   std::vector<Frame> frames;
-  const char* fields_begin = nullptr;  // the directory's entries (checked by ParseStructured)
-  const char* fields_end = nullptr;
-  std::string_view data;  // the frames
+  const char* fields_begin = nullptr;  // the directory's entries
+  const char* fields_end = nullptr;    // bounds them
+  uint64_t field_count = 0;
+  std::string_view data;  // the frames (set by a checked parse only)
 };
 struct FieldEntry {
   std::string_view key;
@@ -285,13 +286,18 @@ bool NextField(const char*& p, const char* end, const Structured& s, FieldEntry&
 template <typename F>
 void ForEachField(const Structured& s, F&& fn) {
   FieldEntry e;
-  for (const char* p = s.fields_begin; p != s.fields_end && NextField(p, s.fields_end, s, e);)
+  const char* p = s.fields_begin;
+  for (uint64_t i = 0; i < s.field_count && NextField(p, s.fields_end, s, e); ++i)
     if (!fn(e)) return;
 }
 
-// Parses and checks the header (every entry of the directory is checked
-// once here, with the checksum over all of it).
-Status ParseStructured(std::string_view s, Structured& out) {
+// Parses the header. kChecked checks all of it (every directory entry, and
+// the checksum over them) before the frames are read; kFramesOnly parses
+// the frame table and leaves the directory to be walked, bounds-checked,
+// without the checksum: enough to size what a read will decode
+// (DecodedSize), which the read that follows checks in full.
+enum class Parse { kChecked, kFramesOnly };
+Status ParseStructured(std::string_view s, Structured& out, Parse parse = Parse::kChecked) {
   const auto bad = [] { return Status::Corruption("document body: bad structured header"); };
   const char* p = s.data();
   const char* end = p + s.size();
@@ -315,6 +321,12 @@ Status ParseStructured(std::string_view s, Structured& out) {
   if (raw_off != out.text_size) return bad();
   if (!GetVarint(p, end, count) || count > s.size()) return bad();
   out.fields_begin = p;
+  out.field_count = count;
+  if (parse == Parse::kFramesOnly) {
+    out.fields_end = end;
+    out.data = {};
+    return Status::Ok();
+  }
   FieldEntry e;
   for (uint64_t f = 0; f < count; ++f)
     if (!NextField(p, end, out, e)) return bad();
@@ -419,9 +431,7 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
   }
   if (dict != nullptr && json.size() >= kDictCompressMinBytes) {
     PutVarint(out, dict->id());
-    const size_t at = out.size();
     if (AppendFrame(out, json, dict, level) && out.size() < json.size()) return fmt::kFlagDict;
-    (void)at;
     out.clear();
   }
   if (json.size() >= compress_threshold && AppendFrame(out, json, nullptr, level) && out.size() < json.size())
@@ -433,7 +443,7 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
 Result<uint64_t> DecodedSize(uint8_t flags, std::string_view stored, std::span<const std::string> names) {
   if (flags & fmt::kFlagStructured) {
     thread_local Structured s;
-    if (Status st = ParseStructured(stored, s); !st.ok()) return st;
+    if (Status st = ParseStructured(stored, s, Parse::kFramesOnly); !st.ok()) return st;
     if (names.empty()) return s.text_size;
     uint64_t size = 2, last = UINT64_MAX;
     size_t found = 0;

@@ -92,7 +92,9 @@ Status DecodeWhole(uint8_t flags, std::string_view stored, const DictionaryLooku
 
 // What DecodeFields(names) will decode, from the stored bytes' headers (no
 // decompression): the text's size, or for a structured body and a non-empty
-// `names` the size of the frames holding those fields.
+// `names` the size of the frames holding those fields. An estimate for
+// sizing a batch: it reads the directory only as far as the fields and
+// leaves the header's checksum to the decode that follows.
 Result<uint64_t> DecodedSize(uint8_t flags, std::string_view stored, std::span<const std::string> names);
 
 // The top-level fields whose names are in `names` (sorted, unescaped), as

@@ -1046,11 +1046,13 @@ TEST_CASE("a flipped byte in a structured header is Corruption; in a frame, an e
         std::string fields_out;
         const Status fields = body::DecodeFields(e.flags, bad, lookup, names, fields_out);
         if (pos < header) {
-          // The header is checksummed: every flip is caught, by every reader.
+          // The header is checksummed: every flip is caught by every reader.
+          // DecodedSize, an estimate that leaves the checksum to the read
+          // after it, stays within the bytes (an answer or Corruption).
           CHECK(whole.code() == StatusCode::kCorruption);
           CHECK(fields.code() == StatusCode::kCorruption);
-          CHECK(body::DecodedSize(e.flags, bad, names).status().code() == StatusCode::kCorruption);
-          CHECK(body::DecodedSize(e.flags, bad, {}).status().code() == StatusCode::kCorruption);
+          for (const auto& size : {body::DecodedSize(e.flags, bad, names), body::DecodedSize(e.flags, bad, {})})
+            CHECK((size.ok() || size.status().code() == StatusCode::kCorruption));
           continue;
         }
         // A frame: zstd's content checksum catches a change of the text;
@@ -1087,12 +1089,10 @@ TEST_CASE("a body truncated at any length is an error, never a crash", "[body]")
       std::string out;
       CHECK(!body::DecodeWhole(e.flags, cut, lookup, out).ok());
       CHECK(!body::DecodeFields(e.flags, cut, lookup, names, out).ok());
-      if (e.flags == fmt::kFlagStructured) {
-        CHECK(body::DecodedSize(e.flags, cut, names).status().code() == StatusCode::kCorruption);
-        CHECK(body::DecodedSize(e.flags, cut, {}).status().code() == StatusCode::kCorruption);
-      } else {
-        (void)body::DecodedSize(e.flags, cut, names);  // reads the frame header only; must not crash
-      }
+      // DecodedSize reads headers only (and not the checksum): it must
+      // stay within the bytes; the decoders above catch the cut.
+      for (const auto& size : {body::DecodedSize(e.flags, cut, names), body::DecodedSize(e.flags, cut, {})})
+        CHECK((size.ok() || size.status().code() == StatusCode::kCorruption));
     }
   }
 }
