@@ -474,29 +474,13 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
 }
 
 Result<uint64_t> DocumentStore::CountChangesSince(std::string_view collection, uint64_t since, uint64_t cap) const {
-  auto coll = impl_->FindCollection(collection);
-  if (!coll || since == UINT64_MAX) return uint64_t{0};
-  ReadTxn txn(impl_->env);
-  if (!txn.status().ok()) return txn.status();
-  MDB_cursor* cur = nullptr;
-  int rc = mdb_cursor_open(txn.get(), impl_->coll_changes_db, &cur);
-  if (rc != 0) return LmdbStatus(rc, "cursor");
-  std::string start = fmt::CollChangeKey(*coll, since + 1);
-  MDB_val k = ToVal(start), v;
-  uint64_t n = 0;
-  for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    if (k.mv_size != 12 || fmt::GetBE32(static_cast<const char*>(k.mv_data)) != *coll || n >= cap) break;
-    ++n;
-  }
-  mdb_cursor_close(cur);
-  if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "count changes");
-  return n;
+  return BacklogSince(collection, since, cap, /*estimate=*/false);
 }
 
-Result<uint64_t> DocumentStore::BacklogSince(std::string_view collection, uint64_t since, uint64_t exact_up_to) const {
+Result<uint64_t> DocumentStore::BacklogSince(std::string_view collection, uint64_t since, uint64_t exact_up_to,
+                                             bool estimate) const {
   auto coll = impl_->FindCollection(collection);
   if (!coll || since == UINT64_MAX) return uint64_t{0};
-  const std::optional<CollectionInfo> info = Collection(collection);
   ReadTxn txn(impl_->env);
   if (!txn.status().ok()) return txn.status();
   MDB_cursor* cur = nullptr;
@@ -515,12 +499,10 @@ Result<uint64_t> DocumentStore::BacklogSince(std::string_view collection, uint64
     ++n;
     reached = etag_of(k);
   }
-  if (rc != 0 && rc != MDB_NOTFOUND) {
+  const std::optional<CollectionInfo> info = estimate && n == exact_up_to ? Collection(collection) : std::nullopt;
+  if ((rc != 0 && rc != MDB_NOTFOUND) || !info) {
     mdb_cursor_close(cur);
-    return LmdbStatus(rc, "count changes");
-  }
-  if (n < exact_up_to || !info) {
-    mdb_cursor_close(cur);
+    if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "count changes");
     return n;
   }
   // Beyond: the collection's entries taken as evenly spread over its etags

@@ -164,10 +164,12 @@ class DocumentStore {
   // Cost: O(log n + result).
   Result<uint64_t> CountChangesSince(std::string_view collection, uint64_t since, uint64_t cap = UINT64_MAX) const;
 
-  // The same, exact up to `exact_up_to` and estimated beyond (the
-  // collection's entries taken as evenly spread over its etags), so that
-  // a progress report costs O(exact_up_to), not O(backlog).
-  Result<uint64_t> BacklogSince(std::string_view collection, uint64_t since, uint64_t exact_up_to) const;
+  // The same, exact up to `exact_up_to` and, with `estimate`, estimated
+  // beyond (the collection's entries taken as evenly spread over its
+  // etags), so that a progress report costs O(log n + exact_up_to), not
+  // O(backlog).
+  Result<uint64_t> BacklogSince(std::string_view collection, uint64_t since, uint64_t exact_up_to,
+                                bool estimate = true) const;
 
   // Collections sorted by name, with their live document counts.
   std::vector<CollectionInfo> Collections() const;
