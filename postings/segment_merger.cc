@@ -161,7 +161,8 @@ class Merger {
   std::string scratch_;
   std::vector<uint32_t> docs_, tfs_, lens_;
   std::vector<uint32_t> batch_;
-  std::string bitmap_;
+  std::string bitmap_;     // a long list's frozen bitmap
+  std::string positions_;  // a short list's positions
 };
 
 void Merger::WriteIds() {
@@ -270,7 +271,7 @@ uint32_t Merger::WriteList(uint32_t f, const DictionaryMerge& dm) {
   docs_.clear();
   tfs_.clear();
   lens_.clear();
-  bitmap_.clear();  // its positions
+  positions_.clear();
   for (const auto& src : dm.at) {
     const Input& in = in_[src.input];
     const uint32_t* lens = in.seg->lengths(f);
@@ -279,14 +280,14 @@ uint32_t Merger::WriteList(uint32_t f, const DictionaryMerge& dm) {
                   docs_.push_back(nd);
                   tfs_.push_back(tf);
                   lens_.push_back(lens[d]);
-                  bitmap_.append(reinterpret_cast<const char*>(p), static_cast<size_t>(q - p));
+                  positions_.append(reinterpret_cast<const char*>(p), static_cast<size_t>(q - p));
                 });
   }
   scratch_.clear();
   AppendShortList(scratch_, w_.offset(), docs_.data(), tfs_.data(), df, [&](uint32_t i) { return lens_[i]; },
-                  bitmap_.size(), [&](char* q) {
-                    std::memcpy(q, bitmap_.data(), bitmap_.size());
-                    return q + bitmap_.size();
+                  positions_.size(), [&](char* q) {
+                    std::memcpy(q, positions_.data(), positions_.size());
+                    return q + positions_.size();
                   });
   w_.Append(scratch_);
   return df;
