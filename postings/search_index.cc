@@ -32,6 +32,7 @@
 #include <unordered_map>
 
 #include "common/exact_json.h"
+#include "common/background_thread.h"
 #include "common/faults.h"
 #include "common/hash.h"
 #include "common/memory_budget.h"
@@ -493,6 +494,7 @@ void SearchIndexImpl::WaitForMerges() {
 }
 
 void SearchIndexImpl::MergeLoop() {
+  MarkBackgroundThread();
   std::unique_lock<std::mutex> l(merge_mu_);
   for (;;) {
     merge_cv_.wait(l, [&] { return merge_wanted_ || stop_merges_; });
