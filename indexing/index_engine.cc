@@ -7,9 +7,18 @@
 // bodies in one snapshot, hand them to the kind, which applies them and
 // records the batch's etag in one durable commit, then publish progress.
 //
-// On disk: <dir>/<name>/definition.json (written by write-fsync-rename) and
-// <dir>/<name>/state/ (the kind's own files). definition.json is the truth:
-// a kind whose state belongs to another definition wipes and rebuilds it.
+// On disk, one directory per version of an index's definition:
+// <dir>/<name>/v<k>/definition.json (written by write-fsync-rename),
+// v<k>/state/ (the kind's own files) and v<k>/errors.log; <dir>/<name>/current
+// names the version that answers queries (one write-fsync-rename switches
+// it). A version newer than `current` is a changed definition building
+// side by side (API.md, Indexes): the current one answers every query
+// until the new one has caught up, then `current` names the new one and the
+// old directory is removed. A crash anywhere leaves `current` naming a
+// whole version, and a replacement resumes. An index directory without
+// `current` from before versions (definition.json and state/ directly in
+// <name>/) is version 0. definition.json is the truth: a kind whose state
+// belongs to another definition wipes and rebuilds it.
 #include "indexing/index_engine.h"
 
 #include <rapidjson/document.h>
@@ -22,11 +31,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <set>
 #include <mutex>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
 
+#include "common/background_thread.h"
 #include "common/faults.h"
 #include "common/listener_set.h"
 #include "common/memory_budget.h"
@@ -215,6 +227,17 @@ class IndexSlot {
     cv_.wait(lock, [&] { return resets_done_ > done || stop_; });
   }
 
+  // Whether this version, building beside the current one, may now take
+  // its place: it has processed everything through `target`, its last
+  // batch did not fail, it is not paused, and it is not a version that
+  // cannot build (errors, and not one entry to show for them).
+  bool ReadyToReplace(uint64_t target) const {
+    if (indexed_etag() < target) return false;
+    std::lock_guard lock(mu_);
+    if (!failure_.empty() || paused_ || stop_) return false;
+    return error_count_ == 0 || kind_->Entries() > 0;
+  }
+
   const std::string& name() const { return name_; }
   const std::string& definition_json() const { return definition_json_; }
   const std::string& collection() const { return collection_; }
@@ -300,6 +323,7 @@ class IndexSlot {
   };
 
   void Run() {
+    MarkBackgroundThread();
     std::unique_lock lock(mu_);
     for (;;) {
       cv_.wait(lock, [&] {
@@ -489,12 +513,85 @@ class IndexEngine::Impl {
       : dir_(std::move(dir)), store_(store), options_(options) {}
 
   ~Impl() {
-    std::map<std::string, std::shared_ptr<IndexSlot>, std::less<>> slots;
+    {
+      std::lock_guard lock(switch_mu_);
+      stop_switcher_ = true;
+    }
+    switch_cv_.notify_all();
+    if (switcher_.joinable()) switcher_.join();
+    std::vector<std::shared_ptr<IndexSlot>> all;
     {
       std::lock_guard lock(mu_);
-      slots.swap(slots_);
+      for (auto& [name, slot] : slots_) all.push_back(slot);
+      for (auto& [name, r] : replacements_) all.push_back(r.slot);
+      slots_.clear();
+      replacements_.clear();
     }
-    for (auto& [name, slot] : slots) slot->Stop();
+    for (auto& slot : all) slot->Stop();
+  }
+
+  // A changed definition building beside the current version.
+  struct Replacement {
+    std::shared_ptr<IndexSlot> slot;
+    uint64_t min_etag = 0;  // the store's last etag when it was defined
+  };
+
+  static std::optional<uint64_t> ParseVersion(const std::string& dirname) {
+    if (dirname.size() < 2 || dirname[0] != 'v' || dirname.size() > 20) return std::nullopt;
+    uint64_t k = 0;
+    for (size_t i = 1; i < dirname.size(); ++i) {
+      if (dirname[i] < '0' || dirname[i] > '9') return std::nullopt;
+      k = k * 10 + uint64_t(dirname[i] - '0');
+    }
+    return k;
+  }
+
+  // The versions v<k> under an index's directory, ascending.
+  static std::vector<uint64_t> Versions(const fs::path& top) {
+    std::vector<uint64_t> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(top, ec))
+      if (auto k = ParseVersion(e.path().filename().string()); k && e.is_directory()) out.push_back(*k);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  static fs::path VersionDir(const fs::path& top, uint64_t k) {
+    return k == 0 ? top : top / ("v" + std::to_string(k));
+  }
+
+  // Removes one version's files. Version 0 shares its directory with the
+  // others, so it is removed piece by piece.
+  static void RemoveVersion(const fs::path& top, uint64_t k) {
+    if (k != 0) return RemoveTree(VersionDir(top, k));
+    RemoveTree(top / "state");
+    std::error_code ec;
+    fs::remove(top / "errors.log", ec);
+    fs::remove(top / "definition.json", ec);
+  }
+
+  static std::optional<uint64_t> CurrentVersion(const fs::path& top) {
+    auto cur = ReadFile(top / "current");
+    if (!cur.ok()) return std::nullopt;
+    std::string v = *cur;
+    while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+    return ParseVersion(v);
+  }
+
+  static Status SetCurrentVersion(const fs::path& top, uint64_t k) {
+    return WriteFileDurably(top / "current", "v" + std::to_string(k) + "\n");
+  }
+
+  Result<std::shared_ptr<IndexSlot>> LoadVersion(const std::string& name, const fs::path& top, uint64_t k) {
+    auto json = ReadFile(VersionDir(top, k) / "definition.json");
+    if (!json.ok()) return json.status();
+    auto def = CompileDefinition(*json);
+    if (!def.ok()) {
+      std::fprintf(stderr, "corvid: index %s: definition no longer valid (%s); skipped\n", name.c_str(),
+                   def.status().ToString().c_str());
+      return def.status();
+    }
+    return MakeSlot(name, *json, std::move(*def), VersionDir(top, k));
   }
 
   Status LoadAll() {
@@ -508,38 +605,73 @@ class IndexEngine::Impl {
         continue;
       }
       if (!entry.is_directory() || !ValidateIndexName(name).ok()) continue;
-      auto json = ReadFile(entry.path() / "definition.json");
-      if (!json.ok()) {
-        RemoveTree(entry.path());  // a create that crashed before its definition landed
-        continue;
+      const fs::path top = entry.path();
+      const std::vector<uint64_t> versions = Versions(top);
+      std::optional<uint64_t> current = CurrentVersion(top);
+      if (!current) {
+        std::error_code ec2;
+        if (fs::exists(top / "definition.json", ec2)) {
+          current = 0;  // from before versions
+        } else {
+          // A create that crashed before `current` was written: its newest
+          // version with a definition, if any, becomes current.
+          for (auto it = versions.rbegin(); it != versions.rend() && !current; ++it)
+            if (fs::exists(VersionDir(top, *it) / "definition.json", ec2)) current = *it;
+          if (!current) {
+            RemoveTree(top);  // a create that crashed before its definition landed
+            continue;
+          }
+          if (Status s = SetCurrentVersion(top, *current); !s.ok()) return s;
+        }
       }
-      auto def = CompileDefinition(*json);
-      if (!def.ok()) {
-        std::fprintf(stderr, "corvid: index %s: definition no longer valid (%s); skipped\n", name.c_str(),
-                     def.status().ToString().c_str());
-        continue;
+      auto slot = LoadVersion(name, top, *current);
+      if (!slot.ok()) {
+        if (slot.status().code() == StatusCode::kInvalidArgument) continue;  // logged; skipped
+        return slot.status();
       }
-      auto slot = MakeSlot(name, *json, std::move(*def));
-      if (!slot.ok()) return slot.status();
+      // Versions newer than the current one: the newest is a replacement
+      // that was building (it resumes); the rest, and older ones, are
+      // leftovers of earlier switches.
+      std::shared_ptr<IndexSlot> replacement;
+      for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+        if (*it == *current) continue;
+        if (*it > *current && !replacement) {
+          auto r = LoadVersion(name, top, *it);
+          if (r.ok()) {
+            replacement = *r;
+            continue;
+          }
+        }
+        RemoveVersion(top, *it);
+      }
       std::lock_guard lock(mu_);
       slots_.emplace(name, *slot);
+      if (replacement) replacements_.emplace(name, Replacement{replacement, 0});
     }
     if (ec) return Status::IOError("list " + dir_.string() + ": " + ec.message());
-    std::lock_guard lock(mu_);
-    for (auto& [name, slot] : slots_) slot->Start();
+    std::vector<std::string> pending;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& [name, slot] : slots_) slot->Start();
+      for (auto& [name, r] : replacements_) {
+        r.slot->Start();
+        pending.push_back(name);
+      }
+    }
+    switcher_ = std::thread([this] { SwitchLoop(); });
+    for (const auto& name : pending) WakeSwitcher(name);
     return Status::Ok();
   }
 
-  Result<std::shared_ptr<IndexSlot>> MakeSlot(const std::string& name, const std::string& json,
-                                              CompiledDefinition def) {
-    fs::path dir = dir_ / name;
+  Result<std::shared_ptr<IndexSlot>> MakeSlot(const std::string& name, const std::string& json, CompiledDefinition def,
+                                              const fs::path& dir) {
     std::error_code ec;
     fs::create_directories(dir / "state", ec);
     if (ec) return Status::IOError("create " + (dir / "state").string() + ": " + ec.message());
     auto kind = def.open((dir / "state").string());
     if (!kind.ok()) return kind.status();
     return std::make_shared<IndexSlot>(name, json, std::move(def), dir, std::move(*kind), store_, options_,
-                                       [this](const std::string& n, uint64_t etag) { NotifyProgress(n, etag); });
+                                       [this](const std::string& n, uint64_t) { OnSlotProgress(n); });
   }
 
   std::shared_ptr<IndexSlot> Find(std::string_view name) const {
@@ -548,15 +680,129 @@ class IndexEngine::Impl {
     return it == slots_.end() ? nullptr : it->second;
   }
 
+  std::shared_ptr<IndexSlot> FindReplacement(std::string_view name) const {
+    std::lock_guard lock(mu_);
+    auto it = replacements_.find(name);
+    return it == replacements_.end() ? nullptr : it->second.slot;
+  }
+
+  // Either version of `name` moved (a worker thread, no lock held). Query
+  // waits hear the etag of the version that answers queries, never the
+  // replacement's; the replacement's progress may make it ready to switch.
+  void OnSlotProgress(const std::string& name) {
+    std::shared_ptr<IndexSlot> current;
+    bool replacing = false;
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = slots_.find(name); it != slots_.end()) current = it->second;
+      replacing = replacements_.count(name) > 0;
+    }
+    if (current) NotifyProgress(name, current->indexed_etag());
+    if (replacing) WakeSwitcher(name);
+  }
+
+  void WakeSwitcher(const std::string& name) {
+    {
+      std::lock_guard lock(switch_mu_);
+      switch_pending_.insert(name);
+    }
+    switch_cv_.notify_one();
+  }
+
+  // The thread that switches names to their caught-up replacements: a
+  // switch stops the old version's worker, which a worker thread cannot do
+  // for itself, and takes admin_mu_, which a PUT may hold while it stops a
+  // replacement's worker.
+  void SwitchLoop() {
+    std::unique_lock lock(switch_mu_);
+    for (;;) {
+      switch_cv_.wait(lock, [&] { return stop_switcher_ || !switch_pending_.empty(); });
+      if (stop_switcher_) return;
+      std::set<std::string, std::less<>> names;
+      names.swap(switch_pending_);
+      lock.unlock();
+      for (const auto& name : names) {
+        Status s = Status::Ok();
+        try {
+          s = TrySwitch(name);
+        } catch (...) {
+          s = Status::Internal(CurrentExceptionText());
+        }
+        if (!s.ok()) {
+          RecordInternalError(FaultSite::kIndexWorker, "index " + name + ": switching to its new definition: " +
+                                                            s.ToString());
+        }
+      }
+      lock.lock();
+    }
+  }
+
+  Status TrySwitch(const std::string& name) {
+    std::lock_guard admin(admin_mu_);
+    std::shared_ptr<IndexSlot> old, next;
+    uint64_t min_etag = 0;
+    {
+      std::lock_guard lock(mu_);
+      auto it = slots_.find(name);
+      auto rt = replacements_.find(name);
+      if (it == slots_.end() || rt == replacements_.end()) return Status::Ok();
+      old = it->second;
+      next = rt->second.slot;
+      min_etag = rt->second.min_etag;
+    }
+    if (!next->ReadyToReplace(std::max(min_etag, old->indexed_etag()))) return Status::Ok();
+    const fs::path top = dir_ / name;
+    const uint64_t old_version = VersionOf(top, old->dir());
+    const uint64_t new_version = VersionOf(top, next->dir());
+    // The one step that switches, durably; a crash before it resumes the
+    // replacement, after it opens the new version.
+    if (Status s = SetCurrentVersion(top, new_version); !s.ok()) return s;
+    {
+      std::lock_guard lock(mu_);
+      slots_[name] = next;
+      replacements_.erase(name);
+    }
+    old->Stop();  // queries holding its reader finish on its files, which stay mapped
+    RemoveVersion(top, old_version);
+    NotifyProgress(name, next->indexed_etag());
+    return Status::Ok();
+  }
+
+  static uint64_t VersionOf(const fs::path& top, const fs::path& dir) {
+    if (dir == top) return 0;
+    return ParseVersion(dir.filename().string()).value_or(0);
+  }
+
+  // Stops and removes `name`'s replacement, if it has one. admin_mu_ held.
+  void CancelReplacement(std::string_view name) {
+    std::shared_ptr<IndexSlot> r;
+    {
+      std::lock_guard lock(mu_);
+      auto it = replacements_.find(name);
+      if (it == replacements_.end()) return;
+      r = it->second.slot;
+      replacements_.erase(it);
+    }
+    r->Stop();
+    RemoveTree(r->dir());
+  }
+
   void NotifyProgress(const std::string& name, uint64_t etag) { listeners_.Notify(name, etag); }
 
   const fs::path dir_;
   storage::DocumentStore& store_;
   const EngineOptions options_;
 
-  std::mutex admin_mu_;  // serializes create/replace/delete
-  mutable std::mutex mu_;  // guards slots_
-  std::map<std::string, std::shared_ptr<IndexSlot>, std::less<>> slots_;
+  std::mutex admin_mu_;  // serializes create/replace/delete and switches
+  mutable std::mutex mu_;  // guards slots_ and replacements_
+  std::map<std::string, std::shared_ptr<IndexSlot>, std::less<>> slots_;  // the versions that answer queries
+  std::map<std::string, Replacement, std::less<>> replacements_;
+
+  std::mutex switch_mu_;  // guards the two below
+  std::condition_variable switch_cv_;
+  std::set<std::string, std::less<>> switch_pending_;
+  bool stop_switcher_ = false;
+  std::thread switcher_;
 
   ListenerSet<const std::string&, uint64_t> listeners_;
 };
@@ -577,41 +823,63 @@ Result<PutOutcome> IndexEngine::PutIndex(std::string_view name, std::string_view
   if (!def.ok()) return def.status();
   std::lock_guard admin(impl_->admin_mu_);
   std::shared_ptr<IndexSlot> old = impl_->Find(name);
-  if (old && SameJson(old->definition_json(), definition_json)) return PutOutcome::kUnchanged;
-  fs::path dir = impl_->dir_ / std::string(name);
-  if (old) {
-    {
-      std::lock_guard lock(impl_->mu_);
-      impl_->slots_.erase(old->name());
-    }
-    old->Stop();  // queries holding its reader finish on the old files
+  std::shared_ptr<IndexSlot> replacing = impl_->FindReplacement(name);
+  if (old && SameJson(old->definition_json(), definition_json)) {
+    impl_->CancelReplacement(name);  // back to the definition that answers
+    return PutOutcome::kUnchanged;
   }
-  RemoveTree(dir);
+  if (replacing && SameJson(replacing->definition_json(), definition_json)) return PutOutcome::kReplaced;
+  impl_->CancelReplacement(name);  // a newer definition restarts the replacement
+  const fs::path top = impl_->dir_ / std::string(name);
   std::error_code ec;
+  if (!old) RemoveTree(top);  // leftovers of an index that failed to load
+  fs::create_directories(top, ec);
+  if (ec) return Status::IOError("create " + top.string() + ": " + ec.message());
+  const std::vector<uint64_t> versions = Impl::Versions(top);
+  const uint64_t k = versions.empty() ? 1 : versions.back() + 1;
+  const fs::path dir = Impl::VersionDir(top, k);
   fs::create_directories(dir, ec);
   if (ec) return Status::IOError("create " + dir.string() + ": " + ec.message());
   std::string json(definition_json);
   if (Status s = WriteFileDurably(dir / "definition.json", json); !s.ok()) return s;
-  auto slot = impl_->MakeSlot(std::string(name), json, std::move(*def));
-  if (!slot.ok()) return slot.status();
+  const uint64_t min_etag = impl_->store_.LastEtag();
+  auto slot = impl_->MakeSlot(std::string(name), json, std::move(*def), dir);
+  if (!slot.ok()) {
+    RemoveTree(dir);
+    return slot.status();
+  }
+  if (!old) {
+    if (Status s = Impl::SetCurrentVersion(top, k); !s.ok()) {
+      RemoveTree(top);
+      return s;
+    }
+    {
+      std::lock_guard lock(impl_->mu_);
+      impl_->slots_.emplace(std::string(name), *slot);
+    }
+    (*slot)->Start();
+    return PutOutcome::kCreated;
+  }
   {
     std::lock_guard lock(impl_->mu_);
-    impl_->slots_.emplace(std::string(name), *slot);
+    impl_->replacements_[std::string(name)] = Impl::Replacement{*slot, min_etag};
   }
   (*slot)->Start();
-  return old ? PutOutcome::kReplaced : PutOutcome::kCreated;
+  impl_->WakeSwitcher(std::string(name));  // an empty collection switches at once
+  return PutOutcome::kReplaced;
 }
 
 Status IndexEngine::DeleteIndex(std::string_view name) {
   std::lock_guard admin(impl_->admin_mu_);
   std::shared_ptr<IndexSlot> slot = impl_->Find(name);
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
+  impl_->CancelReplacement(name);
   {
     std::lock_guard lock(impl_->mu_);
     impl_->slots_.erase(slot->name());
   }
   slot->Stop();
-  RemoveTree(slot->dir());
+  RemoveTree(impl_->dir_ / std::string(name));
   // Queries waiting for this index's progress (minEtag) answer 404 now,
   // not when their wait runs out.
   impl_->NotifyProgress(std::string(name), 0);
@@ -631,27 +899,42 @@ Result<std::string> IndexEngine::Definition(std::string_view name) const {
   return slot->definition_json();
 }
 
+namespace {
+IndexProgress WithReplacement(IndexProgress p, const std::shared_ptr<IndexSlot>& replacing) {
+  if (replacing) {
+    p.replacing = std::make_shared<IndexProgress>(replacing->Progress());
+    p.replacing_definition = replacing->definition_json();
+  }
+  return p;
+}
+}  // namespace
+
 Result<IndexProgress> IndexEngine::Progress(std::string_view name) const {
   auto slot = impl_->Find(name);
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
-  return slot->Progress();
+  return WithReplacement(slot->Progress(), impl_->FindReplacement(name));
 }
 
 std::vector<IndexProgress> IndexEngine::AllProgress() const {
-  std::vector<std::shared_ptr<IndexSlot>> slots;
+  std::vector<std::pair<std::shared_ptr<IndexSlot>, std::shared_ptr<IndexSlot>>> slots;
   {
     std::lock_guard lock(impl_->mu_);
-    for (const auto& [name, slot] : impl_->slots_) slots.push_back(slot);
+    for (const auto& [name, slot] : impl_->slots_) {
+      auto it = impl_->replacements_.find(name);
+      slots.emplace_back(slot, it == impl_->replacements_.end() ? nullptr : it->second.slot);
+    }
   }
   std::vector<IndexProgress> out;
-  for (const auto& s : slots) out.push_back(s->Progress());
+  for (const auto& [s, r] : slots) out.push_back(WithReplacement(s->Progress(), r));
   return out;
 }
 
+// Pausing an index pauses its replacement too: nothing of it moves.
 Status IndexEngine::Pause(std::string_view name) {
   auto slot = impl_->Find(name);
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
   slot->SetPaused(true);
+  if (auto r = impl_->FindReplacement(name)) r->SetPaused(true);
   return Status::Ok();
 }
 
@@ -659,6 +942,10 @@ Status IndexEngine::Resume(std::string_view name) {
   auto slot = impl_->Find(name);
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
   slot->SetPaused(false);
+  if (auto r = impl_->FindReplacement(name)) {
+    r->SetPaused(false);
+    impl_->WakeSwitcher(std::string(name));
+  }
   return Status::Ok();
 }
 

@@ -66,6 +66,10 @@ struct IndexProgress {
   uint64_t indexed_docs_total = 0;
   uint64_t batches_total = 0;
   double batch_ms_total = 0;
+  // A changed definition building beside this one (API.md, Indexes): its
+  // progress and definition, until it replaces this one.
+  std::shared_ptr<const IndexProgress> replacing;
+  std::string replacing_definition;
 };
 
 inline constexpr size_t kMaxRecentErrors = 500;

@@ -495,6 +495,24 @@ class IndexTestCase(CorvidTestCase):
         self.assertTrue(is_int(lb.get('docs')) and lb['docs'] >= 0, '%r' % p)
         self.assertTrue(is_num(lb.get('ms')) and lb['ms'] >= 0, '%r' % p)
 
+    def wait_replaced(self, name, definition, timeout=60.0):
+        """After a PUT that answered 'replaced': polls GET /indexes/{name}
+        until the new definition answers (the side-by-side build caught up
+        and the name switched); until then the old one must still answer and
+        the new one show under 'replacing'."""
+        deadline = time.monotonic() + timeout
+        while True:
+            resp = self.c.get('/indexes/' + q(name))
+            self.assertStatus(resp, 200)
+            if resp.json.get('definition') == definition and 'replacing' not in resp.json:
+                return resp.json
+            self.assertIn('replacing', resp.json, resp.describe())
+            self.assertEqual(resp.json['replacing'].get('definition'), definition, resp.describe())
+            if time.monotonic() > deadline:
+                self.fail('index %r not switched to its new definition after %.0f s: %s'
+                          % (name, timeout, resp.describe()))
+            time.sleep(0.02)
+
     def wait_idle(self, name, timeout=30.0):
         """Polls GET /admin/indexes until the index is idle, caught up with the
         store's last etag; returns (progress, lastEtag)."""
@@ -590,6 +608,7 @@ class IndexLifecycleTest(IndexTestCase):
         resp = self.put_index(name, spec2.definition)
         self.assertStatus(resp, 200)
         self.assertEqual(resp.json, {'name': name, 'result': 'replaced'}, resp.describe())
+        self.wait_replaced(name, spec2.definition)
         self.check(name, spec2, docs, last, context='after replace')
         self.check(name, spec2, docs, last, params='groupLevel=1', level=1,
                    context='after replace')
@@ -770,6 +789,7 @@ class IndexLifecycleTest(IndexTestCase):
         resp = self.put_index(name, t.definition)
         self.assertStatus(resp, 200)
         self.assertEqual(resp.json, {'name': name, 'result': 'replaced'}, resp.describe())
+        self.wait_replaced(name, t.definition)
         self.check(name, t, docs, last, context='replaced while indexing')
         # Deleted while it is building.
         self.assertStatus(self.put_index(name, m.definition), 200)
@@ -784,6 +804,120 @@ class IndexLifecycleTest(IndexTestCase):
         # And created again under the same name.
         self.create_index(name, m.definition)
         self.check(name, m, docs, last, context='re-created after delete while indexing')
+
+    def test_side_by_side_replacement(self):
+        """API.md, Indexes: a changed definition builds beside the old one,
+        which answers every query until the new one has caught up; then the
+        name switches at once. A second PUT restarts the replacement; one
+        that cannot build never replaces a working index."""
+        coll = self.coll()
+        rng = random.Random(SEED + 21)
+        gen = DocGen(rng)
+        docs = {}
+        lines = []
+        for k in range(30000):
+            i = 's%05d' % k
+            docs[i] = gen.doc(i)
+            lines.append(docs[i])
+        last = self.bulk(coll, lines)[-1]
+        name = 'sbs_' + coll
+        m, t = month_spec(coll), tag_spec(coll)
+        self.create_index(name, m.definition)
+        old_rows = self.check(name, m, docs, last, context='before the replacement')
+        new_rows = oracle(t, docs)
+        old_total, new_total = len(old_rows), len(oracle(t, docs))
+        self.assertNotEqual(old_total, new_total)
+        params = 'limit=10000'
+
+        # Queries during the replacement: every answer is the old
+        # definition's, whole, until the switch; then the new one's.
+        seen = {'old': 0, 'new': 0, 'bad': [], 'replacing': 0}
+        stop = threading.Event()
+
+        def query():
+            client = self.server.client()
+            switched = False
+            try:
+                while not stop.is_set():
+                    resp = client.get('/indexes/%s/results?%s' % (q(name), params))
+                    if resp.status != 200:
+                        seen['bad'].append(resp.describe())
+                        continue
+                    total = resp.json['total']
+                    if total == old_total and not switched:
+                        seen['old'] += 1
+                    elif total == new_total and not resp.json['stale']:
+                        switched = True
+                        seen['new'] += 1
+                    elif total == new_total:
+                        switched = True
+                    else:
+                        seen['bad'].append('total %d (old %d, new %d, switched %s)'
+                                           % (total, old_total, new_total, switched))
+            finally:
+                client.close()
+
+        th = threading.Thread(target=query)
+        th.start()
+        try:
+            resp = self.put_index(name, t.definition)
+            self.assertStatus(resp, 200)
+            self.assertEqual(resp.json, {'name': name, 'result': 'replaced'}, resp.describe())
+            # Shown under "replacing", with the progress fields, in both listings.
+            body = self.c.get('/indexes/' + q(name)).json
+            if 'replacing' in body:
+                seen['replacing'] += 1
+                self.assertEqual(body['definition'], m.definition)
+                self.assertEqual(body['replacing']['definition'], t.definition)
+                self.assertProgressShape(body['replacing'], repr(body))
+                entry = self.admin_index(name)
+                if 'replacing' in entry:
+                    self.assertProgressShape(entry['replacing'], repr(entry))
+                    self.assertNotIn('definition', entry['replacing'])
+            self.wait_replaced(name, t.definition)
+            time.sleep(0.2)
+        finally:
+            stop.set()
+            th.join(30)
+        self.assertEqual(seen['bad'], [], 'answers that were neither definition\'s, or errors')
+        self.assertGreater(seen['old'], 0, seen)
+        self.assertGreater(seen['new'], 0, seen)
+        self.assertGreater(seen['replacing'], 0, 'the replacement was never seen under "replacing"')
+        rows = self.check(name, t, docs, last, context='after the switch')
+        self.assertEqual(len(rows), len(new_rows))
+        # The old version's files are gone: one version directory left.
+        top = os.path.join(self.server.data_dir, 'indexes', name)
+        if os.path.isdir(top):
+            versions = [d for d in os.listdir(top) if re.fullmatch(r'v\d+', d)]
+            self.assertEqual(len(versions), 1, os.listdir(top))
+
+        # A second PUT restarts the replacement with the newest definition.
+        y = year_month_spec(coll)
+        self.assertEqual(self.put_index(name, m.definition).json['result'], 'replaced')
+        self.assertEqual(self.put_index(name, y.definition).json['result'], 'replaced')
+        self.wait_replaced(name, y.definition)
+        self.check(name, y, docs, last, context='after a second PUT during a replacement')
+
+        # A definition every document fails to map stays in "replacing"
+        # with its errors; the working index answers on.
+        broken = dict(m.definition, map={'month': 'substr(metadata, 0, 7)', 'score': 'score'})
+        self.assertEqual(self.put_index(name, broken).json['result'], 'replaced')
+        deadline = time.monotonic() + 60
+        while True:
+            body = self.c.get('/indexes/' + q(name)).json
+            self.assertEqual(body['definition'], y.definition, 'a broken definition replaced the index')
+            self.assertIn('replacing', body)
+            r = body['replacing']
+            if r['errors']['count'] > 0 and r['lastIndexedEtag'] >= last:
+                break
+            self.assertLess(time.monotonic(), deadline, 'the broken replacement never caught up')
+            time.sleep(0.05)
+        self.assertEqual(r['entries'], 0, r)
+        self.check(name, y, docs, last, context='while a broken replacement waits')
+        # PUT of the definition that answers cancels the replacement.
+        self.assertEqual(self.put_index(name, y.definition).json['result'], 'unchanged')
+        self.assertNotIn('replacing', self.c.get('/indexes/' + q(name)).json)
+        self.assertServerHealthy()
 
     def test_definitions_survive_restart(self):
         self.own_server()
@@ -1830,9 +1964,8 @@ class IndexCrashTest(IndexTestCase):
         self.assertEqual(resp.json, {'name': 'swap', 'result': 'replaced'}, resp.describe())
         server.restart()
         self.reconnect()
-        resp = self.c.get('/indexes/swap')
-        self.assertEqual(resp.json.get('definition'), t.definition,
-                         'replaced definition lost by kill -9: ' + resp.describe())
+        # The replacement resumes after kill -9 (or had switched already).
+        self.wait_replaced('swap', t.definition)
         self.assertStatus(self.c.delete('/indexes/drop'), 200)
         server.restart()
         self.reconnect()
