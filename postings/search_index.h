@@ -41,6 +41,16 @@ class SearchDefinition {
 
 enum class DefaultOperator { kOr, kAnd };
 
+// One value of a searchAfter key (API.md "Deep paging"): an element of the
+// "sort" array a hit carries, as the client sent it back.
+struct SortValue {
+  enum class Type { kNull, kNumber, kString };
+  Type type = Type::kNull;
+  // kNumber: the number's JSON text (an integer is read exactly to 64
+  // bits, anything else as the nearest double); kString: the string.
+  std::string text;
+};
+
 struct SearchRequest {
   std::string q;       // Lucene classic syntax; empty or "*" matches every document
   std::string filter;  // same syntax; restricts matches without scoring
@@ -51,6 +61,14 @@ struct SearchRequest {
   std::vector<std::string> highlight;              // text fields to highlight
   std::vector<std::string> facets;                 // keyword fields to count values of
   DefaultOperator op = DefaultOperator::kOr;
+  // Deep paging: the "sort" key of the previous page's last hit. The answer
+  // holds the hits strictly after it in the sort order (its final value is
+  // the id, which breaks ties); `total` still counts every match. It must
+  // have one value per sort key (the score for the default sort), then the
+  // id, each of its key's type (a number, or null for a missing field
+  // value; a string for a keyword field and the id), and `offset` must be 0:
+  // otherwise InvalidArgument whose message starts "searchAfter".
+  std::optional<std::vector<SortValue>> search_after;
   // Returns a document's current JSON from the store (for stored fields
   // and highlighting), or nullopt if it is gone.
   std::function<std::optional<std::string>(std::string_view id)> fetch_document;
@@ -60,7 +78,11 @@ struct SearchRequest {
 };
 
 struct SearchResult {
-  std::string hits_json;    // JSON array: [{"id","score","fields"?,"highlights"?}, ...]
+  // JSON array: [{"id","score","fields"?,"highlights"?,"sort"}, ...]; "sort"
+  // is the hit's sort key, as search_after takes it: the value of each sort
+  // key (the score, a number or date field's number, a keyword field's
+  // string, null where the document has no value), then the id.
+  std::string hits_json;
   std::string facets_json;  // JSON object {"field": {"value": count}} or empty if no facets asked
   uint64_t total = 0;       // exact number of matching documents
   uint64_t snapshot_etag = 0;

@@ -25,6 +25,12 @@
 // - A boolean scores the sum of its matching required and optional clauses.
 // - Ties in score (or in sort keys) are broken by document id, ascending
 //   bytewise.
+//
+// Deep paging (API.md): every hit carries its sort key, the values it was
+// ordered by and then its id, so the key is a total order; a request with
+// `search_after` keeps only the matches strictly after its key, checked as
+// they are collected (TopK, or the field sort's bounded list), never by
+// materializing every hit.
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -1389,6 +1395,10 @@ void Fragments(std::string_view text, const std::vector<std::pair<uint32_t, uint
 }
 
 // Top-k by (score desc, id asc); the heap's front is the worst kept entry.
+// With a searchAfter key (`after`), only entries strictly after the key are
+// kept, so every threshold (the heap's, a floor, a shared one) is that of
+// entries that can be answered, and the pruning that compares bounds with
+// it stays exact: a later page only lowers what can enter.
 struct TopEntry {
   double score;
   uint32_t seg, doc;
@@ -1398,11 +1408,14 @@ inline bool Better(const TopEntry& a, const TopEntry& b) { return a.score != b.s
 
 class TopK {
  public:
-  explicit TopK(size_t k) : k_(k) {}
+  // `after` (borrowed; null: none) must outlive the top-k.
+  explicit TopK(size_t k, const TopEntry* after = nullptr) : k_(k), after_(after) {}
   size_t k() const { return k_; }
+  const TopEntry* after() const { return after_; }
   // Returns true if the threshold may have changed.
   bool Offer(const TopEntry& e) {
     if (k_ == 0) return false;
+    if (after_ != nullptr && !Better(*after_, e)) return false;  // at or before the key: an earlier page's
     if (heap_.size() < k_) {
       heap_.push_back(e);
       std::push_heap(heap_.begin(), heap_.end(), Better);
@@ -1447,6 +1460,7 @@ class TopK {
     }
   }
   size_t k_;
+  const TopEntry* after_;
   double floor_ = -HUGE_VAL;
   std::atomic<double>* shared_ = nullptr;
   std::vector<TopEntry> heap_;
@@ -1546,7 +1560,19 @@ bool ScoreLeafTopK(const CNode& leaf, size_t k, Norms& norms, SegEval& ev, const
   }
   // The bar a match must reach, less a margin for the partial sums'
   // different order of addition (ScoreBound's margin covers the bounds).
-  const double bar = std::max(KthLargest(partial, want), top.threshold());
+  // After a searchAfter key only the matches that certainly follow it
+  // count: those whose partial sum plus the light terms' bounds (nudged
+  // up: another order of addition) is below the key's score.
+  double kth = -HUGE_VAL;
+  if (const TopEntry* after = top.after()) {
+    std::vector<double> below;
+    for (double p : partial)
+      if ((p + light) * (1 + 1e-9) < after->score) below.push_back(p);
+    if (below.size() >= want) kth = KthLargest(below, want);
+  } else {
+    kth = KthLargest(partial, want);
+  }
+  const double bar = std::max(kth, top.threshold());
   const double need = bar - std::abs(bar) * 1e-9 - light;
   std::vector<ScoreTermTfs> tfs;
   for (const Item& t : items) tfs.emplace_back(leaf, t.ai, t.i, k, ev);
@@ -2115,7 +2141,7 @@ void DisjunctionSegment(const std::vector<FlatTerm>& flat, size_t k, const Snaps
   if (roaring_bitmap_select(sample.get(), static_cast<uint32_t>(std::min<uint64_t>(128 + 8 * top.k(), UINT32_MAX)),
                             &past))
     roaring_bitmap_remove_range_closed(sample.get(), past, UINT32_MAX);
-  TopK seeds(top.k());
+  TopK seeds(top.k(), top.after());  // the key's: a floor from the sample's answerable scores
   ScoreByRank(lists, k, seg, norms, sample.get(), seeds);
   top.RaiseFloor(seeds.threshold());
   const size_t required = terms.Required(top.threshold());
@@ -2215,6 +2241,101 @@ std::optional<uint64_t> CountFlatMatches(const std::vector<FlatTerm>& flat, size
   return count;
 }
 
+// What a searchAfter value is, for messages.
+std::string DescribeSortValue(const SortValue& v) {
+  switch (v.type) {
+    case SortValue::Type::kNull:
+      return "null";
+    case SortValue::Type::kNumber:
+      return "the number " + v.text;
+    case SortValue::Type::kString:
+      break;
+  }
+  return "a string";
+}
+
+// Reads req.search_after against the request's sort keys into `after`: a
+// Hit with that key (score, per sort key its value or missing, and the id;
+// strings point into req). InvalidArgument "searchAfter..." when offset is
+// not 0 or the key does not fit the sort; `after` is then unspecified.
+Status ReadSearchAfter(const std::vector<SortKey>& sort, const SearchRequest& req, Hit& after) {
+  const std::vector<SortValue>& key = *req.search_after;
+  const size_t n = sort.empty() ? 1 : sort.size();  // the default sort is by score
+  auto name = [&](size_t i) -> std::string {
+    if (i == n) return "the document id";
+    if (sort.empty() || sort[i].field == nullptr) return "_score";
+    return "sort field '" + sort[i].field->name + "'";
+  };
+  if (req.offset != 0)
+    return Bad("searchAfter: offset must be 0 with searchAfter (the key says where the page starts), got " +
+               std::to_string(req.offset));
+  if (key.size() != n + 1) {
+    std::string expected;
+    for (size_t i = 0; i <= n; ++i) expected += (i == 0 ? "" : i == n ? ", then " : ", ") + name(i);
+    return Bad("searchAfter: expected " + std::to_string(n + 1) + " values as a hit's \"sort\" holds them (" +
+               expected + "), got " + std::to_string(key.size()));
+  }
+  after = Hit{0, 0, 0, {}, {}, {}, {}};
+  after.num.assign(sort.size(), Number{});
+  after.str.assign(sort.size(), std::string_view());
+  after.missing.assign(sort.size(), false);
+  bool score_read = false;
+  for (size_t i = 0; i <= n; ++i) {
+    const SortValue& v = key[i];
+    const FieldDef* fd = i == n || sort.empty() ? nullptr : sort[i].field;
+    auto wrong = [&](const char* expected) {
+      return Bad("searchAfter[" + std::to_string(i) + "]: " + name(i) + " takes " + expected + ", got " +
+                 DescribeSortValue(v));
+    };
+    if (i == n) {
+      if (v.type != SortValue::Type::kString) return wrong("a string");
+      after.id = v.text;
+    } else if (fd == nullptr) {
+      const std::optional<Number> x = v.type == SortValue::Type::kNumber ? ParseNumber(v.text) : std::nullopt;
+      if (!x) return wrong("a number");
+      // A hit has one score: a sort naming _score twice carries it twice, and the first is read.
+      if (!score_read) after.score = x->value;
+      score_read = true;
+    } else if (v.type == SortValue::Type::kNull) {
+      after.missing[i] = true;  // missing values sort last, whatever the direction
+    } else if (fd->kind != FieldKind::kText) {
+      const std::optional<Number> x = v.type == SortValue::Type::kNumber ? ParseNumber(v.text) : std::nullopt;
+      if (!x)
+        return wrong(fd->kind == FieldKind::kDate ? "a number (milliseconds since the epoch) or null"
+                                                  : "a number or null");
+      after.num[i] = *x;
+    } else {
+      if (v.type != SortValue::Type::kString) return wrong("a string or null");
+      after.str[i] = v.text;
+    }
+  }
+  return Status::Ok();
+}
+
+// A number or date sort value as JSON text that ParseNumber reads back to
+// the same Number: an integer exactly (with its residual beyond 2^53), any
+// other value as RapidJSON's round-trip double.
+template <class Writer>
+void WriteSortNumber(Writer& w, Number n) {
+  if (n.residual != 0) {
+    __extension__ using Int128 = __int128;
+    const Int128 v = static_cast<Int128>(n.value) + n.residual;
+    if (v < 0)
+      w.Int64(static_cast<int64_t>(v));
+    else
+      w.Uint64(static_cast<uint64_t>(v));
+    return;
+  }
+  if (std::trunc(n.value) == n.value && n.value >= -0x1p63 && n.value < 0x1p64) {
+    if (n.value < 0x1p63)
+      w.Int64(static_cast<int64_t>(n.value));
+    else
+      w.Uint64(static_cast<uint64_t>(n.value));
+    return;
+  }
+  w.Double(n.value);
+}
+
 }  // namespace
 
 std::string NormalizeMultiTermText(const FieldDef& field, std::string_view text) {
@@ -2308,6 +2429,18 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     if (fd == nullptr) return Bad("highlight: unknown field '" + f + "'");
     if (fd->kind != FieldKind::kText) return Bad("highlight: field '" + f + "' is not a text field");
   }
+  // searchAfter: the key as a hit (`after`, for a field sort) and as a
+  // top-k entry (`after_entry`, for a ranking by score).
+  Hit after_hit{0, 0, 0, {}, {}, {}, {}};
+  const Hit* after = nullptr;
+  TopEntry after_top{0, 0, 0, {}};
+  const TopEntry* after_entry = nullptr;
+  if (req.search_after) {
+    if (Status st = ReadSearchAfter(sort, req, after_hit); !st.ok()) return st;
+    after = &after_hit;
+    after_top = TopEntry{after_hit.score, 0, 0, after_hit.id};
+    after_entry = &after_top;
+  }
   std::string_view qtext = req.q;
   while (!qtext.empty() && (qtext.front() == ' ')) qtext.remove_prefix(1);
   auto parsed = ParseQuery(qtext == "*" ? std::string_view() : std::string_view(req.q), req.op);
@@ -2334,7 +2467,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   const size_t want = req.limit > SIZE_MAX - req.offset ? SIZE_MAX : req.offset + req.limit;
   // Relevance order only: a bounded top-k, with MaxScore for flat disjunctions.
   const bool by_score = sort.empty() || (sort.size() == 1 && sort[0].field == nullptr);
-  TopK topk(want);
+  TopK topk(want, after_entry);
   std::vector<FlatTerm> flat;
   const bool use_maxscore = by_score && FlatTerms(**root, flat);
   std::vector<const Alt*> conj;
@@ -2357,7 +2490,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     std::atomic<double> shared_floor{-HUGE_VAL};
     auto piece = [&](size_t k) {
       Norms piece_norms(snap);
-      TopK top(want);
+      TopK top(want, after_entry);
       top.Share(&shared_floor);
       pieces[k].total = segment(k, piece_norms, top);
       pieces[k].top = std::move(top).Sorted();
@@ -2380,8 +2513,38 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     const roaring_bitmap_t* keep = filter ? Eval(*filter, k, fev) : nullptr;
     return AccumulateSegment(flat, k, snap, piece_norms, keep, drop, top);
   };
+  // The answer's order: a total order, its last key the id (the key
+  // searchAfter compares with).
+  auto less = [&](const Hit& a, const Hit& b) {
+    for (size_t si = 0; si < sort.size(); ++si) {
+      const SortKey& key = sort[si];
+      if (key.field == nullptr) {
+        if (a.score != b.score) return a.score > b.score;
+        continue;
+      }
+      if (a.missing[si] != b.missing[si]) return b.missing[si];  // missing values sort last
+      if (a.missing[si]) continue;
+      if (key.field->kind != FieldKind::kText) {
+        if (a.num[si] != b.num[si]) return key.desc ? a.num[si] > b.num[si] : a.num[si] < b.num[si];
+      } else if (a.str[si] != b.str[si]) {
+        return key.desc ? a.str[si] > b.str[si] : a.str[si] < b.str[si];
+      }
+    }
+    if (a.score != b.score) return a.score > b.score;  // _score as the tie-break
+    return a.id < b.id;
+  };
+  // A field sort keeps at most about twice `want` hits: when the list
+  // reaches that, the best `want` are kept (want > 0).
+  auto keep_hit = [&](Hit&& h) {
+    if (after != nullptr && !less(*after, h)) return;  // at or before the key: an earlier page's
+    hits.push_back(std::move(h));
+    if (hits.size() > want && hits.size() - want >= std::max(want, size_t{1024})) {
+      std::nth_element(hits.begin(), hits.begin() + static_cast<std::ptrdiff_t>(want), hits.end(), less);
+      hits.erase(hits.begin() + static_cast<std::ptrdiff_t>(want), hits.end());
+    }
+  };
   // One segment's matches: counted (returned) and, ranked by score, offered
-  // to `top`; or, sorted by fields, appended to `hits`.
+  // to `top`; or, sorted by fields, kept in `hits` (keep_hit).
   auto segment_matches = [&](size_t k, Norms& seg_norms, TopK& top) -> uint64_t {
     const SegmentState& s = snap.segments[k];
     const Segment& seg = *s.segment;
@@ -2514,7 +2677,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
         h.str.push_back(sv);
         h.missing.push_back(missing);
       }
-      hits.push_back(std::move(h));
+      keep_hit(std::move(h));
     }
     return m;
   };
@@ -2529,24 +2692,6 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   } else {
     for (size_t k = 0; k < snap.segments.size(); ++k) result.total += segment_matches(k, norms, topk);
   }
-  auto less = [&](const Hit& a, const Hit& b) {
-    for (size_t si = 0; si < sort.size(); ++si) {
-      const SortKey& key = sort[si];
-      if (key.field == nullptr) {
-        if (a.score != b.score) return a.score > b.score;
-        continue;
-      }
-      if (a.missing[si] != b.missing[si]) return b.missing[si];  // missing values sort last
-      if (a.missing[si]) continue;
-      if (key.field->kind != FieldKind::kText) {
-        if (a.num[si] != b.num[si]) return key.desc ? a.num[si] > b.num[si] : a.num[si] < b.num[si];
-      } else if (a.str[si] != b.str[si]) {
-        return key.desc ? a.str[si] > b.str[si] : a.str[si] < b.str[si];
-      }
-    }
-    if (a.score != b.score) return a.score > b.score;  // _score as the tie-break
-    return a.id < b.id;
-  };
   if (by_score) {
     for (const TopEntry& e : std::move(topk).Sorted()) hits.push_back(Hit{e.score, e.seg, e.doc, e.id, {}, {}, {}});
   }
@@ -2661,6 +2806,24 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
         }
       }
     }
+    // Written after the rest of the hit, as Elasticsearch places "sort".
+    w.Key("sort");
+    w.StartArray();
+    if (sort.empty()) w.Double(h.score);
+    for (size_t si = 0; si < sort.size(); ++si) {
+      const FieldDef* fd = sort[si].field;
+      if (fd == nullptr) {
+        w.Double(h.score);
+      } else if (h.missing[si]) {
+        w.Null();
+      } else if (fd->kind != FieldKind::kText) {
+        WriteSortNumber(w, h.num[si]);
+      } else {
+        w.String(h.str[si].data(), static_cast<rapidjson::SizeType>(h.str[si].size()));
+      }
+    }
+    w.String(h.id.data(), static_cast<rapidjson::SizeType>(h.id.size()));
+    w.EndArray();
     w.EndObject();
     if (buf.GetSize() > req.max_response_bytes)
       return Status::TooLarge("the hits would exceed " + std::to_string(req.max_response_bytes) +

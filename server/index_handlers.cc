@@ -2,12 +2,15 @@
 // aggregation results with read-your-writes waits, the admin progress
 // listing and controls, and GET /metrics.
 #include <charconv>
+#include <cmath>
 #include <ctime>
 #include <optional>
 
 #include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
 
 #include "analyzers/analyzer.h"
+#include "common/exact_json.h"
 #include "common/memory_budget.h"
 #include "mapreduce/mapreduce_index.h"
 #include "postings/search_index.h"
@@ -320,7 +323,55 @@ enum class BodyParamType {
   kText,   // a string
   kCount,  // a non-negative integer, as a number or a string of digits
   kList,   // a comma-separated string or an array of strings
+  kKey,    // a JSON array (a query string holds its JSON text): searchAfter
 };
+
+std::string DescribeJson(const rapidjson::Value& v);
+
+// Reads a searchAfter key (API.md "Deep paging"): an array of numbers,
+// strings and nulls, as a hit's "sort" holds them. A number keeps its exact
+// value: an integer its digits, any other number the shortest text of its
+// correctly rounded double. Whether the key fits the sort is the
+// searcher's to say. Returns an error message or "".
+std::string ApplySearchAfter(SearchParams& p, const rapidjson::Value& v) {
+  if (!v.IsArray()) return "searchAfter must be an array (a hit's \"sort\"), got " + DescribeJson(v);
+  if (v.Size() > kMaxSortKeys + 1)
+    return "searchAfter holds more than " + std::to_string(kMaxSortKeys + 1) + " values (sort keys, then the id)";
+  std::vector<postings::SortValue>& key = p.request.search_after.emplace();
+  for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
+    const rapidjson::Value& x = v[i];
+    postings::SortValue value;
+    if (x.IsNull()) {
+      value.type = postings::SortValue::Type::kNull;
+    } else if (x.IsString()) {
+      value.type = postings::SortValue::Type::kString;
+      value.text.assign(x.GetString(), x.GetStringLength());
+    } else if (x.IsUint64() || x.IsInt64()) {
+      value.type = postings::SortValue::Type::kNumber;
+      value.text = x.IsUint64() ? std::to_string(x.GetUint64()) : std::to_string(x.GetInt64());
+    } else if (x.IsDouble() && std::isfinite(x.GetDouble())) {
+      value.type = postings::SortValue::Type::kNumber;
+      char buf[32];
+      const auto r = std::to_chars(buf, buf + sizeof buf, x.GetDouble());  // shortest that reads back the same
+      value.text.assign(buf, r.ptr);
+    } else {
+      return "searchAfter[" + std::to_string(i) + "] must be a number, a string or null, got " + DescribeJson(x);
+    }
+    key.push_back(std::move(value));
+  }
+  return "";
+}
+
+// searchAfter in a query string: the key's JSON text, URL-encoded.
+std::string ApplySearchAfterText(SearchParams& p, std::string_view text) {
+  rapidjson::Document d;
+  // Iterative: nesting costs no stack (the text is bounded by the target's size).
+  const rapidjson::ParseResult r = ParseWithExactNumbers<rapidjson::kParseIterativeFlag>(d, text);
+  if (r.IsError())
+    return "searchAfter must be a JSON array (URL-encoded JSON text in a query string): " +
+           std::string(rapidjson::GetParseError_En(r.Code())) + " at byte " + std::to_string(r.Offset());
+  return ApplySearchAfter(p, d);
+}
 
 // Reads `value` as a count capped at `max`; returns an error message or "".
 std::string ParseCount(std::string_view key, std::string_view value, uint64_t max, uint64_t& out) {
@@ -376,6 +427,8 @@ const SearchParamSpec kSearchParams[] = {
      [](SearchParams& p, std::string_view k, std::string_view v) {
        return ApplyList(p.request.facets, k, v, kMaxListItems);
      }},
+    {"searchAfter", BodyParamType::kKey,
+     [](SearchParams& p, std::string_view, std::string_view v) { return ApplySearchAfterText(p, v); }},
 };
 
 const SearchParamSpec* FindSearchParam(std::string_view key) {
@@ -413,8 +466,8 @@ std::string DescribeJson(const rapidjson::Value& v) {
 std::optional<Response> ParseSearchBody(const std::string& body, SearchParams& p) {
   auto bad = [](std::string message) { return ErrorResponse(400, "invalid_argument", message); };
   rapidjson::Document d;
-  d.Parse(body.data(), body.size());
-  if (d.HasParseError() || !d.IsObject()) return bad("the body must be a JSON object");
+  // Numbers correctly rounded: a searchAfter score must read back as the very double the hit carried.
+  if (ParseWithExactNumbers(d, body).IsError() || !d.IsObject()) return bad("the body must be a JSON object");
   for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it) {
     std::string_view key(it->name.GetString(), it->name.GetStringLength());
     const auto& v = it->value;
@@ -453,6 +506,9 @@ std::optional<Response> ParseSearchBody(const std::string& body, SearchParams& p
           text.append(item.GetString(), item.GetStringLength());
         }
         break;
+      case BodyParamType::kKey:
+        if (auto e = ApplySearchAfter(p, v); !e.empty()) return bad(e);
+        continue;
     }
     if (auto e = spec->apply(p, key, text); !e.empty()) return bad(e);
   }
@@ -478,7 +534,13 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
     if (auto problem = ValidateJsonObject(req.body)) return reply(ProblemResponse(*problem));
     if (auto error = ParseSearchBody(req.body, params)) return reply(std::move(*error));
   }
-  // API.md, Deep paging: beyond the window, page with searchAfter.
+  // API.md, Deep paging: beyond the window, page with searchAfter, which
+  // starts where its key says: it takes no offset (as Elasticsearch's
+  // search_after takes no `from`), so only `limit` meets the window.
+  if (params.request.search_after && params.request.offset != 0)
+    return reply(ErrorResponse(400, "invalid_argument",
+                               "offset must be 0 with searchAfter (the key says where the page starts); got " +
+                                   std::to_string(params.request.offset)));
   if (params.request.offset + params.request.limit > options.max_result_window)
     return reply(ErrorResponse(400, "result_window_too_large",
                                "offset + limit must be at most " + std::to_string(options.max_result_window) +
@@ -499,6 +561,11 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
     auto result = reader->search->Search(request);
     if (!result.ok()) {
       if (result.status().code() == StatusCode::kTooLarge) return reply(ResponseTooLarge(result.status()));
+      // A searchAfter key that does not fit the sort is a bad parameter,
+      // as a malformed one is (ApplySearchAfter), not a bad query.
+      if (result.status().code() == StatusCode::kInvalidArgument &&
+          result.status().message().starts_with("searchAfter"))
+        return reply(ErrorResponse(400, "invalid_argument", result.status().message()));
       if (result.status().code() == StatusCode::kInvalidArgument)
         return reply(ErrorResponse(400, "invalid_query", result.status().message(),
                                    MessageOffset(result.status().message())));

@@ -896,16 +896,19 @@ TEST_CASE("stored fields are kept in the segments, as indexed", "[postings]") {
     fetches = 0;
     // Every stored path, once, in the definition's order (its repeated
     // "title" dropped).
-    CHECK(fields(std::nullopt) ==
-          R"([{"id":"a","score":0.0,"fields":{"title":"x","author.name":["Blue door","fox to"],"score":4}},)"
-          R"({"id":"b","score":0.0,"fields":{"title":"x","author.name":"Ann","meta.y":[1,2,3]}}])");
+    CHECK(
+        fields(std::nullopt) ==
+        R"([{"id":"a","score":0.0,"fields":{"title":"x","author.name":["Blue door","fox to"],"score":4},"sort":[4,"a"]},)"
+        R"({"id":"b","score":0.0,"fields":{"title":"x","author.name":"Ann","meta.y":[1,2,3]},"sort":[null,"b"]}])");
     // Some of them, in the order asked.
     CHECK(fields(std::vector<std::string>{"meta.y", "score", "meta.y"}) ==
-          R"([{"id":"a","score":0.0,"fields":{"score":4}},{"id":"b","score":0.0,"fields":{"meta.y":[1,2,3]}}])");
+          R"([{"id":"a","score":0.0,"fields":{"score":4},"sort":[4,"a"]},)"
+          R"({"id":"b","score":0.0,"fields":{"meta.y":[1,2,3]},"sort":[null,"b"]}])");
     CHECK(fetches == 0);
     // A path the definition does not store reads the document store.
     CHECK(fields(std::vector<std::string>{"title", "meta"}) ==
-          R"([{"id":"a","score":0.0,"fields":{"title":"changed"}},{"id":"b","score":0.0}])");
+          R"([{"id":"a","score":0.0,"fields":{"title":"changed"},"sort":[4,"a"]},)"
+          R"({"id":"b","score":0.0,"sort":[null,"b"]}])");
     CHECK(fetches == 2);
   };
   CheckThroughMergeAndReopen(fx, 1, check);
@@ -951,11 +954,11 @@ TEST_CASE("a key with dots is that path, as Elasticsearch reads documents", "[po
   r.fields = std::vector<std::string>{"author.name"};
   r.fetch_document = fx.store.Fetcher();
   const std::string json = fx.Run(r).hits_json;
-  CHECK_THAT(json, Catch::Contains(R"({"id":"a","score":0.0,"fields":{"author.name":"Blue door"}})"));
-  CHECK_THAT(json, Catch::Contains(
-                       R"({"id":"b","score":0.0,"fields":{"author.name":["Ann","Bob"]}})"));  // both, in document order
-  CHECK_THAT(json, Catch::Contains(R"({"id":"c","score":0.0,"fields":{"author.name":["Cy"]}})"));
-  CHECK_THAT(json, Catch::Contains(R"({"id":"d","score":0.0,"fields":{}})"));
+  CHECK_THAT(json, Catch::Contains(R"({"id":"a","score":0.0,"fields":{"author.name":"Blue door"},"sort":[3,"a"]})"));
+  // Both, in document order.
+  CHECK_THAT(json, Catch::Contains(R"({"id":"b","score":0.0,"fields":{"author.name":["Ann","Bob"]},"sort":[2,"b"]})"));
+  CHECK_THAT(json, Catch::Contains(R"({"id":"c","score":0.0,"fields":{"author.name":["Cy"]},"sort":[1,"c"]})"));
+  CHECK_THAT(json, Catch::Contains(R"({"id":"d","score":0.0,"fields":{},"sort":[null,"d"]})"));
 }
 
 TEST_CASE("request errors", "[postings]") {
