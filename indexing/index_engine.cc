@@ -238,6 +238,8 @@ class IndexSlot {
     return error_count_ == 0 || kind_->Entries() > 0;
   }
 
+  Result<StateSnapshot> SnapshotFiles() const { return kind_->SnapshotFiles(); }
+
   const std::string& name() const { return name_; }
   const std::string& definition_json() const { return definition_json_; }
   const std::string& collection() const { return collection_; }
@@ -519,6 +521,7 @@ class IndexEngine::Impl {
     }
     switch_cv_.notify_all();
     if (switcher_.joinable()) switcher_.join();
+    if (purger_.joinable()) purger_.join();
     std::vector<std::shared_ptr<IndexSlot>> all;
     {
       std::lock_guard lock(mu_);
@@ -659,6 +662,7 @@ class IndexEngine::Impl {
       }
     }
     switcher_ = std::thread([this] { SwitchLoop(); });
+    if (options_.tombstone_retention) purger_ = std::thread([this] { PurgeLoop(); });
     for (const auto& name : pending) WakeSwitcher(name);
     return Status::Ok();
   }
@@ -706,7 +710,7 @@ class IndexEngine::Impl {
       std::lock_guard lock(switch_mu_);
       switch_pending_.insert(name);
     }
-    switch_cv_.notify_one();
+    switch_cv_.notify_all();  // the purger waits on it too
   }
 
   // The thread that switches names to their caught-up replacements: a
@@ -768,6 +772,54 @@ class IndexEngine::Impl {
     return Status::Ok();
   }
 
+  // Purges the store's tombstones that every index (replacements
+  // included) has processed and that are older than the retention: every
+  // second with a retention of 0, else every tenth of it (at most a
+  // minute). Also samples the store's etag clock once a minute.
+  void PurgeLoop() {
+    MarkBackgroundThread();
+    const auto retention = *options_.tombstone_retention;
+    const auto interval = std::clamp<std::chrono::seconds>(retention / 10, std::chrono::seconds(1),
+                                                           std::chrono::seconds(60));
+    uint64_t last_sample = 0;
+    std::unique_lock lock(switch_mu_);
+    while (!stop_switcher_) {
+      lock.unlock();
+      try {
+        PurgeOnce(retention, last_sample);
+      } catch (...) {
+        RecordInternalError(FaultSite::kIndexWorker, "purging tombstones: " + CurrentExceptionText());
+      }
+      lock.lock();
+      switch_cv_.wait_for(lock, interval, [&] { return stop_switcher_; });
+    }
+  }
+
+  void PurgeOnce(std::chrono::seconds retention, uint64_t& last_sample) {
+    uint64_t through = store_.LastEtag();
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [name, slot] : slots_) through = std::min(through, slot->indexed_etag());
+      for (const auto& [name, r] : replacements_) through = std::min(through, r.slot->indexed_etag());
+    }
+    const auto now = uint64_t(std::chrono::duration_cast<std::chrono::seconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+    if (retention.count() > 0) {
+      auto old_enough = store_.EtagAtTime(now - std::min<uint64_t>(now, uint64_t(retention.count())));
+      through = old_enough.ok() ? std::min(through, *old_enough) : 0;
+    }
+    const bool sample = now >= last_sample + 60;
+    if (through == 0 && !sample) return;
+    auto r = store_.PurgeTombstones(through, sample ? now : 0);
+    if (!r.ok()) {
+      if (r.status().code() != StatusCode::kShuttingDown)
+        RecordInternalError(FaultSite::kIndexWorker, "purging tombstones: " + r.status().ToString());
+      return;
+    }
+    if (sample) last_sample = now;
+  }
+
   static uint64_t VersionOf(const fs::path& top, const fs::path& dir) {
     if (dir == top) return 0;
     return ParseVersion(dir.filename().string()).value_or(0);
@@ -801,8 +853,9 @@ class IndexEngine::Impl {
   std::mutex switch_mu_;  // guards the two below
   std::condition_variable switch_cv_;
   std::set<std::string, std::less<>> switch_pending_;
-  bool stop_switcher_ = false;
+  bool stop_switcher_ = false;  // also stops the purger
   std::thread switcher_;
+  std::thread purger_;
 
   ListenerSet<const std::string&, uint64_t> listeners_;
 };
@@ -954,6 +1007,21 @@ Status IndexEngine::Reset(std::string_view name) {
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
   slot->RequestReset();
   return Status::Ok();
+}
+
+Result<std::vector<IndexBackup>> IndexEngine::SnapshotIndexes() const {
+  std::vector<std::shared_ptr<IndexSlot>> slots;
+  {
+    std::lock_guard lock(impl_->mu_);
+    for (const auto& [name, slot] : impl_->slots_) slots.push_back(slot);
+  }
+  std::vector<IndexBackup> out;
+  for (const auto& slot : slots) {
+    auto files = slot->SnapshotFiles();
+    if (!files.ok()) return Status::IOError("index " + slot->name() + ": " + files.status().message());
+    out.push_back(IndexBackup{slot->name(), slot->definition_json(), std::move(*files)});
+  }
+  return out;
 }
 
 Result<IndexReader> IndexEngine::Reader(std::string_view name) const {

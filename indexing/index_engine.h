@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/state_snapshot.h"
 #include "common/status.h"
 
 namespace corvid::storage {
@@ -80,6 +81,9 @@ struct EngineOptions {
   // is one segment with its own per-term lists: large documents with many
   // fields (W3) index ~8% faster per worker at 64 MiB than at 32 MiB.
   size_t batch_max_bytes = size_t{64} << 20;
+  // Tombstones older than this that every index has processed are purged
+  // (API.md, --tombstone-retention); none: never.
+  std::optional<std::chrono::seconds> tombstone_retention;
 };
 
 // A query's view of one index: keeps the index alive while it is read.
@@ -91,6 +95,14 @@ struct IndexReader {
   uint64_t generation = 0;    // of the index's state then (IndexEngine::ResetSince)
   std::shared_ptr<const mapreduce::MapReduceIndex> mapreduce;  // set for "mapreduce"
   std::shared_ptr<const postings::SearchIndex> search;         // set for "search"
+};
+
+// One index in a backup: its current definition and its state's files,
+// taken together (IndexEngine::SnapshotIndexes).
+struct IndexBackup {
+  std::string name;
+  std::string definition_json;
+  StateSnapshot state;
 };
 
 class IndexEngine {
@@ -129,6 +141,12 @@ class IndexEngine {
 
   // For queries.
   Result<IndexReader> Reader(std::string_view name) const;
+
+  // Every index's current version as one consistent state each (a
+  // replacement still building is left out: a restore resumes from the
+  // version that answered). Each index's etag is at most the store's last
+  // etag now, so a store snapshot taken after this covers every index.
+  Result<std::vector<IndexBackup>> SnapshotIndexes() const;
   // The etag the index has processed through, now (a reader's is the one
   // when it was taken; a reset lowers it to 0).
   Result<uint64_t> IndexedEtag(std::string_view name) const;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/doc_change.h"
+#include "common/state_snapshot.h"
 #include "common/status.h"
 #include "indexing/index_engine.h"
 
@@ -33,6 +34,8 @@ class IndexKind {
   virtual uint64_t Entries() const = 0;
   virtual uint64_t DiskBytes() const = 0;
   virtual uint64_t MemoryBytes() const = 0;
+  // The state's files as one consistent state, for a backup.
+  virtual Result<StateSnapshot> SnapshotFiles() const = 0;
   // Fills the kind-specific part of a query reader.
   virtual void FillReader(IndexReader& reader) const = 0;
 };

@@ -29,6 +29,7 @@ class MapReduceKind : public IndexKind {
   uint64_t Entries() const override { return index_->RowCount(); }
   uint64_t DiskBytes() const override { return index_->DiskBytes(); }
   uint64_t MemoryBytes() const override { return 0; }  // state lives in the OS page cache (LMDB)
+  Result<StateSnapshot> SnapshotFiles() const override { return index_->SnapshotFiles(); }
   void FillReader(IndexReader& reader) const override { reader.mapreduce = index_; }
 
  private:
@@ -49,6 +50,7 @@ class SearchKind : public IndexKind {
   uint64_t Entries() const override { return index_->LiveDocuments(); }
   uint64_t DiskBytes() const override { return index_->DiskBytes(); }
   uint64_t MemoryBytes() const override { return index_->MemoryBytes(); }
+  Result<StateSnapshot> SnapshotFiles() const override { return index_->SnapshotFiles(); }
   void FillReader(IndexReader& reader) const override { reader.search = index_; }
 
  private:

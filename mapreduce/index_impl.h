@@ -86,6 +86,7 @@ class MapReduceIndexImpl final : public MapReduceIndex {
   Status Clear() override;
   uint64_t RowCount() const override;
   uint64_t DiskBytes() const override;
+  Result<StateSnapshot> SnapshotFiles() const override;
   Result<QueryResult> Query(const std::vector<std::pair<std::string, std::string>>& params,
                             size_t max_response_bytes = SIZE_MAX) const override;
 

@@ -2,7 +2,9 @@
 // each changed document, retracts what its previous version emitted (read
 // from "docs"), adds its new entries, accumulates per-row deltas in memory,
 // and writes each touched row once, all in one durable write transaction.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -465,6 +467,34 @@ uint64_t MapReduceIndexImpl::DiskBytes() const {
   MDB_stat st;
   if (mdb_env_info(env_, &info) || mdb_env_stat(env_, &st)) return 0;
   return uint64_t(info.me_last_pgno + 1) * st.ms_psize;
+}
+
+Result<StateSnapshot> MapReduceIndexImpl::SnapshotFiles() const {
+  const char* dir = nullptr;
+  if (int rc = mdb_env_get_path(env_, &dir); rc) return Status::IOError(LmdbError("env_get_path", rc));
+  // An unlinked file beside the environment: nothing to clean up after a
+  // crash, and the copy's pages go to disk, not to memory.
+  const int fd = ::open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::IOError(std::string("create a temporary file in ") + dir + ": " + std::strerror(errno));
+  auto file = std::shared_ptr<int>(new int(fd), [](int* p) {
+    ::close(*p);
+    delete p;
+  });
+  if (int rc = mdb_env_copyfd2(env_, fd, MDB_CP_COMPACT); rc) return Status::IOError(LmdbError("copy " + std::string(dir), rc));
+  StateSnapshot snap;
+  snap.etag = LastAppliedEtag();  // read after the copy: at least the copy's
+  snap.files.push_back(SnapshotFile{"data.mdb", [file](const ByteSink& sink) -> Status {
+                                      std::string buf(size_t{1} << 20, '\0');
+                                      for (off_t at = 0;;) {
+                                        const ssize_t n = ::pread(*file, buf.data(), buf.size(), at);
+                                        if (n < 0 && errno == EINTR) continue;
+                                        if (n < 0) return Status::IOError(std::string("read the copy: ") + std::strerror(errno));
+                                        if (n == 0) return Status::Ok();
+                                        if (Status s = sink(std::string_view(buf.data(), size_t(n))); !s.ok()) return s;
+                                        at += n;
+                                      }
+                                    }});
+  return snap;
 }
 
 }  // namespace corvid::mapreduce

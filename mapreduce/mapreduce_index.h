@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/doc_change.h"
+#include "common/state_snapshot.h"
 #include "common/status.h"
 
 namespace corvid::mapreduce {
@@ -83,6 +84,9 @@ class MapReduceIndex {
   virtual uint64_t RowCount() const = 0;
   // Bytes used on disk by the state.
   virtual uint64_t DiskBytes() const = 0;
+  // A compacted copy of the environment (one read snapshot, its etag
+  // included), for a backup. Copies now, into an unlinked temporary file.
+  virtual Result<StateSnapshot> SnapshotFiles() const = 0;
 
   // Answers GET /indexes/{name}/results. `params` are the decoded query
   // parameters; minEtag and waitMs are ignored here (the engine handles

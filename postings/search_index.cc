@@ -101,6 +101,7 @@ class SearchIndexImpl final : public SearchIndex {
   uint64_t DiskBytes() const override { return disk_bytes_.load(); }
   uint64_t MemoryBytes() const override { return memory_bytes_.load() + builder_bytes_.load() + merge_bytes_.load(); }
   Result<SearchResult> Search(const SearchRequest& request) const override { return RunSearch(*Current(), request); }
+  Result<StateSnapshot> SnapshotFiles() const override;
   // Blocks until the merge thread finds nothing to merge (or is stopped).
   void WaitForMerges();
 
@@ -225,6 +226,31 @@ Status SearchIndexImpl::WriteManifest(const Snapshot& s) const {
   std::vector<ManifestEntry> entries;
   for (const auto& seg : s.segments) entries.push_back(ManifestEntry{seg.id, seg.segment->doc_count(), seg.deleted.get()});
   return WriteFileAtomic(dir_, kManifestName, EncodeManifest(def_->Fingerprint(), s.etag, next_segment_id_, entries));
+}
+
+Result<StateSnapshot> SearchIndexImpl::SnapshotFiles() const {
+  // The current snapshot's manifest, encoded now, and its segments read
+  // from their mappings, which the snapshot keeps alive even if a merge
+  // removes their files meanwhile.
+  std::shared_ptr<const Snapshot> snap = Current();
+  std::vector<ManifestEntry> entries;
+  for (const auto& seg : snap->segments) entries.push_back(ManifestEntry{seg.id, seg.segment->doc_count(), seg.deleted.get()});
+  auto manifest = std::make_shared<const std::string>(
+      EncodeManifest(def_->Fingerprint(), snap->etag, next_segment_id_.load(), entries));
+  StateSnapshot out;
+  out.etag = snap->etag;
+  out.files.push_back(SnapshotFile{kManifestName, [manifest](const ByteSink& sink) { return sink(*manifest); }});
+  for (size_t i = 0; i < snap->segments.size(); ++i) {
+    out.files.push_back(SnapshotFile{SegmentName(snap->segments[i].id), [snap, i](const ByteSink& sink) -> Status {
+                                       const std::string_view file = snap->segments[i].segment->file();
+                                       constexpr size_t kPiece = size_t{1} << 20;
+                                       for (size_t at = 0; at < file.size(); at += kPiece) {
+                                         if (Status s = sink(file.substr(at, kPiece)); !s.ok()) return s;
+                                       }
+                                       return Status::Ok();
+                                     }});
+  }
+  return out;
 }
 
 void SearchIndexImpl::WipeFiles() {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/doc_change.h"
+#include "common/state_snapshot.h"
 #include "common/status.h"
 
 namespace corvid::postings {
@@ -116,6 +117,8 @@ class SearchIndex {
   // Syntax errors → InvalidArgument whose message holds "at offset N";
   // unknown fields in sort/facets/highlight → InvalidArgument.
   virtual Result<SearchResult> Search(const SearchRequest& request) const = 0;
+  // The files of the current snapshot (manifest and segments), for a backup.
+  virtual Result<StateSnapshot> SnapshotFiles() const = 0;
 };
 
 }  // namespace corvid::postings

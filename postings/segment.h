@@ -437,6 +437,8 @@ class Segment {
 
   uint32_t doc_count() const { return doc_count_; }
   size_t file_bytes() const { return file_.size(); }
+  // The whole file as mapped (a backup copies it from here).
+  std::string_view file() const { return std::string_view(file_.data(), file_.size()); }
   std::string_view id(uint32_t doc) const {
     return std::string_view(ids_blob_ + ids_off_[doc], ids_off_[doc + 1] - ids_off_[doc]);
   }

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "common/faults.h"
+#include "server/body_stream.h"
 
 namespace corvid::server {
 
@@ -265,6 +266,10 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   ~Session() {
+    if (streaming_) {
+      streaming_->OnCancel(nullptr);
+      streaming_->Cancel();
+    }
     {
       std::lock_guard lock(server_.idle_mu);
       if (listed_) server_.idle.erase(idle_pos_);
@@ -508,6 +513,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void StartWrite(Response resp, bool counted) {
+    if (resp.stream && !resp.omit_body) return StartStream(std::move(resp), counted);
     if (resp.body.size() > server_.options.router.max_response_bytes) {
       // Handlers stop building an answer at the limit; this catches any other.
       resp = ErrorResponse(400, "response_too_large",
@@ -519,6 +525,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (resp.etag) res->set(http::field::etag, "\"" + std::to_string(*resp.etag) + "\"");
     if (!resp.allow.empty()) res->set(http::field::allow, resp.allow);
     if (!resp.www_authenticate.empty()) res->set(http::field::www_authenticate, resp.www_authenticate);
+    for (const auto& [name, value] : resp.headers) res->set(name, value);
+    if (resp.stream) resp.stream->Cancel();  // a HEAD: the headers only
     res->body() = std::move(resp.body);
     res->keep_alive(keep_alive_ && !resp.close && !server_.draining);
     res->prepare_payload();
@@ -536,6 +544,79 @@ class Session : public std::enable_shared_from_this<Session> {
         self->WaitForRequest();
       });
     });
+  }
+
+  // A streamed body (body_stream.h): the header with chunked transfer
+  // coding, then one chunk per piece, each asked for once the one before
+  // is written, so the producer runs at the client's pace with at most a
+  // few pieces in memory. A producer's error closes the connection before
+  // the last chunk: the client sees the body cut short, never a whole one.
+  void StartStream(Response resp, bool counted) {
+    auto res = std::make_shared<http::response<http::empty_body>>(static_cast<http::status>(resp.status), 11);
+    if (!resp.content_type.empty()) res->set(http::field::content_type, resp.content_type);
+    for (const auto& [name, value] : resp.headers) res->set(name, value);
+    res->keep_alive(keep_alive_ && !resp.close && !server_.draining);
+    res->chunked(true);
+    streaming_ = std::move(resp.stream);
+    streaming_counted_ = counted;
+    // A shutdown cancels the stream: end the response even if it is stuck
+    // writing to a client that stopped reading (the drain waits for it).
+    streaming_->OnCancel([weak = weak_from_this()] {
+      if (auto self = weak.lock()) asio::post(self->stream_.get_executor(), [self] { self->Close(); });
+    });
+    auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
+    stream_.expires_after(kWriteTimeout);
+    http::async_write_header(stream_, *sr, [self = shared_from_this(), res, sr](beast::error_code ec, size_t) {
+      self->Guard([&] {
+        if (ec) return self->EndStream(false);
+        self->stream_keep_alive_ = res->keep_alive();
+        self->NextPiece();
+      });
+    });
+  }
+
+  void NextPiece() {
+    std::weak_ptr<Session> weak = weak_from_this();
+    streaming_->Next([weak](Result<std::string> piece) {
+      auto self = weak.lock();
+      if (!self) return;
+      asio::dispatch(self->stream_.get_executor(), [self, piece = std::move(piece)]() mutable {
+        self->Guard([&] { self->WritePiece(std::move(piece)); });
+      });
+    });
+  }
+
+  void WritePiece(Result<std::string> piece) {
+    if (!streaming_) return;
+    if (!piece.ok()) return EndStream(false);
+    stream_.expires_after(kWriteTimeout);
+    if (piece->empty()) {
+      return asio::async_write(stream_, http::make_chunk_last(), [self = shared_from_this()](beast::error_code ec, size_t) {
+        self->Guard([&] { self->EndStream(!ec); });
+      });
+    }
+    auto data = std::make_shared<std::string>(std::move(*piece));
+    asio::async_write(stream_, http::make_chunk(asio::buffer(*data)),
+                      [self = shared_from_this(), data](beast::error_code ec, size_t) {
+                        self->Guard([&] {
+                          if (ec) return self->EndStream(false);
+                          self->NextPiece();
+                        });
+                      });
+  }
+
+  void EndStream(bool whole) {
+    if (auto stream = std::move(streaming_)) {
+      stream->OnCancel(nullptr);  // ended here: nothing to close
+      stream->Cancel();
+    }
+    if (streaming_counted_) {
+      --server_.in_flight;
+      awaiting_answer_ = false;
+      streaming_counted_ = false;
+    }
+    if (!whole || !stream_keep_alive_) return Close();
+    WaitForRequest();
   }
 
   void DrainInput() {
@@ -574,6 +655,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool awaiting_answer_ = false;  // handed to the router, its answer not yet written
   bool answered_ = false;         // the current request's answer has been sent to Write
   std::vector<char> discard_;
+  std::shared_ptr<BodyStream> streaming_;  // the body being streamed, if any
+  bool streaming_counted_ = false;
+  bool stream_keep_alive_ = false;
 };
 
 bool IsOutOfResources(const beast::error_code& ec) {
@@ -748,6 +832,7 @@ void HttpServer::Run() {
   for (int i = 1; i < impl->options.threads; ++i) pool.emplace_back([impl] { impl->RunIo(); });
   impl->RunIo();
   for (auto& t : pool) t.join();
+  impl->router->JoinBackgroundWork();  // before the store and the indexes close
 }
 
 void HttpServer::Stop() {

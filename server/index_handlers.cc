@@ -134,6 +134,11 @@ void WriteProgress(JsonWriter& w, const indexing::IndexProgress& p, const std::s
   w.Uint64(p.memory_bytes);
   w.Key("diskBytes");
   w.Uint64(p.disk_bytes);
+  if (p.replacing) {
+    // A changed definition building side by side (API.md, Indexes).
+    w.Key("replacing");
+    WriteProgress(w, *p.replacing, definition ? &p.replacing_definition : nullptr);
+  }
   w.EndObject();
 }
 
@@ -666,6 +671,10 @@ Response Analyze(const Request& req) {
 void Router::State::DispatchAdmin(Request& req, const Target& t, Reply& reply) {
   const auto& seg = t.segments;
   const std::string& m = req.method;
+  if (seg.size() == 2 && seg[1] == "backup") {
+    if (m != "GET") return reply(MethodNotAllowed("GET"));
+    return Backup(reply);
+  }
   if (seg.size() == 2 && seg[1] == "analyze") {
     if (m != "POST") return reply(MethodNotAllowed("POST"));
     return reply(Analyze(req));

@@ -1,10 +1,17 @@
 // corvid: the server binary. `corvid serve [--data DIR] [--listen HOST:PORT]
 // [--threads N] [--api-key KEY] ...` opens the store, serves HTTP until
 // SIGTERM/SIGINT, drains, closes the store and exits 0.
+// `corvid backup --url URL -o FILE [--api-key KEY]` saves GET /admin/backup;
+// `corvid restore --from FILE --data DIR` installs one (API.md, Backup).
 #include <malloc.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <map>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -14,7 +21,9 @@
 
 #include "common/memory_budget.h"
 #include "indexing/index_engine.h"
+#include "server/http_client.h"
 #include "server/http_server.h"
+#include "storage/backup_format.h"
 #include "storage/document_store.h"
 
 namespace {
@@ -25,9 +34,13 @@ constexpr const char* kUsage =
     "                    [--max-header-bytes N] [--max-header-fields N] [--max-target-bytes N]\n"
     "                    [--max-connections N] [--idle-timeout-ms N] [--header-timeout-ms N]\n"
     "                    [--max-result-window N] [--memory-budget BYTES]\n"
+    "                    [--tombstone-retention DURATION]\n"
     "defaults: --data ./corvid-data --listen 127.0.0.1:8080 --threads <cores>\n"
     "          --memory-budget: half the cgroup's memory limit, else a quarter of RAM\n"
-    "          (BYTES may end in K, M or G: powers of 1024)\n";
+    "          (BYTES may end in K, M or G: powers of 1024)\n"
+    "          --tombstone-retention 7d (0, seconds, or a number with s, m, h or d)\n"
+    "       corvid backup --url URL -o FILE [--api-key KEY]\n"
+    "       corvid restore --from FILE --data DIR\n";
 
 bool ParseNumber(std::string_view s, uint64_t& out) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
@@ -49,9 +62,134 @@ bool ParseBytes(std::string_view s, uint64_t& out) {
   return true;
 }
 
+// A duration: 0, seconds, or a number with s, m, h or d.
+bool ParseDuration(std::string_view s, uint64_t& seconds) {
+  uint64_t unit = 1;
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 's': unit = 1; break;
+      case 'm': unit = 60; break;
+      case 'h': unit = 3600; break;
+      case 'd': unit = 86400; break;
+      default: unit = 0;
+    }
+    if (unit != 0) s.remove_suffix(1);
+    else unit = 1;
+  }
+  if (!ParseNumber(s, seconds) || seconds > (uint64_t{1} << 40) / unit) return false;
+  seconds *= unit;
+  return true;
+}
+
 int Fail(const std::string& message) {
   std::cerr << "corvid: " << message << "\n" << kUsage;
   return 2;
+}
+
+// Progress on stderr, redrawn in place on a terminal (at most ten times a
+// second), silent otherwise.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string what) : what_(std::move(what)), tty_(::isatty(2) == 1) {}
+  void Update(uint64_t done, uint64_t total, bool final = false) {
+    if (!tty_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!final && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    const double mb = double(done) / 1e6;
+    char line[160];
+    if (total > 0) {
+      const int width = 30;
+      const int fill = int(double(width) * double(done) / double(total));
+      std::string bar(size_t(std::clamp(fill, 0, width)), '#');
+      bar.resize(width, ' ');
+      std::snprintf(line, sizeof line, "\r%s [%s] %3d%% %.1f MB, %.0f MB/s", what_.c_str(), bar.c_str(),
+                    int(100.0 * double(done) / double(total)), mb, secs > 0 ? mb / secs : 0.0);
+    } else {
+      std::snprintf(line, sizeof line, "\r%s %.1f MB, %.0f MB/s", what_.c_str(), mb, secs > 0 ? mb / secs : 0.0);
+    }
+    std::fputs(line, stderr);
+    if (final) std::fputs("\n", stderr);
+  }
+
+ private:
+  std::string what_;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_{};
+};
+
+// Parses `--flag VALUE` pairs into `values`; false (after a message) on
+// anything else.
+bool ParseFlags(int argc, char** argv, std::initializer_list<std::string_view> known,
+                std::map<std::string, std::string>& values, int& exit_code) {
+  for (int i = 2; i < argc; ++i) {
+    std::string_view flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::cout << kUsage;
+      exit_code = 0;
+      return false;
+    }
+    if (std::find(known.begin(), known.end(), flag) == known.end()) {
+      exit_code = Fail("unknown flag " + std::string(flag) + " for '" + argv[1] + "'");
+      return false;
+    }
+    if (i + 1 >= argc) {
+      exit_code = Fail("missing value for " + std::string(flag));
+      return false;
+    }
+    values[std::string(flag)] = argv[++i];
+  }
+  return true;
+}
+
+int Restore(int argc, char** argv) {
+  std::map<std::string, std::string> v;
+  int rc = 2;
+  if (!ParseFlags(argc, argv, {"--from", "--data"}, v, rc)) return rc;
+  if (!v.count("--from") || !v.count("--data")) return Fail("restore needs --from FILE and --data DIR");
+  ProgressBar bar("restoring");
+  auto info = corvid::storage::RestoreBackup(v["--from"], v["--data"],
+                                             [&](uint64_t done, uint64_t total) { bar.Update(done, total); });
+  if (!info.ok()) {
+    std::cerr << "\ncorvid: restore from " << v["--from"] << " failed: " << info.status().message()
+              << "\n(nothing was written to " << v["--data"] << ")\n";
+    return 1;
+  }
+  bar.Update(info->file_bytes * 2, info->file_bytes * 2, true);
+  std::cerr << "corvid: restored " << info->parts.size() << " files (" << info->file_bytes
+            << " bytes of backup) up to etag " << info->etag << " into " << v["--data"] << "\n";
+  return 0;
+}
+
+int Backup(int argc, char** argv) {
+  std::map<std::string, std::string> v;
+  int rc = 2;
+  if (!ParseFlags(argc, argv, {"--url", "-o", "--api-key"}, v, rc)) return rc;
+  if (!v.count("--url") || !v.count("-o")) return Fail("backup needs --url URL and -o FILE");
+  std::string url = v["--url"];
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  if (url.find("/admin/backup") == std::string::npos) url += "/admin/backup";
+  ProgressBar bar("backing up");
+  auto got = corvid::server::DownloadToFile(url, v["--api-key"], v["-o"], [&](uint64_t n) { bar.Update(n, 0); });
+  if (!got.ok()) {
+    std::cerr << "\ncorvid: backup failed: " << got.status().message() << "\n";
+    return 1;
+  }
+  if (got->status != 200) {
+    std::cerr << "corvid: backup failed: " << url << " answered " << got->status << ": " << got->error_body << "\n";
+    return 1;
+  }
+  bar.Update(got->bytes, 0, true);
+  // The file is whole only if it checks out.
+  auto info = corvid::storage::VerifyBackup(v["-o"]);
+  if (!info.ok()) {
+    std::cerr << "corvid: the backup written to " << v["-o"] << " does not verify: " << info.status().message() << "\n";
+    return 1;
+  }
+  std::cerr << "corvid: backup of etag " << info->etag << " written to " << v["-o"] << " (" << got->bytes
+            << " bytes, " << info->parts.size() << " files, verified)\n";
+  return 0;
 }
 
 }  // namespace
@@ -65,6 +203,8 @@ static void ConfigureProcess() {
   // threshold gave it back too, but faulted every large body's pages in
   // afresh: bulk loads paid 15% more system time.)
   mallopt(M_ARENA_MAX, int(std::max(2u, 2 * std::thread::hardware_concurrency())));
+  // A peer that goes away makes a write fail with EPIPE, never ends the process.
+  ::signal(SIGPIPE, SIG_IGN);
   // The soft descriptor limit up to the hard one, as Go's runtime does:
   // connections, segment files and the store all need descriptors.
   rlimit rl{};
@@ -76,11 +216,15 @@ static void ConfigureProcess() {
 
 int main(int argc, char** argv) {
   ConfigureProcess();
-  if (argc < 2 || std::string_view(argv[1]) != "serve") return Fail("expected the 'serve' command");
+  if (argc >= 2 && std::string_view(argv[1]) == "restore") return Restore(argc, argv);
+  if (argc >= 2 && std::string_view(argv[1]) == "backup") return Backup(argc, argv);
+  if (argc < 2 || std::string_view(argv[1]) != "serve") return Fail("expected a command: serve, backup or restore");
   std::string data_dir = "./corvid-data";
   std::string listen = "127.0.0.1:8080";
   corvid::server::HttpServerOptions options;
   uint64_t memory_budget = corvid::DefaultMemoryBudget();
+  corvid::indexing::EngineOptions engine_options;
+  engine_options.tombstone_retention = std::chrono::hours(24 * 7);
   for (int i = 2; i < argc; ++i) {
     std::string_view flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -96,6 +240,9 @@ int main(int argc, char** argv) {
       listen = value;
     } else if (flag == "--api-key") {
       options.router.api_key = value;
+    } else if (flag == "--tombstone-retention") {
+      if (!ParseDuration(value, n)) return Fail("--tombstone-retention must be 0, seconds, or a number with s, m, h or d");
+      engine_options.tombstone_retention = std::chrono::seconds(n);
     } else if (flag == "--memory-budget") {
       if (!ParseBytes(value, memory_budget) || memory_budget < (uint64_t{16} << 20))
         return Fail("--memory-budget needs a byte count of at least 16M");
@@ -135,7 +282,7 @@ int main(int argc, char** argv) {
     std::cerr << "corvid: cannot open the store in " << data_dir << ": " << store.status().ToString() << "\n";
     return 1;
   }
-  auto engine = corvid::indexing::IndexEngine::Open(data_dir + "/indexes", **store);
+  auto engine = corvid::indexing::IndexEngine::Open(data_dir + "/indexes", **store, engine_options);
   if (!engine.ok()) {
     std::cerr << "corvid: cannot open the indexes in " << data_dir << ": " << engine.status().ToString() << "\n";
     return 1;

@@ -49,7 +49,10 @@ Response ErrorResponse(int status, std::string_view code, std::string_view messa
 Router::Router(DocumentStore& store, indexing::IndexEngine* engine, Timers& timers, RouterOptions options)
     : state_(std::make_shared<State>(store, engine, timers, std::move(options))) {}
 
-Router::~Router() { CompleteWaiters(); }
+Router::~Router() {
+  CompleteWaiters();
+  state_->JoinJobs();
+}
 
 size_t Router::BodyLimit(std::string_view method, std::string_view target) const {
   // Decoded as Handle will decode it, so that /docs/c/%5Fbulk, which
@@ -78,7 +81,10 @@ void Router::CompleteWaiters() {
     waiters = state_->waiters;
   }
   for (const auto& w : waiters) state_->Finish(w);
+  state_->CancelJobs();
 }
+
+void Router::JoinBackgroundWork() { state_->JoinJobs(); }
 
 namespace {
 
@@ -338,10 +344,33 @@ void Router::State::Changes(const Target& t, Reply& reply) {
   if (auto bad = ReadCountParam(t, "since", UINT64_MAX, since)) return reply(std::move(*bad));
   if (auto bad = ReadCountParam(t, "limit", kMaxChangesLimit, limit)) return reply(std::move(*bad));
   if (auto bad = ReadCountParam(t, "waitMs", kMaxWaitMs, wait_ms)) return reply(std::move(*bad));
-  auto answer = [&store = store, since, limit]() -> Response {
+  std::optional<std::string> collection;
+  if (const std::string* c = t.Param("collection")) collection = *c;
+  auto answer = [&store = store, since, limit, collection]() -> Response {
     uint64_t last = store.LastEtag();
-    auto changes = store.ChangesSince(since, limit);
+    auto changes = collection ? store.ChangesSince(since, limit, std::string_view(*collection))
+                              : store.ChangesSince(since, limit);
     if (!changes.ok()) return FromStatus(changes.status());
+    // Read after the feed: a purge that the read missed is seen here.
+    if (const uint64_t purged = store.PurgedMax(); since > 0 && since < purged) {
+      // oldestEtag inside `error`, as API.md puts an error's details.
+      rapidjson::StringBuffer buf;
+      JsonWriter w(buf);
+      w.StartObject();
+      w.Key("error");
+      w.StartObject();
+      w.Key("code");
+      w.String("changes_purged");
+      w.Key("message");
+      WriteString(w, "tombstones up to etag " + std::to_string(purged) +
+                         " were purged (--tombstone-retention): this reader may have missed deletes; start again "
+                         "from since=0");
+      w.Key("oldestEtag");
+      w.Uint64(purged);
+      w.EndObject();
+      w.EndObject();
+      return JsonResponse(410, buf);
+    }
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);
     w.StartObject();

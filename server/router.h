@@ -24,6 +24,8 @@ class IndexEngine;
 
 namespace corvid::server {
 
+class BodyStream;
+
 struct Request {
   std::string method;  // "GET", "PUT", ...
   std::string target;  // path and query, still percent-encoded
@@ -46,6 +48,10 @@ struct Response {
   // The answer to a HEAD: the transport sends the headers GET would,
   // Content-Length of `body` included, and no body (RFC 9110 §9.3.2).
   bool omit_body = false;
+  // A body produced piece by piece (body_stream.h), sent with chunked
+  // transfer coding instead of `body`.
+  std::shared_ptr<BodyStream> stream;
+  std::vector<std::pair<std::string, std::string>> headers;  // further header fields
 };
 
 using Reply = std::function<void(Response)>;
@@ -117,8 +123,12 @@ class Router {
   // Counts a request or connection the transport refused.
   void CountRejected(RejectReason reason);
 
-  // Answers parked requests (long polls, index waits) now (on shutdown).
+  // Answers parked requests (long polls, index waits) now (on shutdown),
+  // and cancels streamed answers (backups).
   void CompleteWaiters();
+  // Waits for the threads of streamed answers to end (after the I/O
+  // threads stopped, before the store and the indexes close).
+  void JoinBackgroundWork();
 
   struct State;
 

@@ -15,6 +15,7 @@
 #include "common/utf8.h"
 #include "indexing/index_engine.h"
 #include "server/json_input.h"
+#include "server/body_stream.h"
 #include "server/metrics.h"
 #include "server/router.h"
 #include "storage/document_store.h"
@@ -270,6 +271,21 @@ struct Router::State : std::enable_shared_from_this<Router::State> {
   // Runs `then` once index `name` has processed through min_etag, or after wait_ms.
   void WaitForIndex(const std::string& name, uint64_t min_etag, uint64_t wait_ms, std::function<void()> then);
   Response MetricsText() const;
+
+  // backup.cc: GET /admin/backup, streamed by a thread of its own.
+  void Backup(Reply& reply);
+  // Threads that produce streamed answers, and their channels (to cancel
+  // them on shutdown). Finished ones are joined when the next one starts.
+  struct Job {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+    std::weak_ptr<BodyStream> stream;
+  };
+  std::mutex jobs_mu;
+  std::vector<Job> jobs;  // guarded by jobs_mu
+  bool jobs_stopping = false;  // guarded by jobs_mu
+  void CancelJobs();
+  void JoinJobs();
 };
 
 }  // namespace corvid::server

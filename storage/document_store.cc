@@ -3,8 +3,16 @@
 // document_store_write.cc.
 #include "storage/document_store.h"
 
-#include <algorithm>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 #include <zstd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
 
 #include <filesystem>
 #include <future>
@@ -87,7 +95,8 @@ Status DocumentStore::Impl::OpenEnv(const std::string& dir) {
   if (rc != 0) return LmdbStatus(rc, "begin");
   struct Named { const char* name; MDB_dbi* dbi; } dbs[] = {
       {"meta", &meta_db}, {"collections", &collections_db}, {"docs", &docs_db},
-      {"changes", &changes_db}, {"coll_changes", &coll_changes_db}, {"dicts", &dicts_db}};
+      {"changes", &changes_db}, {"coll_changes", &coll_changes_db}, {"dicts", &dicts_db},
+      {"clock", &clock_db}};
   for (auto& d : dbs) {
     rc = mdb_dbi_open(txn, d.name, MDB_CREATE, d.dbi);
     if (rc != 0) {
@@ -139,6 +148,9 @@ Status DocumentStore::Impl::LoadState() {
   uint64_t last = 0, next = 1;
   if (Status s = read_u64("last_etag", 8, last); !s.ok()) return s;
   if (Status s = read_u64("next_coll", 4, next); !s.ok()) return s;
+  uint64_t purged = 0;
+  if (Status s = read_u64("purged_max", 8, purged); !s.ok()) return s;
+  purged_max.store(purged);
   last_etag.store(last);
   next_collection = uint32_t(next);
 
@@ -471,6 +483,131 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
     change.json = batch->buffers.back();
   }
   return std::unique_ptr<ChangeBatch>(std::move(batch));
+}
+
+Result<PurgeResult> DocumentStore::PurgeTombstones(uint64_t through, uint64_t clock_time, size_t batch) {
+  PurgeResult total;
+  for (bool first = true;; first = false) {
+    PurgeResult one;
+    PendingWrite p;
+    p.purge = PurgeJob{through, std::max<size_t>(batch, 1), first ? clock_time : 0, &one};
+    std::promise<WriteResult> promise;
+    p.done = [&promise](WriteResult r) { promise.set_value(std::move(r)); };
+    {
+      std::unique_lock lock(impl_->queue_mu);
+      if (impl_->stopping) return Status::ShuttingDown("the store is closing");
+      impl_->queue.push_back(std::move(p));
+    }
+    impl_->queue_cv.notify_one();
+    WriteResult r = promise.get_future().get();
+    if (!r.status.ok()) return r.status;
+    total.purged += one.purged;
+    total.scanned_to = one.scanned_to;
+    total.purged_max = one.purged_max;
+    if (one.purged < batch || one.scanned_to >= through) return total;
+  }
+}
+
+Result<uint64_t> DocumentStore::EtagAtTime(uint64_t t) const {
+  ReadTxn txn(impl_->env);
+  if (!txn.status().ok()) return txn.status();
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn.get(), impl_->clock_db, &cur);
+  if (rc != 0) return LmdbStatus(rc, "cursor");
+  std::string key;
+  fmt::PutBE64(key, t + 1);
+  MDB_val k = ToVal(key), v;
+  // The last sample at or before t: the one before the first after it.
+  rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+  rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mdb_cursor_get(cur, &k, &v, MDB_LAST);
+  uint64_t etag = 0;
+  if (rc == 0 && v.mv_size == 8) etag = fmt::GetLE(static_cast<const char*>(v.mv_data), 8);
+  mdb_cursor_close(cur);
+  if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "read the etag clock");
+  return etag;
+}
+
+uint64_t DocumentStore::PurgedMax() const { return impl_->purged_max.load(std::memory_order_acquire); }
+
+namespace {
+
+// A compacted copy of the environment written by LMDB into a pipe on a
+// thread of its own, read from the other end.
+class PipedCopy final : public DocumentStore::SnapshotCopy {
+ public:
+  ~PipedCopy() override {
+    if (rfd_ >= 0) ::close(rfd_);  // a copy still writing fails with EPIPE and ends
+    if (thread_.joinable()) thread_.join();
+  }
+  uint64_t etag() const override { return etag_; }
+
+  Result<size_t> Read(char* buf, size_t cap) override {
+    if (pending_ < first_.size()) {
+      const size_t n = std::min(cap, first_.size() - pending_);
+      std::memcpy(buf, first_.data() + pending_, n);
+      pending_ += n;
+      return n;
+    }
+    ssize_t n;
+    do n = ::read(rfd_, buf, cap);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return Status::IOError(std::string("reading the store copy: ") + std::strerror(errno));
+    if (n == 0) {
+      if (thread_.joinable()) thread_.join();
+      if (rc_ != 0) return LmdbStatus(rc_, "copy the store");
+    }
+    return size_t(n);
+  }
+
+  // Starts the copy; returns once its read snapshot is taken (its first
+  // bytes have arrived), with the writers held off (commit_gate) until
+  // then so that the snapshot holds exactly `etag`.
+  Status Start(DocumentStore::Impl& store) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return Status::IOError(std::string("pipe: ") + std::strerror(errno));
+    rfd_ = fds[0];
+    const int wfd = fds[1];
+    (void)::fcntl(wfd, F_SETPIPE_SZ, 1 << 20);
+    std::lock_guard gate(store.commit_gate);
+    etag_ = store.last_etag.load(std::memory_order_acquire);
+    MDB_env* env = store.env;
+    thread_ = std::thread([this, env, wfd] {
+      // A reader that goes away makes the copy's writes fail with EPIPE,
+      // not end the process (LMDB's own writer thread inherits the mask).
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &set, nullptr);
+      rc_ = mdb_env_copyfd2(env, wfd, MDB_CP_COMPACT);
+      ::close(wfd);
+    });
+    first_.resize(64 * 1024);
+    ssize_t n;
+    do n = ::read(rfd_, first_.data(), first_.size());
+    while (n < 0 && errno == EINTR);
+    if (n <= 0) {
+      thread_.join();
+      return rc_ != 0 ? LmdbStatus(rc_, "copy the store") : Status::IOError("the store copy ended at once");
+    }
+    first_.resize(size_t(n));
+    return Status::Ok();
+  }
+
+ private:
+  int rfd_ = -1;
+  std::thread thread_;
+  int rc_ = 0;  // the copy's outcome, read after the join
+  uint64_t etag_ = 0;
+  std::string first_;
+  size_t pending_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DocumentStore::SnapshotCopy>> DocumentStore::BeginSnapshotCopy() const {
+  auto copy = std::make_unique<PipedCopy>();
+  if (Status s = copy->Start(*impl_); !s.ok()) return s;
+  return std::unique_ptr<SnapshotCopy>(std::move(copy));
 }
 
 Result<uint64_t> DocumentStore::CountChangesSince(std::string_view collection, uint64_t since, uint64_t cap) const {

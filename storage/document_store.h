@@ -79,6 +79,13 @@ struct Change {
   bool deleted = false;
 };
 
+// What one PurgeTombstones call did.
+struct PurgeResult {
+  uint64_t purged = 0;      // tombstones removed (with their change-feed entries)
+  uint64_t scanned_to = 0;  // every tombstone up to this etag is gone
+  uint64_t purged_max = 0;  // the highest etag of a tombstone ever purged
+};
+
 struct CollectionInfo {
   std::string name;
   uint64_t count = 0;       // live documents
@@ -188,6 +195,35 @@ class DocumentStore {
   // path synchronously. Returns a handle for RemoveCommitListener.
   uint64_t AddCommitListener(CommitListener listener);
   void RemoveCommitListener(uint64_t handle);
+
+  // Removes tombstones (their documents' entries and change-feed entries)
+  // with etag <= `through`, in transactions of at most `batch` each, through
+  // the merger; the scan resumes where the last one stopped (a tombstone is
+  // always newer than any scan that could have missed it). With
+  // `clock_time` (unix seconds), records (clock_time, LastEtag()) in the
+  // etag clock. Collection tombstone counts drop accordingly.
+  Result<PurgeResult> PurgeTombstones(uint64_t through, uint64_t clock_time = 0, size_t batch = 10000);
+  // The last etag the store had at or before unix time `t`, from the etag
+  // clock (0 if no sample is that old).
+  Result<uint64_t> EtagAtTime(uint64_t t) const;
+  // The highest etag of a tombstone ever purged (0: none): a reader of the
+  // change feed from below it may have missed deletes.
+  uint64_t PurgedMax() const;
+
+  // A compacted copy of one read snapshot of the store (LMDB's
+  // mdb_env_copyfd2), read as a stream: the bytes of a data.mdb that
+  // `DocumentStore::Open` opens as this store was at `etag()`. Writes go on
+  // meanwhile; they wait only while the copy's snapshot is taken. The copy
+  // runs on a thread of its own; destroying the object stops it.
+  class SnapshotCopy {
+   public:
+    virtual ~SnapshotCopy() = default;
+    // The last etag the snapshot holds.
+    virtual uint64_t etag() const = 0;
+    // Up to `cap` bytes into `buf`; 0 at the end. An error if the copy failed.
+    virtual Result<size_t> Read(char* buf, size_t cap) = 0;
+  };
+  Result<std::unique_ptr<SnapshotCopy>> BeginSnapshotCopy() const;
 
   struct Stats {
     uint64_t commits = 0;        // durable transactions

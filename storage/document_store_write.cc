@@ -79,6 +79,7 @@ class BatchWriter {
   // written; `wrote` tells whether a failure left partial writes behind.
   Status Apply(PendingWrite& p, WriteResult& result, bool& wrote) {
     wrote = false;
+    if (p.purge) return Purge(*p.purge, wrote);
     const WriteRequest& req = p.request;
     for (size_t i = 0; i < req.ops.size(); ++i) {
       const WriteOp& op = req.ops[i];
@@ -87,6 +88,94 @@ class BatchWriter {
       if (i == 0) result.first_etag = etag_;
       result.last_etag = etag_;
     }
+    return Status::Ok();
+  }
+
+  // Whether a purge changed anything (the batch then commits even without
+  // a new etag).
+  bool maintenance() const { return maintenance_; }
+
+  // Removes tombstones with etag <= job.through, from where the last purge
+  // stopped (meta "purge_scan"), at most job.limit of them.
+  Status Purge(PurgeJob& job, bool& wrote) {
+    auto read_meta = [&](std::string_view name, uint64_t& out) -> Status {
+      MDB_val k = ToVal(name), v;
+      int rc = mdb_get(txn_, store_.meta_db, &k, &v);
+      if (rc == MDB_NOTFOUND) return Status::Ok();
+      if (rc != 0 || v.mv_size != 8) return rc != 0 ? LmdbStatus(rc, "read meta") : Status::Corruption("meta " + std::string(name));
+      out = fmt::GetLE(static_cast<const char*>(v.mv_data), 8);
+      return Status::Ok();
+    };
+    auto write_meta = [&](std::string_view name, uint64_t value) -> Status {
+      std::string e;
+      fmt::PutLE(e, value, 8);
+      MDB_val k = ToVal(name), v = ToVal(e);
+      int rc = mdb_put(txn_, store_.meta_db, &k, &v, 0);
+      return rc == 0 ? Status::Ok() : LmdbStatus(rc, "write meta");
+    };
+    uint64_t scan = 0, purged_max = 0;
+    if (Status s = read_meta("purge_scan", scan); !s.ok()) return s;
+    if (Status s = read_meta("purged_max", purged_max); !s.ok()) return s;
+    const uint64_t through = std::min(job.through, etag_);
+    MDB_cursor* cur = nullptr;
+    int rc = mdb_cursor_open(txn_, store_.changes_db, &cur);
+    if (rc != 0) return LmdbStatus(rc, "cursor");
+    struct Closer {
+      MDB_cursor* c;
+      ~Closer() { mdb_cursor_close(c); }
+    } closer{cur};
+    std::string key = fmt::ChangeKey(scan + 1);
+    MDB_val k = ToVal(key), v;
+    uint64_t reached = std::max(scan, through);  // the whole range, unless the limit stops the scan first
+    size_t n = 0;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      const uint64_t etag = fmt::GetBE64(static_cast<const char*>(k.mv_data));
+      if (etag > through) break;
+      if (n == job.limit) {
+        reached = etag - 1;
+        break;
+      }
+      if (v.mv_size < 5) return Status::Corruption("change entry");
+      const char* cv = static_cast<const char*>(v.mv_data);
+      if (!(uint8_t(cv[4]) & fmt::kFlagDeleted)) continue;
+      const uint32_t number = uint32_t(fmt::GetLE(cv, 4));
+      const std::string id(cv + 5, v.mv_size - 5);
+      std::string name;
+      {
+        std::shared_lock lock(store_.collections_mu);
+        if (number < store_.names_by_number.size()) name = store_.names_by_number[number];
+      }
+      CollectionEntry* coll = name.empty() ? nullptr : Collection(name, false);
+      if (coll == nullptr) return Status::Corruption("a change names an unknown collection");
+      std::string dk = fmt::DocKey(number, id), cck = fmt::CollChangeKey(number, etag);
+      MDB_val k1 = ToVal(dk), k2 = ToVal(cck);
+      rc = mdb_del(txn_, store_.docs_db, &k1, nullptr);
+      if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "purge a tombstone");
+      rc = mdb_del(txn_, store_.coll_changes_db, &k2, nullptr);
+      if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "purge a change");
+      rc = mdb_cursor_del(cur, 0);
+      if (rc != 0) return LmdbStatus(rc, "purge a change");
+      if (coll->tombstones > 0) --coll->tombstones;
+      purged_max = std::max(purged_max, etag);
+      ++n;
+    }
+    if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "scan the change feed");
+    wrote = true;
+    maintenance_ = true;
+    if (Status s = write_meta("purge_scan", reached); !s.ok()) return s;
+    if (Status s = write_meta("purged_max", purged_max); !s.ok()) return s;
+    if (job.clock_time != 0) {
+      std::string ck, ce;
+      fmt::PutBE64(ck, job.clock_time);
+      fmt::PutLE(ce, etag_, 8);
+      MDB_val k3 = ToVal(ck), v3 = ToVal(ce);
+      rc = mdb_put(txn_, store_.clock_db, &k3, &v3, 0);
+      if (rc != 0) return LmdbStatus(rc, "write the etag clock");
+    }
+    purged_max_ = purged_max;
+    job.result->purged = n;
+    job.result->scanned_to = reached;
+    job.result->purged_max = purged_max;
     return Status::Ok();
   }
 
@@ -120,6 +209,7 @@ class BatchWriter {
       store_.names_by_number[entry.number] = name;
     }
     store_.next_collection = next_collection_;
+    if (purged_max_) store_.purged_max.store(*purged_max_, std::memory_order_release);
   }
 
   uint64_t etag() const { return etag_; }
@@ -223,6 +313,8 @@ class BatchWriter {
   uint64_t etag_;
   uint32_t next_collection_;
   std::map<std::string, CollectionEntry> touched_;
+  bool maintenance_ = false;
+  std::optional<uint64_t> purged_max_;
 };
 
 }  // namespace
@@ -448,7 +540,7 @@ void DocumentStore::Impl::CommitBatch(std::vector<PendingWrite>& batch) {
       mdb_txn_abort(std::exchange(txn, nullptr));
       continue;
     }
-    if (writer.etag() == last_etag.load(std::memory_order_relaxed)) {
+    if (writer.etag() == last_etag.load(std::memory_order_relaxed) && !writer.maintenance()) {
       mdb_txn_abort(std::exchange(txn, nullptr));  // every request failed its precondition: nothing to sync
       break;
     }
@@ -457,13 +549,19 @@ void DocumentStore::Impl::CommitBatch(std::vector<PendingWrite>& batch) {
       mdb_txn_abort(std::exchange(txn, nullptr));
       break;
     }
-    rc = mdb_txn_commit(std::exchange(txn, nullptr));  // durable: LMDB fsyncs before returning
+    {
+      std::lock_guard gate(commit_gate);
+      rc = mdb_txn_commit(std::exchange(txn, nullptr));  // durable: LMDB fsyncs before returning
+      if (rc == 0) {
+        committed_etag = writer.etag();
+        writer.Publish();
+        last_etag.store(writer.etag(), std::memory_order_release);  // Publish below wakes the waiters
+      }
+    }
     if (rc != 0) {
       batch_status = LmdbStatus(rc, "commit");
       break;
     }
-    committed_etag = writer.etag();
-    writer.Publish();
   }
   } catch (...) {
     // Nothing of an aborted transaction is kept; a committed one stays

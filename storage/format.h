@@ -9,6 +9,8 @@
 //   "meta"         "format"      -> u32 kFormatVersion
 //                  "last_etag"   -> u64 last etag given to a durable write
 //                  "next_coll"   -> u32 next collection number to assign
+//                  "purge_scan"  -> u64 every tombstone up to this etag is purged
+//                  "purged_max"  -> u64 the highest etag of a purged tombstone
 //   "collections"  u32 number    -> u64 live documents | u64 tombstones | name
 //                  (names are up to 512 bytes, over LMDB's key limit, so
 //                  the number is the key and the name index lives in memory)
@@ -19,6 +21,8 @@
 //                  (trained from the collection's documents; ids grow, the
 //                  highest of a collection is the one new bodies use, older
 //                  ones stay for the bodies written with them)
+//   "clock"        u64 unix seconds -> u64 the last etag then (a sample a
+//                  minute: a tombstone's age is told from its etag)
 //
 // DocKey = u32 collection number | id, when the id is at most
 // kMaxDirectIdBytes; longer ids (LMDB keys are at most 511 bytes) use
@@ -41,7 +45,9 @@
 //
 // Each document has exactly one entry in "changes" and "coll_changes": its
 // latest write (older ones are removed when it is rewritten), tombstones
-// included.
+// included, until a tombstone is purged (--tombstone-retention) with its
+// two change entries. "clock", "purge_scan" and "purged_max" came without
+// a version change: a store without them has purged nothing.
 #pragma once
 
 #include <cstdint>

@@ -51,11 +51,21 @@ inline std::string_view FromVal(const MDB_val& v) {
 }
 
 // A queued write request with its bodies already encoded (compressed).
+// A purge of tombstones (DocumentStore::PurgeTombstones), run by the
+// merger like a write: it changes collection counts the merger owns.
+struct PurgeJob {
+  uint64_t through = 0;     // purge tombstones with etag <= this
+  size_t limit = 0;         // at most this many per transaction
+  uint64_t clock_time = 0;  // record (clock_time, last etag) in the etag clock; 0: no
+  PurgeResult* result = nullptr;
+};
+
 struct PendingWrite {
   WriteRequest request;
   std::vector<uint8_t> body_flags;  // per op: the body's format flags (body_format.h)
   size_t bytes = 0;
   DocumentStore::WriteCallback done;
+  std::optional<PurgeJob> purge;  // a purge instead of `request`
 };
 
 struct CollectionEntry {
@@ -69,6 +79,12 @@ class DocumentStore::Impl {
   StoreOptions options;
   MDB_env* env = nullptr;
   MDB_dbi meta_db = 0, collections_db = 0, docs_db = 0, changes_db = 0, coll_changes_db = 0, dicts_db = 0;
+  // The etag clock: (unix seconds, BE64) -> the last etag then (LE64),
+  // a sample a minute, so that a tombstone's age can be told from its etag.
+  MDB_dbi clock_db = 0;
+  // The highest etag of a tombstone purged (meta "purged_max"): a change
+  // feed read from below it may have missed deletes (410 changes_purged).
+  std::atomic<uint64_t> purged_max{0};
 
   // Compression dictionaries (body_format.h): every one by id, and each
   // collection's current one. Written after a dictionary is committed.
@@ -121,6 +137,10 @@ class DocumentStore::Impl {
   mutable std::mutex signal_mu;
   mutable std::condition_variable signal_cv;
   std::atomic<uint64_t> last_etag{0};
+  // Held by the merger from a commit until its etag is published, and by
+  // BeginSnapshotCopy while the copy's read snapshot is taken: the copy's
+  // etag is then exactly the snapshot's.
+  mutable std::mutex commit_gate;
   ListenerSet<uint64_t> listeners;
 
   // The merger's queue.

@@ -919,6 +919,85 @@ class IndexLifecycleTest(IndexTestCase):
         self.assertNotIn('replacing', self.c.get('/indexes/' + q(name)).json)
         self.assertServerHealthy()
 
+    def test_tombstones_are_purged_after_every_index_has_them(self):
+        """API.md: tombstones are purged once every index has processed them
+        and they are older than --tombstone-retention (0: at once); /changes
+        from below the purge answers 410 changes_purged with oldestEtag."""
+        server = CorvidServer(extra_args=['--tombstone-retention', '0'])
+        server.start()
+        self.addCleanup(server.cleanup)
+        self.server, self.c = server, server.client()
+        self.addCleanup(lambda: self.c.close())
+        coll, other = 'purge_users', 'purge_other'
+        rng = random.Random(SEED + 31)
+        gen = DocGen(rng)
+        docs = {}
+        lines = []
+        for k in range(3000):
+            i = 'p%05d' % k
+            docs[i] = gen.doc(i)
+            lines.append(docs[i])
+        self.bulk(coll, lines)
+        self.bulk(other, [{'id': 'x', 'n': 1}])
+        m = month_spec(coll)
+        self.create_index('purge_m', m.definition)
+        self.check('purge_m', m, docs, self.c.last_etag())
+        # A paused index holds the purge back.
+        self.assertStatus(self.c.post('/admin/indexes/purge_m/pause', ''), 200)
+        deleted = sorted(docs)[::3]
+        first_delete = None
+        for i in deleted:
+            resp = self.c.delete(doc_path(coll, i))
+            self.assertStatus(resp, 200)
+            first_delete = first_delete or resp.json['etag']
+            del docs[i]
+        last = self.c.last_etag()
+        time.sleep(2.5)  # more than two purge rounds
+        counts = {c['name']: c for c in self.c.get('/collections').json['collections']}
+        self.assertEqual(counts[coll]['tombstones'], len(deleted), 'purged while an index was paused')
+        self.assertEqual(counts[coll]['count'], len(docs))
+        self.assertStatus(self.c.get('/changes?since=1&limit=1'), 200)
+        # Resumed: it processes the deletes, then they go.
+        self.assertStatus(self.c.post('/admin/indexes/purge_m/resume', ''), 200)
+        self.check('purge_m', m, docs, last, context='after the deletes')
+        deadline = time.monotonic() + 20
+        while True:
+            counts = {c['name']: c for c in self.c.get('/collections').json['collections']}
+            if counts[coll]['tombstones'] == 0:
+                break
+            self.assertLess(time.monotonic(), deadline, 'tombstones never purged: %r' % counts)
+            time.sleep(0.1)
+        self.assertEqual(counts[coll]['count'], len(docs))
+        self.assertEqual(counts[other], {'name': other, 'count': 1, 'tombstones': 0})
+        # The feed has no tombstone left; a reader from below the purge is told so.
+        feed = self.c.get('/changes?since=0&limit=10000').json
+        self.assertEqual(sorted(r['id'] for r in feed['results'] if r['collection'] == coll), sorted(docs))
+        self.assertFalse(any(r['deleted'] for r in feed['results']))
+        for since in (1, first_delete - 1, last - 1):
+            resp = self.c.get('/changes?since=%d' % since)
+            self.assertError(resp, 410, 'changes_purged')
+            self.assertEqual(resp.json['error']['oldestEtag'], last, resp.describe())
+        for since in (0, last, last + 5):
+            self.assertStatus(self.c.get('/changes?since=%d' % since), 200)
+        one = self.c.get('/changes?since=0&collection=%s' % other).json
+        self.assertEqual([(r['collection'], r['id']) for r in one['results']], [(other, 'x')])
+        for i in deleted[:20]:
+            self.assertError(self.c.get(doc_path(coll, i)), 404, 'not_found')
+        # A deleted id comes back like any other; the index keeps matching the store.
+        docs[deleted[0]] = gen.doc(deleted[0])
+        etag = self.put_doc(coll, deleted[0], docs[deleted[0]])
+        self.check('purge_m', m, docs, etag, context='after a purged id came back')
+        # A new index built after the purge sees exactly the live documents.
+        self.create_index('purge_m2', m.definition)
+        self.check('purge_m2', m, docs, etag, context='built after the purge')
+        # And all of it survives a restart.
+        server.restart()
+        self.reconnect()
+        counts = {c['name']: c for c in self.c.get('/collections').json['collections']}
+        self.assertEqual(counts[coll], {'name': coll, 'count': len(docs), 'tombstones': 0})
+        self.assertError(self.c.get('/changes?since=1'), 410, 'changes_purged')
+        self.check('purge_m', m, docs, etag, context='after a restart')
+
     def test_definitions_survive_restart(self):
         self.own_server()
         coll = 'restart_users'

@@ -88,6 +88,22 @@ struct Env {
     FAIL("index " << name << " did not reach etag " << etag);
   }
 
+  // After a PUT that replaced the definition: until the replacement has
+  // caught up the old definition answers; then the name switches.
+  void WaitForDefinition(const std::string& name, std::string_view json) {
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto d = engine->Definition(name);
+      REQUIRE(d.ok());
+      if (*d == json) return;
+      auto p = engine->Progress(name);
+      REQUIRE(p.ok());
+      REQUIRE(p->replacing);  // the new definition is building beside the old one
+      std::this_thread::sleep_for(2ms);
+    }
+    FAIL("index " << name << " did not switch to its new definition");
+  }
+
   // Pauses and resets the index; returns its progress right after Reset
   // returned (which it does once the state is dropped).
   indexing::IndexProgress ResetWhilePaused(const std::string& name) {
@@ -166,6 +182,7 @@ TEST_CASE("definitions: create, unchanged, replace, delete, invalid", "[indexing
   const char* by_year = R"json({"type":"mapreduce","collection":"users",
     "map":{"year":"substr(createdAt, 0, 4)","score":"score"},"groupBy":["year"],"reduce":{"best":"max(score)"}})json";
   CHECK(env.engine->PutIndex("a", by_year).value() == indexing::PutOutcome::kReplaced);
+  env.WaitForDefinition("a", by_year);
   env.WaitFor("a", e);
   auto rows = env.Rows("a");
   REQUIRE(rows.Size() == 1);
@@ -277,6 +294,7 @@ TEST_CASE("pause holds the index back; resume catches up; reset rebuilds", "[ind
   std::string by_month_max(kByMonth);
   by_month_max.replace(by_month_max.find("count()"), 7, "max(score)");
   REQUIRE(env.engine->PutIndex("m", by_month_max).ok());
+  env.WaitForDefinition("m", by_month_max);
   CHECK(env.engine->ResetSince(*old_reader));
   auto new_reader = env.engine->Reader("m");
   REQUIRE(new_reader.ok());
