@@ -17,8 +17,11 @@ using storage::WriteOp;
 using storage::WriteRequest;
 using storage::WriteResult;
 
-Response ErrorResponse(int status, std::string_view code, std::string_view message, std::optional<size_t> offset,
-                       std::optional<size_t> line) {
+namespace {
+
+// {"error": {"code", "message", <numeric details>...}}
+Response ErrorWithDetails(int status, std::string_view code, std::string_view message,
+                          std::initializer_list<std::pair<std::string_view, std::optional<uint64_t>>> details) {
   // Messages echo request text (a percent-decoded name, a header), which
   // may be anything: the body must stay valid JSON, so valid UTF-8.
   std::string repaired;
@@ -32,18 +35,26 @@ Response ErrorResponse(int status, std::string_view code, std::string_view messa
   WriteString(w, code);
   w.Key("message");
   WriteString(w, message);
-  if (offset) {
-    w.Key("offset");
-    w.Uint64(*offset);
-  }
-  if (line) {
-    w.Key("line");
-    w.Uint64(*line);
+  for (const auto& [key, value] : details) {
+    if (!value) continue;
+    w.Key(key.data(), rapidjson::SizeType(key.size()));
+    w.Uint64(*value);
   }
   w.EndObject();
   w.EndObject();
-  Response r = JsonResponse(status, buf);
-  return r;
+  return JsonResponse(status, buf);
+}
+
+}  // namespace
+
+Response ErrorResponse(int status, std::string_view code, std::string_view message, std::optional<size_t> offset,
+                       std::optional<size_t> line) {
+  return ErrorWithDetails(status, code, message, {{"offset", offset}, {"line", line}});
+}
+
+Response ErrorResponse(int status, std::string_view code, std::string_view message, std::string_view detail,
+                       uint64_t value) {
+  return ErrorWithDetails(status, code, message, {{detail, value}});
 }
 
 Router::Router(DocumentStore& store, indexing::IndexEngine* engine, Timers& timers, RouterOptions options)
@@ -354,22 +365,11 @@ void Router::State::Changes(const Target& t, Reply& reply) {
     // Read after the feed: a purge that the read missed is seen here.
     if (const uint64_t purged = store.PurgedMax(); since > 0 && since < purged) {
       // oldestEtag inside `error`, as API.md puts an error's details.
-      rapidjson::StringBuffer buf;
-      JsonWriter w(buf);
-      w.StartObject();
-      w.Key("error");
-      w.StartObject();
-      w.Key("code");
-      w.String("changes_purged");
-      w.Key("message");
-      WriteString(w, "tombstones up to etag " + std::to_string(purged) +
-                         " were purged (--tombstone-retention): this reader may have missed deletes; start again "
-                         "from since=0");
-      w.Key("oldestEtag");
-      w.Uint64(purged);
-      w.EndObject();
-      w.EndObject();
-      return JsonResponse(410, buf);
+      return ErrorResponse(410, "changes_purged",
+                           "tombstones up to etag " + std::to_string(purged) +
+                               " were purged (--tombstone-retention): this reader may have missed deletes; start "
+                               "again from since=0",
+                           "oldestEtag", purged);
     }
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);

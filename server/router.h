@@ -95,6 +95,9 @@ enum class RejectReason : uint8_t {
 // Builds the error body {"error": {"code", "message"[, "offset"|"line"]}}.
 Response ErrorResponse(int status, std::string_view code, std::string_view message,
                        std::optional<size_t> offset = std::nullopt, std::optional<size_t> line = std::nullopt);
+// The same with one more number inside `error` (e.g. "oldestEtag").
+Response ErrorResponse(int status, std::string_view code, std::string_view message, std::string_view detail,
+                       uint64_t value);
 
 class Router {
  public:
