@@ -29,7 +29,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: corvid serve [--data DIR] [--listen HOST:PORT] [--threads N] [--api-key KEY]\n"
+    "usage: corvid serve [--data DIR] [--listen HOST:PORT] [--threads N] [--api-key KEY] [--read-key KEY]...\n"
     "                    [--max-doc-bytes N] [--max-bulk-bytes N] [--max-response-bytes N]\n"
     "                    [--max-header-bytes N] [--max-header-fields N] [--max-target-bytes N]\n"
     "                    [--max-connections N] [--idle-timeout-ms N] [--header-timeout-ms N]\n"
@@ -240,6 +240,9 @@ int main(int argc, char** argv) {
       listen = value;
     } else if (flag == "--api-key") {
       options.router.api_key = value;
+    } else if (flag == "--read-key") {
+      if (value.empty()) return Fail("--read-key must not be empty");
+      options.router.read_keys.emplace_back(value);
     } else if (flag == "--tombstone-retention") {
       if (!ParseDuration(value, n)) return Fail("--tombstone-retention must be 0, seconds, or a number with s, m, h or d");
       engine_options.tombstone_retention = std::chrono::seconds(n);
@@ -276,6 +279,8 @@ int main(int argc, char** argv) {
     options.host = options.host.substr(1, options.host.size() - 2);
   options.port = uint16_t(port);
 
+  if (!options.router.read_keys.empty() && options.router.api_key.empty())
+    return Fail("--read-key needs --api-key (the key for everything else)");
   corvid::SetMemoryBudget(memory_budget);
   auto store = corvid::storage::DocumentStore::Open(data_dir + "/store");
   if (!store.ok()) {

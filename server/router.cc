@@ -141,19 +141,44 @@ Response Unauthorized(std::string_view message) {
   return r;
 }
 
-// Nothing when `authorization` (the header's value; nullptr: absent)
-// carries `api_key`, else the 401 or 403 that refuses the request.
-std::optional<Response> CheckKey(std::string_view api_key, const std::string* authorization) {
-  if (!authorization) return Unauthorized("missing Authorization: Bearer <key>");
-  std::optional<std::string_view> token = BearerToken(*authorization);
-  if (!token) return Unauthorized("expected Authorization: Bearer <key>");
-  if (!ConstantTimeEquals(*token, api_key)) return ErrorResponse(403, "forbidden", "wrong API key");
-  return std::nullopt;
-}
-
 // GET /health, the one route that needs no key (HEAD is handled as GET).
 bool IsHealth(const Target& t, std::string_view method) {
   return t.segments.size() == 1 && t.segments[0] == "health" && (method == "GET" || method == "HEAD");
+}
+
+// What a --read-key may do (API.md, Server): GET of documents,
+// collections, changes, indexes, search and results, POST search,
+// GET /admin/indexes, /admin/cluster and /metrics (HEAD as GET).
+bool ReadKeyMay(const Target& t, std::string_view method) {
+  const auto& seg = t.segments;
+  if (seg.empty()) return false;
+  if (method == "POST") return seg.size() == 3 && seg[0] == "indexes" && seg[2] == "search";
+  if (method != "GET" && method != "HEAD") return false;
+  if (seg[0] == "docs" || seg[0] == "collections" || seg[0] == "changes" || seg[0] == "indexes" ||
+      seg[0] == "metrics")
+    return true;
+  return seg.size() == 2 && seg[0] == "admin" && (seg[1] == "indexes" || seg[1] == "cluster");
+}
+
+// Nothing when the request may go on: no key is set, it is GET /health,
+// `authorization` (the header's value; nullptr: absent) carries the API
+// key, or a read key and the request only reads (`t` null: not known yet,
+// refused). Else the 401 or 403 that refuses it. Every key is compared, in
+// constant time.
+std::optional<Response> Authorize(const RouterOptions& o, const std::string* authorization, const Target* t,
+                                  std::string_view method) {
+  if (o.api_key.empty() || (t && IsHealth(*t, method))) return std::nullopt;
+  if (!authorization) return Unauthorized("missing Authorization: Bearer <key>");
+  std::optional<std::string_view> token = BearerToken(*authorization);
+  if (!token) return Unauthorized("expected Authorization: Bearer <key>");
+  if (ConstantTimeEquals(*token, o.api_key)) return std::nullopt;
+  bool read_key = false;
+  for (const auto& k : o.read_keys) read_key |= ConstantTimeEquals(*token, k);
+  if (!read_key) return ErrorResponse(403, "forbidden", "wrong API key");
+  if (t && ReadKeyMay(*t, method)) return std::nullopt;
+  return ErrorResponse(403, "forbidden",
+                       "a read key may only read: GET documents, collections, changes, indexes, search and results, "
+                       "POST search, GET /admin/indexes, /admin/cluster and /metrics");
 }
 
 }  // namespace
@@ -161,12 +186,15 @@ bool IsHealth(const Target& t, std::string_view method) {
 std::optional<Response> Router::Admit(std::string_view method, std::string_view target,
                                       const std::string* authorization) const {
   if (state_->options.api_key.empty()) return std::nullopt;
-  std::optional<Response> refusal = CheckKey(state_->options.api_key, authorization);
+  std::optional<Response> refusal = Authorize(state_->options, authorization, nullptr, method);
   if (!refusal) return std::nullopt;
-  // Only a refused request pays for parsing its target. One that does not
-  // parse is refused too: Handle would answer it 400 without its body.
+  // Only a request the admin key does not admit pays for parsing its
+  // target. One that does not parse is refused too: Handle would answer it
+  // 400 without its body. (HEAD is a GET here, as in Handle.)
   std::optional<Target> t = ParseTarget(target);
-  if (t && IsHealth(*t, method)) return std::nullopt;
+  const std::string_view as = method == "HEAD" ? std::string_view("GET") : method;
+  if (t) refusal = Authorize(state_->options, authorization, &*t, as);
+  if (!refusal) return std::nullopt;
   state_->metrics.RecordRejected(RejectReason::kUnauthenticated);
   return refusal;
 }
@@ -218,11 +246,12 @@ void Router::Handle(Request request, Reply reply) {
   };
   auto answer = std::make_shared<Answer>(state_, Classify(*target, request.method), std::move(reply));
   reply = [answer = std::move(answer)](Response r) { answer->Send(std::move(r)); };
-  // API.md: every request but GET /health needs the key (a HEAD is a GET here).
+  // API.md: every request but GET /health needs the key, and a read key
+  // only reads (a HEAD is a GET here).
   if (!state_->options.api_key.empty()) {
-    std::optional<Response> refusal =
-        CheckKey(state_->options.api_key, request.has_authorization ? &request.authorization : nullptr);
-    if (refusal && !IsHealth(*target, request.method)) return reply(std::move(*refusal));
+    std::optional<Response> refusal = Authorize(
+        state_->options, request.has_authorization ? &request.authorization : nullptr, &*target, request.method);
+    if (refusal) return reply(std::move(*refusal));
   }
   state_->Dispatch(request, *target, reply);
 }

@@ -65,6 +65,8 @@ class Timers {
 
 struct RouterOptions {
   std::string api_key;  // empty: no authentication
+  // Keys that may only read (API.md, Server: --read-key); only with api_key.
+  std::vector<std::string> read_keys;
   size_t max_doc_bytes = size_t{16} << 20;
   size_t max_bulk_bytes = size_t{256} << 20;
   // A search, listing or feed whose answer would exceed this is refused

@@ -9,13 +9,14 @@ PUT/GET round trip. Run: python3 test_bad_input.py --binary build/corvid
 
 import json
 import os
+import subprocess
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corvid_harness import (CorvidTestCase, bulk_path, doc_path, main, nested_array_in_object,  # noqa: E402
-                            nested_object, q, wait_for_close)
+from corvid_harness import (CorvidTestCase, binary_path, bulk_path, doc_path, main,  # noqa: E402
+                            nested_array_in_object, nested_object, q, wait_for_close)
 
 MAX_DOC = 1048576
 MAX_BULK = 4194304
@@ -639,6 +640,72 @@ class ApiKeyTest(CorvidTestCase):
         self.assertStatus(resp, 200)
         self.assertNotIn(c, [e['name'] for e in resp.json['collections']])
 
+
+
+class ReadKeyTest(CorvidTestCase):
+    """API.md, Server: a --read-key allows exactly the reads; 403 for the rest."""
+    server_args = ['--api-key', 'secret', '--read-key', 'reader1', '--read-key', 'reader2']
+    ADMIN = {'Authorization': 'Bearer secret'}
+
+    def setUp(self):
+        super().setUp()
+        self.coll_name = self.coll()
+        c = self.coll_name
+        self.assertStatus(self.c.put(doc_path(c, 'a'), b'{"t":"hello world","n":1}', headers=self.ADMIN), 201)
+        resp = self.c.put('/indexes/rk_' + c, json.dumps({'type': 'search', 'collection': c,
+                                                          'fields': {'t': {'type': 'text'}}}),
+                          headers=self.ADMIN)
+        self.assertIn(resp.status, (200, 201), resp.describe())
+        resp = self.c.put('/indexes/rm_' + c, json.dumps({'type': 'mapreduce', 'collection': c,
+                                                          'map': {'n': 'n'}, 'groupBy': ['n'],
+                                                          'reduce': {'c': 'count()'}}),
+                          headers=self.ADMIN)
+        self.assertIn(resp.status, (200, 201), resp.describe())
+
+    def test_reads_are_allowed(self):
+        c = self.coll_name
+        for key in ('reader1', 'reader2'):
+            auth = {'Authorization': 'Bearer ' + key}
+            for path in (doc_path(c, 'a'), '/docs/%s' % q(c), '/collections', '/changes?since=0',
+                         '/indexes', '/indexes/rk_' + c, '/indexes/rk_%s/search?q=hello&minEtag=1&waitMs=5000' % c,
+                         '/indexes/rm_%s/results?minEtag=1&waitMs=5000' % c, '/admin/indexes', '/metrics'):
+                with self.subTest(key=key, path=path):
+                    self.assertStatus(self.c.get(path, headers=auth), 200)
+                    self.assertStatus(self.c.request('HEAD', path, None, headers=auth), 200)
+            resp = self.c.post('/indexes/rk_%s/search' % c, json.dumps({'q': 'hello'}), headers=auth)
+            self.assertStatus(resp, 200)
+            self.assertEqual(resp.json['total'], 1, resp.describe())
+
+    def test_everything_else_is_403(self):
+        c = self.coll_name
+        auth = {'Authorization': 'Bearer reader1'}
+        for method, path, body in (('PUT', doc_path(c, 'b'), b'{}'), ('DELETE', doc_path(c, 'a'), None),
+                                   ('POST', bulk_path(c), b'{"id":"b"}\n'),
+                                   ('PUT', '/indexes/x_' + c, b'{"type":"search","collection":"x","fields":{"t":{}}}'),
+                                   ('DELETE', '/indexes/rk_' + c, None),
+                                   ('POST', '/admin/indexes/rk_%s/pause' % c, b''),
+                                   ('POST', '/admin/indexes/rk_%s/reset' % c, b''),
+                                   ('POST', '/admin/analyze', b'{"analyzer":"standard","text":"x"}'),
+                                   ('GET', '/admin/backup', None)):
+            with self.subTest(method=method, path=path):
+                resp = self.c.request(method, path, body, headers=auth)
+                self.assertError(resp, 403, 'forbidden')
+        # Nothing was changed, and the admin key still does everything.
+        self.assertStatus(self.c.get(doc_path(c, 'a'), headers=auth), 200)
+        self.assertError(self.c.get(doc_path(c, 'b'), headers=self.ADMIN), 404, 'not_found')
+        self.assertStatus(self.c.get('/indexes/rk_' + c, headers=auth), 200)
+        self.assertStatus(self.c.post('/admin/indexes/rk_%s/pause' % c, '', headers=self.ADMIN), 200)
+        self.assertStatus(self.c.post('/admin/indexes/rk_%s/resume' % c, '', headers=self.ADMIN), 200)
+        # Not a read key: a wrong one is 403 as before, a missing one 401.
+        self.assertError(self.c.get('/collections', headers={'Authorization': 'Bearer reader3'}), 403, 'forbidden')
+        self.assertError(self.c.get('/collections'), 401, 'unauthorized')
+        self.assertStatus(self.c.get('/health'), 200)
+
+    def test_read_key_needs_an_api_key(self):
+        proc = subprocess.run([binary_path(), 'serve', '--read-key', 'r', '--listen', '127.0.0.1:0'],
+                              capture_output=True, text=True, timeout=30)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn('--read-key needs --api-key', proc.stderr)
 
 if __name__ == '__main__':
     main()
