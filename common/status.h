@@ -21,6 +21,7 @@ enum class StatusCode {
   kBusy,
   kTooLarge,
   kShuttingDown,
+  kNoSpace,  // the disk (or the store's map) is full: nothing was made durable
   kInternal,
 };
 
@@ -37,6 +38,7 @@ class [[nodiscard]] Status {
   static Status Busy(std::string msg) { return {StatusCode::kBusy, std::move(msg)}; }
   static Status TooLarge(std::string msg) { return {StatusCode::kTooLarge, std::move(msg)}; }
   static Status ShuttingDown(std::string msg) { return {StatusCode::kShuttingDown, std::move(msg)}; }
+  static Status NoSpace(std::string msg) { return {StatusCode::kNoSpace, std::move(msg)}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
@@ -86,6 +88,7 @@ inline std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kBusy: return "busy";
     case StatusCode::kTooLarge: return "too_large";
     case StatusCode::kShuttingDown: return "shutting_down";
+    case StatusCode::kNoSpace: return "no_space";
     case StatusCode::kInternal: return "internal";
   }
   return "unknown";

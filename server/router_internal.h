@@ -195,6 +195,8 @@ inline Response FromStatus(const Status& s) {
     case StatusCode::kBusy: return ErrorResponse(409, "conflict", s.message());
     case StatusCode::kTooLarge: return ErrorResponse(413, "body_too_large", s.message());
     case StatusCode::kShuttingDown: return ErrorResponse(503, "shutting_down", s.message());
+    case StatusCode::kNoSpace:
+      return ErrorResponse(507, "insufficient_storage", "the write could not be made durable: " + s.message());
     default: return ErrorResponse(500, "internal", s.message());
   }
 }

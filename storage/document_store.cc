@@ -35,6 +35,7 @@ Status LmdbStatus(int rc, std::string_view what) {
   if (rc == MDB_NOTFOUND) return Status::NotFound(std::move(msg));
   if (rc == MDB_CORRUPTED || rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_PAGE_NOTFOUND)
     return Status::Corruption(std::move(msg));
+  if (rc == ENOSPC || rc == EDQUOT || rc == MDB_MAP_FULL) return Status::NoSpace(std::move(msg));
   return Status::IOError(std::move(msg));
 }
 
