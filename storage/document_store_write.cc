@@ -10,6 +10,7 @@
 // if it fails after writing (rare: an id-hash collision, an LMDB error on one
 // request) the batch transaction is aborted and re-applied without it, so one
 // failing request never fails or half-applies the others.
+#include <sys/statvfs.h>
 #include <exception>
 #include <optional>
 #include <system_error>
@@ -416,6 +417,15 @@ Status DocumentStore::Impl::StoreDictionary(uint32_t coll, const std::string& by
   return Status::Ok();
 }
 
+// Whether the filesystem holding `env` has less room left than a batch
+// may need (LMDB turns a write cut short by a full disk into EIO).
+bool DiskNearlyFull(MDB_env* env) {
+  const char* dir = nullptr;
+  struct statvfs st;
+  if (mdb_env_get_path(env, &dir) != 0 || ::statvfs(dir, &st) != 0) return false;
+  return uint64_t(st.f_bavail) * st.f_frsize < (uint64_t{64} << 20);
+}
+
 // Requests of at least this many puts and bytes are encoded on two threads.
 constexpr size_t kParallelEncodeOps = 256;
 constexpr size_t kParallelEncodeBytes = size_t{1} << 20;
@@ -560,6 +570,8 @@ void DocumentStore::Impl::CommitBatch(std::vector<PendingWrite>& batch) {
     }
     if (rc != 0) {
       batch_status = LmdbStatus(rc, "commit");
+      // LMDB reports a short write as EIO: on a full disk that is ENOSPC.
+      if (rc == EIO && DiskNearlyFull(env)) batch_status = Status::NoSpace("commit: " + batch_status.message());
       break;
     }
   }
