@@ -335,6 +335,16 @@ class IndexTestCase(CorvidTestCase):
         return [first + i for i in range(len(lines))]
 
     # -- indexes ----------------------------------------------------------
+    def load_generated(self, coll, n, prefix, seed):
+        """Bulk-loads n DocGen documents (ids prefix00000...) into coll;
+        returns (the generator, the documents by id, the last etag)."""
+        gen = DocGen(random.Random(seed))
+        docs = {}
+        for k in range(n):
+            i = '%s%05d' % (prefix, k)
+            docs[i] = gen.doc(i)
+        return gen, docs, self.bulk(coll, list(docs.values()))[-1]
+
     def put_index(self, name, definition):
         body = definition if isinstance(definition, (str, bytes)) else json.dumps(definition)
         return self.c.put('/indexes/' + q(name), body)
@@ -773,15 +783,7 @@ class IndexLifecycleTest(IndexTestCase):
 
     def test_replace_and_delete_while_indexing(self):
         coll = self.coll()
-        rng = random.Random(SEED + 9)
-        gen = DocGen(rng)
-        docs = {}
-        lines = []
-        for k in range(30000):
-            i = 'w%05d' % k
-            docs[i] = gen.doc(i)
-            lines.append(docs[i])
-        last = self.bulk(coll, lines)[-1]
+        gen, docs, last = self.load_generated(coll, 30000, 'w', SEED + 9)
         name = 'busy_' + coll
         m, t = month_spec(coll), tag_spec(coll)
         # Replaced while it is building.
@@ -811,15 +813,7 @@ class IndexLifecycleTest(IndexTestCase):
         name switches at once. A second PUT restarts the replacement; one
         that cannot build never replaces a working index."""
         coll = self.coll()
-        rng = random.Random(SEED + 21)
-        gen = DocGen(rng)
-        docs = {}
-        lines = []
-        for k in range(30000):
-            i = 's%05d' % k
-            docs[i] = gen.doc(i)
-            lines.append(docs[i])
-        last = self.bulk(coll, lines)[-1]
+        gen, docs, last = self.load_generated(coll, 30000, 's', SEED + 21)
         name = 'sbs_' + coll
         m, t = month_spec(coll), tag_spec(coll)
         self.create_index(name, m.definition)
