@@ -811,7 +811,10 @@ class IndexEngine::Impl {
     }
     const bool sample = now >= last_sample + 60;
     if (through == 0 && !sample) return;
-    auto r = store_.PurgeTombstones(through, sample ? now : 0);
+    // The clock keeps what the retention needs: the newest sample older
+    // than it, and the ones since.
+    const uint64_t keep_from = now - std::min<uint64_t>(now, uint64_t(retention.count()));
+    auto r = store_.PurgeTombstones(through, sample ? now : 0, 10000, sample ? keep_from : 0);
     if (!r.ok()) {
       if (r.status().code() != StatusCode::kShuttingDown)
         RecordInternalError(FaultSite::kIndexWorker, "purging tombstones: " + r.status().ToString());

@@ -488,12 +488,13 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
   return std::unique_ptr<ChangeBatch>(std::move(batch));
 }
 
-Result<PurgeResult> DocumentStore::PurgeTombstones(uint64_t through, uint64_t clock_time, size_t batch) {
+Result<PurgeResult> DocumentStore::PurgeTombstones(uint64_t through, uint64_t clock_time, size_t batch,
+                                                   uint64_t clock_keep_from) {
   PurgeResult total;
   for (bool first = true;; first = false) {
     PurgeResult one;
     PendingWrite p;
-    p.purge = PurgeJob{through, std::max<size_t>(batch, 1), first ? clock_time : 0, &one};
+    p.purge = PurgeJob{through, std::max<size_t>(batch, 1), first ? clock_time : 0, first ? clock_keep_from : 0, &one};
     std::promise<WriteResult> promise;
     p.done = [&promise](WriteResult r) { promise.set_value(std::move(r)); };
     {

@@ -201,8 +201,12 @@ class DocumentStore {
   // the merger; the scan resumes where the last one stopped (a tombstone is
   // always newer than any scan that could have missed it). With
   // `clock_time` (unix seconds), records (clock_time, LastEtag()) in the
-  // etag clock. Collection tombstone counts drop accordingly.
-  Result<PurgeResult> PurgeTombstones(uint64_t through, uint64_t clock_time = 0, size_t batch = 10000);
+  // etag clock, and drops the samples older than `clock_keep_from` but the
+  // newest of them (the one EtagAtTime(clock_keep_from) needs), so the
+  // clock stays as long as the retention. Collection tombstone counts drop
+  // accordingly.
+  Result<PurgeResult> PurgeTombstones(uint64_t through, uint64_t clock_time = 0, size_t batch = 10000,
+                                      uint64_t clock_keep_from = 0);
   // The last etag the store had at or before unix time `t`, from the etag
   // clock (0 if no sample is that old).
   Result<uint64_t> EtagAtTime(uint64_t t) const;

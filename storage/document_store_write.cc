@@ -173,10 +173,40 @@ class BatchWriter {
       rc = mdb_put(txn_, store_.clock_db, &k3, &v3, 0);
       if (rc != 0) return LmdbStatus(rc, "write the etag clock");
     }
+    if (job.clock_keep_from != 0) {
+      if (Status s = TrimClock(job.clock_keep_from); !s.ok()) return s;
+    }
     purged_max_ = purged_max;
     job.result->purged = n;
     job.result->scanned_to = reached;
     job.result->purged_max = purged_max;
+    return Status::Ok();
+  }
+
+  // Drops the etag clock's samples older than `keep_from`, but the newest
+  // of them.
+  Status TrimClock(uint64_t keep_from) {
+    MDB_cursor* cur = nullptr;
+    int rc = mdb_cursor_open(txn_, store_.clock_db, &cur);
+    if (rc != 0) return LmdbStatus(rc, "cursor");
+    struct Closer {
+      MDB_cursor* c;
+      ~Closer() { mdb_cursor_close(c); }
+    } closer{cur};
+    std::string key;
+    fmt::PutBE64(key, keep_from);
+    MDB_val k = ToVal(key), v;
+    rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mdb_cursor_get(cur, &k, &v, MDB_LAST);
+    if (rc == MDB_NOTFOUND) return Status::Ok();
+    if (rc != 0) return LmdbStatus(rc, "read the etag clock");
+    const std::string kept(static_cast<const char*>(k.mv_data), k.mv_size);  // the newest sample before keep_from
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      if (std::string_view(static_cast<const char*>(k.mv_data), k.mv_size) >= kept) break;
+      rc = mdb_cursor_del(cur, 0);
+      if (rc != 0) return LmdbStatus(rc, "trim the etag clock");
+    }
+    if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "trim the etag clock");
     return Status::Ok();
   }
 

@@ -57,6 +57,7 @@ struct PurgeJob {
   uint64_t through = 0;     // purge tombstones with etag <= this
   size_t limit = 0;         // at most this many per transaction
   uint64_t clock_time = 0;  // record (clock_time, last etag) in the etag clock; 0: no
+  uint64_t clock_keep_from = 0;  // drop clock samples older than this, but the newest of them
   PurgeResult* result = nullptr;
 };
 

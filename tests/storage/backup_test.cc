@@ -263,6 +263,15 @@ TEST_CASE("tombstones are purged through an etag, resumably, and the counts foll
   CHECK(*store->EtagAtTime(999) == 0);
   CHECK(*store->EtagAtTime(1000) == late);
   CHECK(*store->EtagAtTime(5000) == late);
+  // The clock keeps the newest sample before the retention, and those since.
+  const uint64_t now_etag = store->LastEtag();  // d0 came back after `late`
+  REQUIRE(store->PurgeTombstones(0, 2000).ok());
+  REQUIRE(store->PurgeTombstones(0, 3000).ok());
+  REQUIRE(store->PurgeTombstones(0, 4000, 10000, /*clock_keep_from=*/3500).ok());
+  CHECK(*store->EtagAtTime(3600) == now_etag);  // the 3000 sample, kept
+  CHECK(*store->EtagAtTime(2500) == 0);     // 1000 and 2000 are gone
+  CHECK(*store->EtagAtTime(1500) == 0);
+  CHECK(*store->EtagAtTime(4000) == now_etag);
   // All of it survives a restart.
   const uint64_t last = store->LastEtag();
   store.reset();
@@ -271,7 +280,8 @@ TEST_CASE("tombstones are purged through an etag, resumably, and the counts foll
   CHECK(store->LastEtag() == last);
   CHECK(store->Collection("c")->tombstones == 0);
   CHECK(store->Collection("c")->count == 50);
-  CHECK(*store->EtagAtTime(1000) == late);
+  CHECK(*store->EtagAtTime(3000) == now_etag);
+  CHECK(*store->EtagAtTime(2999) == 0);
 }
 
 }  // namespace
