@@ -10,20 +10,15 @@
 #include <filesystem>
 #include <memory>
 
+#include "storage/format.h"
+
 namespace corvid::storage {
 namespace {
 
 namespace fs = std::filesystem;
 
-void PutLE(std::string& out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(char((v >> (8 * i)) & 0xff));
-}
-
-uint64_t GetLE(const char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t(uint8_t(p[i])) << (8 * i);
-  return v;
-}
+using format::GetLE;
+using format::PutLE;
 
 XXH3_state_t* NewHash() {
   XXH3_state_t* s = XXH3_createState();

@@ -497,12 +497,7 @@ Result<PurgeResult> DocumentStore::PurgeTombstones(uint64_t through, uint64_t cl
     p.purge = PurgeJob{through, std::max<size_t>(batch, 1), first ? clock_time : 0, first ? clock_keep_from : 0, &one};
     std::promise<WriteResult> promise;
     p.done = [&promise](WriteResult r) { promise.set_value(std::move(r)); };
-    {
-      std::unique_lock lock(impl_->queue_mu);
-      if (impl_->stopping) return Status::ShuttingDown("the store is closing");
-      impl_->queue.push_back(std::move(p));
-    }
-    impl_->queue_cv.notify_one();
+    if (!impl_->Enqueue(p)) return Status::ShuttingDown("the store is closing");
     WriteResult r = promise.get_future().get();
     if (!r.status.ok()) return r.status;
     total.purged += one.purged;
@@ -515,18 +510,17 @@ Result<PurgeResult> DocumentStore::PurgeTombstones(uint64_t through, uint64_t cl
 Result<uint64_t> DocumentStore::EtagAtTime(uint64_t t) const {
   ReadTxn txn(impl_->env);
   if (!txn.status().ok()) return txn.status();
-  MDB_cursor* cur = nullptr;
-  int rc = mdb_cursor_open(txn.get(), impl_->clock_db, &cur);
-  if (rc != 0) return LmdbStatus(rc, "cursor");
+  Cursor cursor(txn.get(), impl_->clock_db);
+  if (Status s = cursor.status(); !s.ok()) return s;
+  MDB_cursor* cur = cursor.get();
   std::string key;
   fmt::PutBE64(key, t + 1);
   MDB_val k = ToVal(key), v;
   // The last sample at or before t: the one before the first after it.
-  rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+  int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
   rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mdb_cursor_get(cur, &k, &v, MDB_LAST);
   uint64_t etag = 0;
   if (rc == 0 && v.mv_size == 8) etag = fmt::GetLE(static_cast<const char*>(v.mv_data), 8);
-  mdb_cursor_close(cur);
   if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "read the etag clock");
   return etag;
 }

@@ -94,7 +94,7 @@ class BatchWriter {
 
   // Whether a purge changed anything (the batch then commits even without
   // a new etag).
-  bool maintenance() const { return maintenance_; }
+  bool maintenance() const { return purged_max_.has_value(); }
 
   // Removes tombstones with etag <= job.through, from where the last purge
   // stopped (meta "purge_scan"), at most job.limit of them.
@@ -118,13 +118,10 @@ class BatchWriter {
     if (Status s = read_meta("purge_scan", scan); !s.ok()) return s;
     if (Status s = read_meta("purged_max", purged_max); !s.ok()) return s;
     const uint64_t through = std::min(job.through, etag_);
-    MDB_cursor* cur = nullptr;
-    int rc = mdb_cursor_open(txn_, store_.changes_db, &cur);
-    if (rc != 0) return LmdbStatus(rc, "cursor");
-    struct Closer {
-      MDB_cursor* c;
-      ~Closer() { mdb_cursor_close(c); }
-    } closer{cur};
+    Cursor cursor(txn_, store_.changes_db);
+    if (Status s = cursor.status(); !s.ok()) return s;
+    MDB_cursor* cur = cursor.get();
+    int rc = 0;
     std::string key = fmt::ChangeKey(scan + 1);
     MDB_val k = ToVal(key), v;
     uint64_t reached = std::max(scan, through);  // the whole range, unless the limit stops the scan first
@@ -162,7 +159,6 @@ class BatchWriter {
     }
     if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "scan the change feed");
     wrote = true;
-    maintenance_ = true;
     if (Status s = write_meta("purge_scan", reached); !s.ok()) return s;
     if (Status s = write_meta("purged_max", purged_max); !s.ok()) return s;
     if (job.clock_time != 0) {
@@ -186,17 +182,13 @@ class BatchWriter {
   // Drops the etag clock's samples older than `keep_from`, but the newest
   // of them.
   Status TrimClock(uint64_t keep_from) {
-    MDB_cursor* cur = nullptr;
-    int rc = mdb_cursor_open(txn_, store_.clock_db, &cur);
-    if (rc != 0) return LmdbStatus(rc, "cursor");
-    struct Closer {
-      MDB_cursor* c;
-      ~Closer() { mdb_cursor_close(c); }
-    } closer{cur};
+    Cursor cursor(txn_, store_.clock_db);
+    if (Status s = cursor.status(); !s.ok()) return s;
+    MDB_cursor* cur = cursor.get();
     std::string key;
     fmt::PutBE64(key, keep_from);
     MDB_val k = ToVal(key), v;
-    rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
     rc = rc == 0 ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mdb_cursor_get(cur, &k, &v, MDB_LAST);
     if (rc == MDB_NOTFOUND) return Status::Ok();
     if (rc != 0) return LmdbStatus(rc, "read the etag clock");
@@ -344,8 +336,7 @@ class BatchWriter {
   uint64_t etag_;
   uint32_t next_collection_;
   std::map<std::string, CollectionEntry> touched_;
-  bool maintenance_ = false;
-  std::optional<uint64_t> purged_max_;
+  std::optional<uint64_t> purged_max_;  // set by a purge: the batch commits without a new etag
 };
 
 }  // namespace
@@ -509,16 +500,17 @@ void DocumentStore::Submit(WriteRequest request, WriteCallback done) {
   for (const WriteOp& op : request.ops) p.bytes += op.body.size() + op.id.size() + 64;
   p.request = std::move(request);
   p.done = std::move(done);
+  if (!impl_->Enqueue(p)) p.done(WriteResult{Status::ShuttingDown("the store is closing")});
+}
+
+bool DocumentStore::Impl::Enqueue(PendingWrite& p) {
   {
-    std::unique_lock lock(impl_->queue_mu);
-    if (impl_->stopping) {
-      lock.unlock();
-      p.done(WriteResult{Status::ShuttingDown("the store is closing")});
-      return;
-    }
-    impl_->queue.push_back(std::move(p));
+    std::lock_guard lock(queue_mu);
+    if (stopping) return false;
+    queue.push_back(std::move(p));
   }
-  impl_->queue_cv.notify_one();
+  queue_cv.notify_one();
+  return true;
 }
 
 void DocumentStore::Impl::MergerLoop() {

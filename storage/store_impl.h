@@ -28,6 +28,21 @@ namespace corvid::storage {
 // Builds a Status from an LMDB return code.
 Status LmdbStatus(int rc, std::string_view what);
 
+// An LMDB cursor, closed on scope exit.
+class Cursor {
+ public:
+  Cursor(MDB_txn* txn, MDB_dbi dbi) { rc_ = mdb_cursor_open(txn, dbi, &cur_); }
+  ~Cursor() { if (cur_) mdb_cursor_close(cur_); }
+  Cursor(const Cursor&) = delete;
+  Cursor& operator=(const Cursor&) = delete;
+  Status status() const { return LmdbStatus(rc_, "cursor"); }
+  MDB_cursor* get() const { return cur_; }
+
+ private:
+  MDB_cursor* cur_ = nullptr;
+  int rc_ = 0;
+};
+
 // A read-only LMDB transaction, aborted on scope exit.
 class ReadTxn {
  public:
@@ -150,6 +165,8 @@ class DocumentStore::Impl {
   std::deque<PendingWrite> queue;  // guarded by queue_mu
   bool stopping = false;           // guarded by queue_mu
   std::thread merger;
+  // Queues `p` for the merger; false (and `p` untouched) once stopping.
+  bool Enqueue(PendingWrite& p);
 
   mutable std::mutex stats_mu;
   Stats stats;  // guarded by stats_mu
