@@ -82,8 +82,9 @@ Status BackupWriter::Emit(std::string_view bytes) {
 
 Status BackupWriter::Flush() {
   if (piece_.empty()) return Status::Ok();
-  Status s = sink_(piece_);
+  Status s = sink_(std::move(piece_));  // handed over, not copied
   piece_.clear();
+  piece_.reserve(kPiece + 64);
   return s;
 }
 

@@ -50,7 +50,8 @@ bool ValidBackupPartName(std::string_view name);
 class BackupWriter {
  public:
   static constexpr size_t kPiece = size_t{1} << 20;
-  using Sink = std::function<Status(std::string_view)>;
+  // Takes each piece (whole chunks, about kPiece bytes); it may keep it.
+  using Sink = std::function<Status(std::string&& piece)>;
 
   BackupWriter(Sink sink, uint64_t etag, uint64_t log_sequence);
   ~BackupWriter();

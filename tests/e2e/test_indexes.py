@@ -546,9 +546,9 @@ class IndexTestCase(CorvidTestCase):
         return sum(1 for e in changes if e['collection'] == coll)
 
     # -- own servers (restart and crash tests) --------------------------
-    def own_server(self):
+    def own_server(self, extra_args=()):
         """A fresh server for this test; self.server / self.c point at it."""
-        server = CorvidServer()
+        server = CorvidServer(extra_args=extra_args)
         server.start()
         self.addCleanup(server.cleanup)
         self.server = server
@@ -917,21 +917,9 @@ class IndexLifecycleTest(IndexTestCase):
         """API.md: tombstones are purged once every index has processed them
         and they are older than --tombstone-retention (0: at once); /changes
         from below the purge answers 410 changes_purged with oldestEtag."""
-        server = CorvidServer(extra_args=['--tombstone-retention', '0'])
-        server.start()
-        self.addCleanup(server.cleanup)
-        self.server, self.c = server, server.client()
-        self.addCleanup(lambda: self.c.close())
+        server = self.own_server(['--tombstone-retention', '0'])
         coll, other = 'purge_users', 'purge_other'
-        rng = random.Random(SEED + 31)
-        gen = DocGen(rng)
-        docs = {}
-        lines = []
-        for k in range(3000):
-            i = 'p%05d' % k
-            docs[i] = gen.doc(i)
-            lines.append(docs[i])
-        self.bulk(coll, lines)
+        gen, docs, _ = self.load_generated(coll, 3000, 'p', SEED + 31)
         self.bulk(other, [{'id': 'x', 'n': 1}])
         m = month_spec(coll)
         self.create_index('purge_m', m.definition)

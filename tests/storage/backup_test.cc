@@ -61,7 +61,7 @@ std::string WriteBackup(const std::map<std::string, std::string>& parts, uint64_
   std::string file;
   size_t pieces = 0;
   BackupWriter w(
-      [&](std::string_view piece) {
+      [&](std::string&& piece) {
         CHECK(piece.size() <= BackupWriter::kPiece + 64);
         ++pieces;
         file.append(piece);
@@ -144,7 +144,7 @@ TEST_CASE("part names cannot leave the data directory", "[backup]") {
   for (const char* bad : {"", "/etc/passwd", "../x", "a/../../x", "a//b", "a/", ".", "a/./b", "a b", "a\\b"}) {
     INFO(bad);
     CHECK_FALSE(ValidBackupPartName(bad));
-    BackupWriter w([](std::string_view) { return Status::Ok(); }, 1, 0);
+    BackupWriter w([](std::string&&) { return Status::Ok(); }, 1, 0);
     CHECK_FALSE(w.BeginPart(bad).ok());
   }
   CHECK(ValidBackupPartName("indexes/x.y-z_1/v1/state/seg-0001.cvs"));
