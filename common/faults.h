@@ -24,6 +24,7 @@ enum class FaultSite : uint8_t {
   kStoreMerger,   // the store's write merger
   kSegmentMerge,  // a search index's background merge
   kQueryHelper,   // a helper thread running a piece of a query
+  kCluster,       // a cluster node's applier, sweeper or membership thread
   kCount
 };
 
@@ -41,6 +42,8 @@ inline std::string_view FaultSiteName(FaultSite where) {
       return "segment_merge";
     case FaultSite::kQueryHelper:
       return "query_helper";
+    case FaultSite::kCluster:
+      return "cluster";
     case FaultSite::kCount:
       break;
   }

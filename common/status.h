@@ -22,6 +22,8 @@ enum class StatusCode {
   kTooLarge,
   kShuttingDown,
   kNoSpace,  // the disk (or the store's map) is full: nothing was made durable
+  kUnavailable,    // cluster: the write never reached the log (it is never applied)
+  kCommitUnknown,  // cluster: no confirmation by the deadline; applied everywhere or nowhere
   kInternal,
 };
 
@@ -39,6 +41,8 @@ class [[nodiscard]] Status {
   static Status TooLarge(std::string msg) { return {StatusCode::kTooLarge, std::move(msg)}; }
   static Status ShuttingDown(std::string msg) { return {StatusCode::kShuttingDown, std::move(msg)}; }
   static Status NoSpace(std::string msg) { return {StatusCode::kNoSpace, std::move(msg)}; }
+  static Status Unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
+  static Status CommitUnknown(std::string msg) { return {StatusCode::kCommitUnknown, std::move(msg)}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
@@ -89,6 +93,8 @@ inline std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kTooLarge: return "too_large";
     case StatusCode::kShuttingDown: return "shutting_down";
     case StatusCode::kNoSpace: return "no_space";
+    case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kCommitUnknown: return "commit_unknown";
     case StatusCode::kInternal: return "internal";
   }
   return "unknown";

@@ -10,6 +10,7 @@ packages=(
   libicu-dev libroaring-dev libzstd-dev rapidjson-dev catch2 liblmdb-dev
   libstemmer-dev unicode-data libxxhash-dev
   libsqlite3-dev libxapian-dev wrk
+  nats-server libnats-dev
 )
 
 missing=()

@@ -73,7 +73,8 @@ void Router::State::Backup(Reply& reply) {
                                 "attachment; filename=\"corvid-" + std::to_string(etag) + ".backup\"");
       reply(std::move(head));
 
-      storage::BackupWriter w([&](std::string&& piece) { return channel->Push(std::move(piece)); }, etag, 0);
+      storage::BackupWriter w([&](std::string&& piece) { return channel->Push(std::move(piece)); }, etag,
+                                  (*copy)->log_applied());
       Status s = w.BeginPart("store/data.mdb");
       std::string buf(storage::BackupWriter::kPiece, '\0');
       while (s.ok()) {

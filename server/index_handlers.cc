@@ -14,6 +14,7 @@
 #include "common/memory_budget.h"
 #include "mapreduce/mapreduce_index.h"
 #include "postings/search_index.h"
+#include "cluster/cluster_node.h"
 #include "server/router_internal.h"
 
 namespace corvid::server {
@@ -194,38 +195,45 @@ void Router::State::DispatchIndexes(Request& req, const Target& t, Reply& reply)
       if (!IsJsonContentType(req.content_type, false))
         return reply(ErrorResponse(415, "unsupported_media_type", "Content-Type must be application/json"));
       if (auto problem = ValidateJsonObject(req.body)) return reply(ProblemResponse(*problem));
-      auto outcome = engine->PutIndex(name, req.body);
-      if (!outcome.ok()) {
-        if (outcome.status().code() == StatusCode::kInvalidArgument)
-          return reply(ErrorResponse(400, "invalid_definition", outcome.status().message(),
-                                     MessageOffset(outcome.status().message())));
-        return reply(FromStatus(outcome.status()));
-      }
-      const char* result = *outcome == indexing::PutOutcome::kCreated    ? "created"
-                           : *outcome == indexing::PutOutcome::kReplaced ? "replaced"
-                                                                          : "unchanged";
-      rapidjson::StringBuffer buf;
-      JsonWriter w(buf);
-      w.StartObject();
-      w.Key("name");
-      WriteString(w, name);
-      w.Key("result");
-      w.String(result);
-      w.EndObject();
-      return reply(JsonResponse(*outcome == indexing::PutOutcome::kCreated ? 201 : 200, buf));
+      auto answer = [reply = std::move(reply), name](Result<indexing::PutOutcome> outcome) {
+        if (!outcome.ok()) {
+          if (outcome.status().code() == StatusCode::kInvalidArgument)
+            return reply(ErrorResponse(400, "invalid_definition", outcome.status().message(),
+                                       MessageOffset(outcome.status().message())));
+          return reply(FromStatus(outcome.status()));
+        }
+        const char* result = *outcome == indexing::PutOutcome::kCreated    ? "created"
+                             : *outcome == indexing::PutOutcome::kReplaced ? "replaced"
+                                                                            : "unchanged";
+        rapidjson::StringBuffer buf;
+        JsonWriter w(buf);
+        w.StartObject();
+        w.Key("name");
+        WriteString(w, name);
+        w.Key("result");
+        w.String(result);
+        w.EndObject();
+        reply(JsonResponse(*outcome == indexing::PutOutcome::kCreated ? 201 : 200, buf));
+      };
+      // In a cluster the definition is a log entry: every node gets it.
+      if (options.cluster) return options.cluster->SubmitIndexPut(name, std::move(req.body), std::move(answer));
+      return answer(engine->PutIndex(name, req.body));
     }
     if (m == "DELETE") {
-      Status s = engine->DeleteIndex(name);
-      if (!s.ok()) return reply(s.code() == StatusCode::kNotFound ? IndexNotFound(name) : FromStatus(s));
-      rapidjson::StringBuffer buf;
-      JsonWriter w(buf);
-      w.StartObject();
-      w.Key("name");
-      WriteString(w, name);
-      w.Key("deleted");
-      w.Bool(true);
-      w.EndObject();
-      return reply(JsonResponse(200, buf));
+      auto answer = [reply = std::move(reply), name](Status s) {
+        if (!s.ok()) return reply(s.code() == StatusCode::kNotFound ? IndexNotFound(name) : FromStatus(s));
+        rapidjson::StringBuffer buf;
+        JsonWriter w(buf);
+        w.StartObject();
+        w.Key("name");
+        WriteString(w, name);
+        w.Key("deleted");
+        w.Bool(true);
+        w.EndObject();
+        reply(JsonResponse(200, buf));
+      };
+      if (options.cluster) return options.cluster->SubmitIndexDelete(name, std::move(answer));
+      return answer(engine->DeleteIndex(name));
     }
     return reply(MethodNotAllowed("GET, PUT, DELETE"));
   }
@@ -679,6 +687,14 @@ void Router::State::DispatchAdmin(Request& req, const Target& t, Reply& reply) {
     if (m != "POST") return reply(MethodNotAllowed("POST"));
     return reply(Analyze(req));
   }
+  if (seg.size() == 2 && seg[1] == "cluster") {
+    if (m != "GET") return reply(MethodNotAllowed("GET"));
+    if (!options.cluster)
+      return reply(ErrorResponse(404, "not_found", "this server is not in a cluster (it runs without --nats)"));
+    Response r;
+    r.body = options.cluster->DescribeJson();
+    return reply(std::move(r));
+  }
   if (seg.size() >= 2 && seg[1] == "indexes" && !engine)
     return reply(ErrorResponse(404, "not_found", "indexing is not enabled"));
   if (seg.size() == 2 && seg[1] == "indexes") {
@@ -729,6 +745,19 @@ Response Router::State::MetricsText() const {
          stats.ops);
   metric("corvid_store_max_batch_requests", "gauge", "Largest number of requests in one group commit.",
          stats.max_batch_requests);
+  if (options.cluster) {
+    const auto cs = options.cluster->GetStats();
+    metric("corvid_cluster_applied_seq", "gauge", "The last log entry this node applied.", cs.applied_seq);
+    metric("corvid_cluster_apply_lag_ms", "gauge",
+           "Age of the oldest log entry this node has not applied (0 when caught up).", uint64_t(cs.lag_ms));
+    out += "# HELP corvid_cluster_log_commit_seconds Publish to JetStream's confirmation of a write's log entry.\n"
+           "# TYPE corvid_cluster_log_commit_seconds summary\n";
+    out += "corvid_cluster_log_commit_seconds_sum " + std::to_string(cs.commit_seconds_sum) + "\n";
+    out += "corvid_cluster_log_commit_seconds_count " + std::to_string(cs.commits) + "\n";
+    metric("corvid_cluster_skipped_late_total", "counter", "Log entries stored after their deadline (skipped).",
+           cs.skipped_late);
+    metric("corvid_cluster_write_timeouts_total", "counter", "Writes answered 503 by their deadline.", cs.timeouts);
+  }
   out += "# HELP corvid_documents Live documents per collection.\n# TYPE corvid_documents gauge\n";
   for (const auto& c : store.Collections()) {
     std::string escaped;

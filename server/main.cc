@@ -17,8 +17,10 @@
 #include <iostream>
 #include <string>
 #include <string_view>
+#include <filesystem>
 #include <thread>
 
+#include "cluster/cluster_node.h"
 #include "common/memory_budget.h"
 #include "indexing/index_engine.h"
 #include "server/http_client.h"
@@ -35,6 +37,8 @@ constexpr const char* kUsage =
     "                    [--max-connections N] [--idle-timeout-ms N] [--header-timeout-ms N]\n"
     "                    [--max-result-window N] [--memory-budget BYTES]\n"
     "                    [--tombstone-retention DURATION]\n"
+    "                    [--nats nats://HOST:PORT[,nats://HOST:PORT...] --node-id ID --advertise URL\n"
+    "                     [--replicas N] [--nats-timeout-ms N] [--log-max-age DURATION] [--log-max-bytes BYTES]]\n"
     "defaults: --data ./corvid-data --listen 127.0.0.1:8080 --threads <cores>\n"
     "          --memory-budget: half the cgroup's memory limit, else a quarter of RAM\n"
     "          (BYTES may end in K, M or G: powers of 1024)\n"
@@ -192,6 +196,83 @@ int Backup(int argc, char** argv) {
   return 0;
 }
 
+// Cluster mode: before the store opens, a node with an empty store (while a
+// peer has data), one behind the log's first entry, or one that applied
+// entries the log no longer holds installs a peer's snapshot (the backup
+// format) and continues from the log position it records. Returns an exit
+// code, 0 to go on.
+int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std::string& data_dir) {
+  namespace fs = std::filesystem;
+  // NATS may be starting beside us: try for half a minute.
+  corvid::Result<corvid::cluster::Probe> probe = corvid::Status::Unavailable("not tried");
+  for (int attempt = 0; attempt < 60; ++attempt) {
+    probe = corvid::cluster::ProbeCluster(options);
+    if (probe.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  if (!probe.ok()) {
+    std::cerr << "corvid: cannot reach the cluster's log: " << probe.status().message() << "\n";
+    return 1;
+  }
+  uint64_t last_etag = 0;
+  corvid::storage::LogPosition pos;
+  {
+    auto store = corvid::storage::DocumentStore::Open(data_dir + "/store");
+    if (!store.ok()) {
+      std::cerr << "corvid: cannot open the store in " << data_dir << ": " << store.status().ToString() << "\n";
+      return 1;
+    }
+    last_etag = (*store)->LastEtag();
+    pos = (*store)->GetLogPosition();
+  }
+  const auto& log = probe->log;
+  const bool diverged = pos.applied > log.last_seq;
+  const bool behind = log.messages > 0 && std::max<uint64_t>(pos.resume, 1) < log.first_seq;
+  const corvid::cluster::PeerInfo* peer = nullptr;
+  for (const auto& p : probe->peers) {
+    if (p.node_id == options.node_id || p.state != "active" || p.url.empty() || p.age_ms > 5000) continue;
+    if (!peer || p.applied_etag > peer->applied_etag) peer = &p;
+  }
+  const bool fresh = last_etag == 0 && pos.applied == 0 && peer && peer->applied_etag > 0;
+  if (!diverged && !behind && !fresh) return 0;
+  const char* why = diverged ? "it applied log entries the log no longer holds"
+                    : behind ? "the log no longer holds the entries after its position"
+                             : "it is new";
+  if (!peer) {
+    std::cerr << "corvid: this node needs a snapshot (" << why << ") but no active peer is listed\n";
+    return 1;
+  }
+  std::cerr << "corvid: bootstrapping from " << peer->node_id << " (" << peer->url << "): " << why << "\n";
+  const std::string file = data_dir + ".bootstrap.corvidbk";
+  const std::string fresh_dir = data_dir + ".bootstrap";
+  std::error_code ec;
+  fs::remove_all(fresh_dir, ec);
+  const auto start = std::chrono::steady_clock::now();
+  auto got = corvid::server::DownloadToFile(peer->url + "/admin/backup", options.api_key, file, [](uint64_t) {});
+  if (!got.ok() || got->status != 200) {
+    std::cerr << "corvid: bootstrap: fetching the snapshot failed: "
+              << (got.ok() ? std::to_string(got->status) + " " + got->error_body : got.status().message()) << "\n";
+    fs::remove(file, ec);
+    return 1;
+  }
+  auto info = corvid::storage::RestoreBackup(file, fresh_dir);
+  fs::remove(file, ec);
+  if (!info.ok()) {
+    std::cerr << "corvid: bootstrap: the snapshot does not restore: " << info.status().message() << "\n";
+    fs::remove_all(fresh_dir, ec);
+    return 1;
+  }
+  const std::string old_dir = data_dir + ".replaced";
+  fs::remove_all(old_dir, ec);
+  if (fs::exists(data_dir)) fs::rename(data_dir, old_dir);
+  fs::rename(fresh_dir, data_dir);
+  fs::remove_all(old_dir, ec);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cerr << "corvid: bootstrapped to etag " << info->etag << " (" << got->bytes << " bytes in " << secs
+            << " s, " << (secs > 0 ? double(got->bytes) / 1e6 / secs : 0) << " MB/s)\n";
+  return 0;
+}
+
 }  // namespace
 
 // Process-wide settings made before any thread starts.
@@ -225,6 +306,8 @@ int main(int argc, char** argv) {
   uint64_t memory_budget = corvid::DefaultMemoryBudget();
   corvid::indexing::EngineOptions engine_options;
   engine_options.tombstone_retention = std::chrono::hours(24 * 7);
+  bool cluster_mode = false;
+  corvid::cluster::ClusterOptions cluster_options;
   for (int i = 2; i < argc; ++i) {
     std::string_view flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -246,6 +329,29 @@ int main(int argc, char** argv) {
     } else if (flag == "--tombstone-retention") {
       if (!ParseDuration(value, n)) return Fail("--tombstone-retention must be 0, seconds, or a number with s, m, h or d");
       engine_options.tombstone_retention = std::chrono::seconds(n);
+    } else if (flag == "--nats") {
+      cluster_mode = true;
+      std::string_view rest = value;
+      while (!rest.empty()) {
+        const size_t comma = rest.find(',');
+        if (comma != 0) cluster_options.nats_urls.emplace_back(rest.substr(0, comma));
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+      }
+    } else if (flag == "--node-id") {
+      cluster_options.node_id = value;
+    } else if (flag == "--advertise") {
+      cluster_options.advertise = value;
+    } else if (flag == "--replicas" || flag == "--nats-timeout-ms") {
+      if (!ParseNumber(value, n) || n == 0 || n > 3600000) return Fail(std::string(flag) + " needs a positive integer");
+      if (flag == "--replicas") cluster_options.replicas = int(n);
+      else cluster_options.timeout_ms = int64_t(n);
+    } else if (flag == "--log-max-age") {
+      if (!ParseDuration(value, n) || n == 0) return Fail("--log-max-age must be seconds, or a number with s, m, h or d");
+      cluster_options.max_age_seconds = int64_t(n);
+    } else if (flag == "--log-max-bytes") {
+      if (!ParseBytes(value, n) || n < (uint64_t{1} << 20)) return Fail("--log-max-bytes needs a byte count of at least 1M");
+      cluster_options.max_bytes = int64_t(n);
     } else if (flag == "--memory-budget") {
       if (!ParseBytes(value, memory_budget) || memory_budget < (uint64_t{16} << 20))
         return Fail("--memory-budget needs a byte count of at least 16M");
@@ -282,6 +388,11 @@ int main(int argc, char** argv) {
   if (!options.router.read_keys.empty() && options.router.api_key.empty())
     return Fail("--read-key needs --api-key (the key for everything else)");
   corvid::SetMemoryBudget(memory_budget);
+  if (cluster_mode) {
+    cluster_options.api_key = options.router.api_key;
+    if (auto s = corvid::cluster::ValidateOptions(cluster_options); !s.ok()) return Fail(s.message());
+    if (int rc = BootstrapIfNeeded(cluster_options, data_dir); rc != 0) return rc;
+  }
   auto store = corvid::storage::DocumentStore::Open(data_dir + "/store");
   if (!store.ok()) {
     std::cerr << "corvid: cannot open the store in " << data_dir << ": " << store.status().ToString() << "\n";
@@ -292,6 +403,16 @@ int main(int argc, char** argv) {
     std::cerr << "corvid: cannot open the indexes in " << data_dir << ": " << engine.status().ToString() << "\n";
     return 1;
   }
+  std::unique_ptr<corvid::cluster::ClusterNode> cluster;
+  if (cluster_mode) {
+    auto started = corvid::cluster::ClusterNode::Start(cluster_options, **store, engine->get());
+    if (!started.ok()) {
+      std::cerr << "corvid: cannot join the cluster: " << started.status().message() << "\n";
+      return 1;
+    }
+    cluster = std::move(*started);
+    options.router.cluster = cluster.get();
+  }
   auto server = corvid::server::HttpServer::Create(**store, engine->get(), options);
   if (!server.ok()) {
     std::cerr << "corvid: " << server.status().ToString() << "\n";
@@ -300,6 +421,8 @@ int main(int argc, char** argv) {
   std::printf("corvid listening on %s\n", (*server)->LocalEndpoint().c_str());
   std::fflush(stdout);
   (*server)->Run();
+  // The applier stops first (it writes to the store and defines indexes).
+  cluster.reset();
   // Index workers stop first (they read the store); then the store closes:
   // its merger drains and answers any queued write (into the stopped I/O
   // context) before the server's objects go away.

@@ -3,6 +3,8 @@
 // and never reaches an assert or the write path.
 #include "server/router.h"
 
+#include "cluster/cluster_node.h"
+
 #include "server/router_internal.h"
 
 #include <exception>
@@ -530,6 +532,11 @@ Response Router::State::GetDoc(const Request& req, const std::string& coll, cons
   return r;
 }
 
+void Router::State::SubmitWrite(WriteRequest request, DocumentStore::WriteCallback done) {
+  if (options.cluster) return options.cluster->Submit(std::move(request), std::move(done));
+  store.Submit(std::move(request), std::move(done));
+}
+
 void Router::State::PutDoc(Request& req, const std::string& coll, const std::string& id, Reply& reply) {
   if (!IsJsonContentType(req.content_type, false))
     return reply(ErrorResponse(
@@ -545,7 +552,7 @@ void Router::State::PutDoc(Request& req, const std::string& coll, const std::str
   op.body = std::move(req.body);
   WriteRequest wr;
   wr.ops.push_back(std::move(op));
-  store.Submit(std::move(wr), [reply = std::move(reply), coll, id](WriteResult r) {
+  SubmitWrite(std::move(wr), [reply = std::move(reply), coll, id](WriteResult r) {
     if (!r.status.ok()) return reply(FromStatus(r.status));
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);
@@ -571,7 +578,7 @@ void Router::State::DeleteDoc(const Request& req, const std::string& coll, const
   op.id = id;
   WriteRequest wr;
   wr.ops.push_back(std::move(op));
-  store.Submit(std::move(wr), [reply = std::move(reply)](WriteResult r) {
+  SubmitWrite(std::move(wr), [reply = std::move(reply)](WriteResult r) {
     if (!r.status.ok()) return reply(FromStatus(r.status));
     Response resp;
     resp.body = "{\"etag\":" + std::to_string(r.last_etag) + "}";
@@ -702,7 +709,7 @@ void Router::State::Bulk(Request& req, const std::string& coll, Reply& reply) {
   const size_t count = wr.ops.size();
   req.body.clear();
   req.body.shrink_to_fit();
-  store.Submit(std::move(wr), [reply = std::move(reply), count](WriteResult r) {
+  SubmitWrite(std::move(wr), [reply = std::move(reply), count](WriteResult r) {
     if (!r.status.ok()) return reply(FromStatus(r.status));
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);

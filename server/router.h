@@ -21,6 +21,9 @@ class DocumentStore;
 namespace corvid::indexing {
 class IndexEngine;
 }
+namespace corvid::cluster {
+class ClusterNode;
+}
 
 namespace corvid::server {
 
@@ -77,6 +80,9 @@ struct RouterOptions {
   // The body of every request but document writes and bulks (index
   // definitions, search bodies, analyze): such bodies are small.
   size_t max_control_body_bytes = size_t{1} << 20;
+  // Cluster mode (--nats): writes and index definitions go through the
+  // cluster's log instead of straight to the store. Null: a single server.
+  cluster::ClusterNode* cluster = nullptr;
 };
 
 // Why the transport refused a request before it reached a handler, or

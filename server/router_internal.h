@@ -195,6 +195,8 @@ inline Response FromStatus(const Status& s) {
     case StatusCode::kBusy: return ErrorResponse(409, "conflict", s.message());
     case StatusCode::kTooLarge: return ErrorResponse(413, "body_too_large", s.message());
     case StatusCode::kShuttingDown: return ErrorResponse(503, "shutting_down", s.message());
+    case StatusCode::kUnavailable: return ErrorResponse(503, "unavailable", s.message());
+    case StatusCode::kCommitUnknown: return ErrorResponse(503, "commit_unknown", s.message());
     case StatusCode::kNoSpace:
       return ErrorResponse(507, "insufficient_storage", "the write could not be made durable: " + s.message());
     default: return ErrorResponse(500, "internal", s.message());
@@ -264,6 +266,8 @@ struct Router::State : std::enable_shared_from_this<Router::State> {
   void PutDoc(Request& req, const std::string& coll, const std::string& id, Reply& reply);
   void DeleteDoc(const Request& req, const std::string& coll, const std::string& id, Reply& reply);
   void Bulk(Request& req, const std::string& coll, Reply& reply);
+  // A document write: to the store, or through the cluster's log.
+  void SubmitWrite(storage::WriteRequest request, storage::DocumentStore::WriteCallback done);
 
   // index_handlers.cc
   void DispatchIndexes(Request& req, const detail::Target& t, Reply& reply);

@@ -154,6 +154,8 @@ Status DocumentStore::Impl::LoadState() {
   uint64_t purged = 0;
   if (Status s = read_u64("purged_max", 8, purged); !s.ok()) return s;
   purged_max.store(purged);
+  if (Status s = read_u64("log_applied", 8, log_position.applied); !s.ok()) return s;
+  if (Status s = read_u64("log_resume", 8, log_position.resume); !s.ok()) return s;
   last_etag.store(last);
   next_collection = uint32_t(next);
 
@@ -527,6 +529,13 @@ Result<uint64_t> DocumentStore::EtagAtTime(uint64_t t) const {
 
 uint64_t DocumentStore::PurgedMax() const { return impl_->purged_max.load(std::memory_order_acquire); }
 
+LogPosition DocumentStore::GetLogPosition() const {
+  std::lock_guard lock(impl_->log_mu);
+  return impl_->log_position;
+}
+
+void DocumentStore::ResetLogFence() { impl_->log_fenced.store(false, std::memory_order_release); }
+
 namespace {
 
 // A compacted copy of the environment written by LMDB into a pipe on a
@@ -538,6 +547,7 @@ class PipedCopy final : public DocumentStore::SnapshotCopy {
     if (thread_.joinable()) thread_.join();
   }
   uint64_t etag() const override { return etag_; }
+  uint64_t log_applied() const override { return log_applied_; }
 
   Result<size_t> Read(char* buf, size_t cap) override {
     if (pending_ < first_.size()) {
@@ -589,6 +599,10 @@ class PipedCopy final : public DocumentStore::SnapshotCopy {
     (void)::fcntl(wfd, F_SETPIPE_SZ, 1 << 20);
     std::lock_guard gate(store.commit_gate);
     etag_ = store.last_etag.load(std::memory_order_acquire);
+    {
+      std::lock_guard log_lock(store.log_mu);
+      log_applied_ = store.log_position.applied;
+    }
     MDB_env* env = store.env;
     const char* dir = nullptr;
     if (mdb_env_get_path(env, &dir) == 0) map_ = FindFileMapping(std::string(dir) + "/data.mdb");
@@ -619,6 +633,7 @@ class PipedCopy final : public DocumentStore::SnapshotCopy {
   std::thread thread_;
   int rc_ = 0;  // the copy's outcome, read after the join
   uint64_t etag_ = 0;
+  uint64_t log_applied_ = 0;
   std::string first_;
   size_t pending_ = 0;
   // The copy walks the B-tree in key order, not file order: the resident

@@ -51,6 +51,15 @@ struct WriteOp {
   bool if_none_match_any = false;     // the document must not exist
 };
 
+// Where a replicated store stands in its cluster's write log (cluster/):
+// every entry up to `applied` is in the store (or was skipped), and a
+// restart reads the log again from `resume` (<= applied + 1: a bulk's
+// chunks before its commit entry are read again).
+struct LogPosition {
+  uint64_t applied = 0;
+  uint64_t resume = 0;
+};
+
 // A request is applied atomically: all of its ops or none.
 struct WriteRequest {
   std::vector<WriteOp> ops;
@@ -58,6 +67,9 @@ struct WriteRequest {
   // document is NotFound. Bulk (false): deletes of absent ids still record
   // a tombstone, so every op receives an etag.
   bool single = true;
+  // Cluster mode: the log entry this request applies, recorded in the same
+  // transaction as its writes (a request with no ops records only that).
+  std::optional<LogPosition> log;
 };
 
 struct WriteResult {
@@ -214,6 +226,15 @@ class DocumentStore {
   // change feed from below it may have missed deletes.
   uint64_t PurgedMax() const;
 
+  // The last log position committed (all zero for a single server).
+  LogPosition GetLogPosition() const;
+  // Once a request carrying a log position failed for a reason of this
+  // node's own (I/O, a full disk, a fault; not a precondition), every later
+  // such request fails (Unavailable) without being applied, so a node never
+  // applies an entry without the ones before it; the applier reads the log
+  // again from GetLogPosition() and then lifts the fence.
+  void ResetLogFence();
+
   // A compacted copy of one read snapshot of the store (LMDB's
   // mdb_env_copyfd2), read as a stream: the bytes of a data.mdb that
   // `DocumentStore::Open` opens as this store was at `etag()`. Writes go on
@@ -224,6 +245,8 @@ class DocumentStore {
     virtual ~SnapshotCopy() = default;
     // The last etag the snapshot holds.
     virtual uint64_t etag() const = 0;
+    // Cluster mode: the last log entry the snapshot holds (0 otherwise).
+    virtual uint64_t log_applied() const = 0;
     // Up to `cap` bytes into `buf`; 0 at the end. An error if the copy failed.
     virtual Result<size_t> Read(char* buf, size_t cap) = 0;
   };

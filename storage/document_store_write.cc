@@ -82,6 +82,7 @@ class BatchWriter {
     wrote = false;
     if (p.purge) return Purge(*p.purge, wrote);
     const WriteRequest& req = p.request;
+    if (req.log) log_ = req.log;  // requests come in log order: the last one is the position
     for (size_t i = 0; i < req.ops.size(); ++i) {
       const WriteOp& op = req.ops[i];
       Status s = ApplyOp(op, p.body_flags[i], req.single, result, wrote);
@@ -94,7 +95,7 @@ class BatchWriter {
 
   // Whether a purge changed anything (the batch then commits even without
   // a new etag).
-  bool maintenance() const { return purged_max_.has_value(); }
+  bool maintenance() const { return purged_max_.has_value() || log_.has_value(); }
 
   // Removes tombstones with etag <= job.through, from where the last purge
   // stopped (meta "purge_scan"), at most job.limit of them.
@@ -220,6 +221,14 @@ class BatchWriter {
     MDB_val ek = ToVal("last_etag"), ev = ToVal(e), ck = ToVal("next_coll"), cv = ToVal(c);
     if (int rc = mdb_put(txn_, store_.meta_db, &ek, &ev, 0); rc != 0) return LmdbStatus(rc, "write meta");
     if (int rc = mdb_put(txn_, store_.meta_db, &ck, &cv, 0); rc != 0) return LmdbStatus(rc, "write meta");
+    if (log_) {
+      std::string a, r;
+      fmt::PutLE(a, log_->applied, 8);
+      fmt::PutLE(r, log_->resume, 8);
+      MDB_val ak = ToVal("log_applied"), av = ToVal(a), rk = ToVal("log_resume"), rv = ToVal(r);
+      if (int rc = mdb_put(txn_, store_.meta_db, &ak, &av, 0); rc != 0) return LmdbStatus(rc, "write meta");
+      if (int rc = mdb_put(txn_, store_.meta_db, &rk, &rv, 0); rc != 0) return LmdbStatus(rc, "write meta");
+    }
     return Status::Ok();
   }
 
@@ -233,6 +242,10 @@ class BatchWriter {
     }
     store_.next_collection = next_collection_;
     if (purged_max_) store_.purged_max.store(*purged_max_, std::memory_order_release);
+    if (log_) {
+      std::lock_guard log_lock(store_.log_mu);
+      store_.log_position = *log_;
+    }
   }
 
   uint64_t etag() const { return etag_; }
@@ -337,6 +350,7 @@ class BatchWriter {
   uint32_t next_collection_;
   std::map<std::string, CollectionEntry> touched_;
   std::optional<uint64_t> purged_max_;  // set by a purge: the batch commits without a new etag
+  std::optional<LogPosition> log_;      // the last log position among the batch's requests
 };
 
 }  // namespace
@@ -546,6 +560,15 @@ void DocumentStore::Impl::CommitBatch(std::vector<PendingWrite>& batch) {
   // Each pass applies every request not yet excluded; a request that fails
   // after writing is excluded and the pass restarts (at most batch.size()).
   MDB_txn* txn = nullptr;  // open, not yet committed or aborted
+  bool has_log = false;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!batch[i].request.log) continue;
+    has_log = true;
+    if (log_fenced.load(std::memory_order_acquire)) {
+      excluded[i] = true;
+      results[i] = WriteResult{Status::Unavailable("an earlier log entry failed to apply on this node")};
+    }
+  }
   try {
   for (bool retry = true; retry;) {
     retry = false;
@@ -612,6 +635,7 @@ void DocumentStore::Impl::CommitBatch(std::vector<PendingWrite>& batch) {
   if (committed_etag) Publish(*committed_etag);
   if (!batch_status.ok()) {
     for (auto& r : results) r = WriteResult{batch_status};
+    if (has_log) log_fenced.store(true, std::memory_order_release);
   }
   {
     std::lock_guard lock(stats_mu);

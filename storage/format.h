@@ -11,6 +11,8 @@
 //                  "next_coll"   -> u32 next collection number to assign
 //                  "purge_scan"  -> u64 every tombstone up to this etag is purged
 //                  "purged_max"  -> u64 the highest etag of a purged tombstone
+//                  "log_applied" -> u64 cluster mode: the last log entry applied
+//                  "log_resume"  -> u64 cluster mode: where a restart reads the log from
 //   "collections"  u32 number    -> u64 live documents | u64 tombstones | name
 //                  (names are up to 512 bytes, over LMDB's key limit, so
 //                  the number is the key and the name index lives in memory)
@@ -46,7 +48,7 @@
 // Each document has exactly one entry in "changes" and "coll_changes": its
 // latest write (older ones are removed when it is rewritten), tombstones
 // included, until a tombstone is purged (--tombstone-retention) with its
-// two change entries. "clock", "purge_scan" and "purged_max" came without
+// two change entries. "clock", "purge_scan", "purged_max" and the "log_" keys came without
 // a version change: a store without them has purged nothing.
 #pragma once
 

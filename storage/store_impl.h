@@ -101,6 +101,11 @@ class DocumentStore::Impl {
   // The highest etag of a tombstone purged (meta "purged_max"): a change
   // feed read from below it may have missed deletes (410 changes_purged).
   std::atomic<uint64_t> purged_max{0};
+  // The cluster log position (meta "log_applied", "log_resume"), and the
+  // fence a failed log request raises (DocumentStore::ResetLogFence).
+  mutable std::mutex log_mu;
+  LogPosition log_position;  // guarded by log_mu
+  std::atomic<bool> log_fenced{false};
 
   // Compression dictionaries (body_format.h): every one by id, and each
   // collection's current one. Written after a dictionary is committed.

@@ -1,0 +1,854 @@
+// The cluster node: publishing, the applier, membership (cluster_node.h;
+// the design and its guarantees are in docs/cluster.md).
+#include "cluster/cluster_node.h"
+
+#include <nats/nats.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "cluster/log_entry.h"
+#include "common/faults.h"
+#include "indexing/index_engine.h"
+
+namespace corvid::cluster {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Status NatsError(natsStatus s, std::string_view what, jsErrCode jerr = jsErrCode(0)) {
+  std::string m(what);
+  m += ": ";
+  m += natsStatus_GetText(s);
+  if (jerr != 0) m += " (JetStream error " + std::to_string(int(jerr)) + ")";
+  const char* last = nats_GetLastError(nullptr);
+  if (last && *last) {
+    m += ": ";
+    m += last;
+  }
+  return Status::Unavailable(m);
+}
+
+// A connection with its JetStream context, the log stream and the
+// membership bucket, created if missing.
+struct Connection {
+  natsConnection* nc = nullptr;
+  jsCtx* js = nullptr;
+  kvStore* kv = nullptr;
+
+  ~Connection() {
+    if (kv) kvStore_Destroy(kv);
+    if (js) jsCtx_Destroy(js);
+    if (nc) {
+      natsConnection_Close(nc);
+      natsConnection_Destroy(nc);
+    }
+  }
+
+  Status Open(const ClusterOptions& o, jsPubAckHandler ack_handler, void* ack_closure) {
+    natsOptions* opts = nullptr;
+    natsStatus s = natsOptions_Create(&opts);
+    std::vector<const char*> urls;
+    for (const auto& u : o.nats_urls) urls.push_back(u.c_str());
+    if (s == NATS_OK) s = natsOptions_SetServers(opts, urls.data(), int(urls.size()));
+    if (s == NATS_OK) s = natsOptions_SetNoRandomize(opts, true);
+    if (s == NATS_OK) s = natsOptions_SetName(opts, ("corvid-" + o.node_id).c_str());
+    if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts, -1);
+    if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 250);
+    if (s == NATS_OK) s = natsOptions_SetPingInterval(opts, 1000);
+    if (s == NATS_OK) s = natsOptions_SetMaxPingsOut(opts, 3);
+    if (s == NATS_OK) s = natsOptions_SetTimeout(opts, 2000);
+    if (s == NATS_OK) s = natsConnection_Connect(&nc, opts);
+    natsOptions_Destroy(opts);
+    if (s != NATS_OK) return NatsError(s, "connect to NATS");
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = std::max<int64_t>(1000, o.timeout_ms);
+    jo.PublishAsync.MaxPending = 65536;
+    jo.PublishAsync.AckHandler = ack_handler;
+    jo.PublishAsync.AckHandlerClosure = ack_closure;
+    s = natsConnection_JetStream(&js, nc, &jo);
+    if (s != NATS_OK) return NatsError(s, "JetStream context");
+
+    jsStreamConfig sc;
+    jsStreamConfig_Init(&sc);
+    const char* subjects[] = {o.subject.c_str()};
+    sc.Name = o.stream.c_str();
+    sc.Subjects = subjects;
+    sc.SubjectsLen = 1;
+    sc.Storage = js_FileStorage;
+    sc.Replicas = o.replicas;
+    sc.MaxAge = o.max_age_seconds * int64_t{1000000000};
+    sc.MaxBytes = o.max_bytes;
+    sc.Discard = js_DiscardOld;
+    sc.Duplicates = int64_t{120} * 1000000000;
+    jsStreamInfo* si = nullptr;
+    jsErrCode jerr = jsErrCode(0);
+    s = js_AddStream(&si, js, &sc, nullptr, &jerr);
+    if (si) jsStreamInfo_Destroy(si);
+    if (s != NATS_OK && jerr != JSStreamNameExistErr) return NatsError(s, "create the log stream " + o.stream, jerr);
+
+    kvConfig kc;
+    kvConfig_Init(&kc);
+    kc.Bucket = o.bucket.c_str();
+    kc.History = 1;
+    kc.Replicas = o.replicas;
+    kc.StorageType = js_FileStorage;
+    s = js_CreateKeyValue(&kv, js, &kc);
+    if (s != NATS_OK) {
+      kv = nullptr;
+      natsStatus b = js_KeyValue(&kv, js, o.bucket.c_str());
+      if (b != NATS_OK) return NatsError(s, "create the membership bucket " + o.bucket);
+    }
+    return Status::Ok();
+  }
+
+  Result<LogInfo> ReadLog(const ClusterOptions& o) const {
+    jsStreamInfo* si = nullptr;
+    jsErrCode jerr = jsErrCode(0);
+    natsStatus s = js_GetStreamInfo(&si, js, o.stream.c_str(), nullptr, &jerr);
+    if (s != NATS_OK) return NatsError(s, "read the log's state", jerr);
+    LogInfo info;
+    info.first_seq = si->State.FirstSeq;
+    info.last_seq = si->State.LastSeq;
+    info.messages = si->State.Msgs;
+    info.replicas = int(si->Config ? si->Config->Replicas : 0);
+    jsStreamInfo_Destroy(si);
+    return info;
+  }
+
+  std::vector<PeerInfo> ReadPeers() const {
+    std::vector<PeerInfo> peers;
+    kvKeysList keys{};
+    if (kvStore_Keys(&keys, kv, nullptr) != NATS_OK) return peers;
+    const int64_t now = NowMs();
+    for (int i = 0; i < keys.Count; ++i) {
+      kvEntry* e = nullptr;
+      if (kvStore_Get(&e, kv, keys.Keys[i]) != NATS_OK) continue;
+      rapidjson::Document d;
+      d.Parse(kvEntry_ValueString(e));
+      if (!d.HasParseError() && d.IsObject()) {
+        PeerInfo p;
+        p.node_id = keys.Keys[i];
+        auto str = [&](const char* k) { return d.HasMember(k) && d[k].IsString() ? d[k].GetString() : ""; };
+        auto num = [&](const char* k) -> uint64_t { return d.HasMember(k) && d[k].IsUint64() ? d[k].GetUint64() : 0; };
+        p.url = str("url");
+        p.state = str("state");
+        p.applied_etag = num("appliedEtag");
+        p.applied_seq = num("appliedSeq");
+        p.lag_ms = int64_t(num("lagMs"));
+        p.age_ms = now - int64_t(num("atMs"));
+        peers.push_back(std::move(p));
+      }
+      kvEntry_Destroy(e);
+    }
+    kvKeysList_Destroy(&keys);
+    std::sort(peers.begin(), peers.end(), [](const PeerInfo& a, const PeerInfo& b) { return a.node_id < b.node_id; });
+    return peers;
+  }
+};
+
+// A node whose heartbeat is older than this is shown as unreachable.
+constexpr int64_t kStaleMs = 5000;
+constexpr int64_t kHeartbeatMs = 1000;
+
+bool LocalFailure(StatusCode c) {
+  return c == StatusCode::kIOError || c == StatusCode::kNoSpace || c == StatusCode::kInternal ||
+         c == StatusCode::kShuttingDown || c == StatusCode::kUnavailable || c == StatusCode::kCorruption;
+}
+
+}  // namespace
+
+Status ValidateOptions(const ClusterOptions& o) {
+  if (o.nats_urls.empty()) return Status::InvalidArgument("--nats needs at least one nats://HOST:PORT");
+  for (const auto& u : o.nats_urls)
+    if (!u.starts_with("nats://") || u.size() <= 7) return Status::InvalidArgument("--nats URLs look like nats://HOST:PORT, got '" + u + "'");
+  if (o.node_id.empty() || o.node_id.size() > 64) return Status::InvalidArgument("--node-id needs 1 to 64 characters");
+  for (char c : o.node_id)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'))
+      return Status::InvalidArgument("--node-id may hold letters, digits, '-' and '_' only");
+  if (!o.advertise.starts_with("http://") && !o.advertise.starts_with("https://"))
+    return Status::InvalidArgument("--advertise needs this node's URL, http://HOST:PORT");
+  if (o.replicas < 1 || o.replicas > 5) return Status::InvalidArgument("--replicas must be 1 to 5 (JetStream's limit)");
+  if (o.timeout_ms < 100) return Status::InvalidArgument("--nats-timeout-ms must be at least 100");
+  return Status::Ok();
+}
+
+Result<Probe> ProbeCluster(const ClusterOptions& options) {
+  Connection c;
+  if (Status s = c.Open(options, nullptr, nullptr); !s.ok()) return s;
+  auto log = c.ReadLog(options);
+  if (!log.ok()) return log.status();
+  Probe p;
+  p.log = *log;
+  p.peers = c.ReadPeers();
+  return p;
+}
+
+class ClusterNode::Impl {
+ public:
+  Impl(ClusterOptions o, storage::DocumentStore& store, indexing::IndexEngine* engine)
+      : options_(std::move(o)), store_(store), engine_(engine) {
+    std::random_device rd;
+    next_request_ = (uint64_t(rd()) << 32 | rd()) & ((uint64_t{1} << 62) - 1);
+  }
+
+  Status Start() {
+    if (Status s = conn_.Open(options_, &Impl::OnAck, this); !s.ok()) return s;
+    auto log = conn_.ReadLog(options_);
+    if (!log.ok()) return log.status();
+    log_ = *log;
+    const storage::LogPosition pos = store_.GetLogPosition();
+    applied_seq_ = pos.applied;
+    if (pos.applied > log_.last_seq) diverged_ = true;  // the log lost entries this node applied
+    applier_ = std::thread([this] { RunGuarded([this] { ApplierLoop(); }); });
+    sweeper_ = std::thread([this] { RunGuarded([this] { SweeperLoop(); }); });
+    membership_ = std::thread([this] { RunGuarded([this] { MembershipLoop(); }); });
+    return Status::Ok();
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (applier_.joinable()) applier_.join();
+    if (sweeper_.joinable()) sweeper_.join();
+    if (membership_.joinable()) membership_.join();
+    // The store's merger may still answer entries submitted by the
+    // applier: wait for them (they reference this object).
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return in_flight_ == 0; });
+    }
+    std::map<uint64_t, Pending> left;
+    {
+      std::lock_guard lock(mu_);
+      left.swap(pending_);
+    }
+    for (auto& [id, p] : left) p.done(Applied{Status::Unavailable("the node is shutting down"), {}, 0});
+  }
+
+  struct Applied {
+    Status status;
+    storage::WriteResult write;
+    int index_outcome = 0;
+  };
+  using Done = std::function<void(Applied)>;
+
+  void Publish(EntryType type, const std::string& payload, Done done) {
+    if (diverged_.load()) {
+      return done({Status::Unavailable("this node has diverged from the log (it applied entries the log no longer "
+                                       "holds); it takes writes again once it installs a peer's snapshot at restart"),
+                   {}, 0});
+    }
+    if (natsConnection_Status(conn_.nc) != NATS_CONN_STATUS_CONNECTED)
+      return done({Status::Unavailable("not connected to NATS: the write was not sent to the log"), {}, 0});
+    const int64_t deadline = NowMs() + options_.timeout_ms;
+    uint64_t id;
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return done({Status::Unavailable("the node is shutting down"), {}, 0});
+      id = next_request_++;
+      pending_.emplace(id, Pending{deadline, Clock::now(), false, std::move(done)});
+    }
+    EntryHeader h{type, id, deadline, options_.node_id};
+    const std::string id_text = options_.node_id + "-" + std::to_string(id);
+    natsStatus s = NATS_OK;
+    if (payload.size() <= options_.chunk_bytes) {
+      std::string entry;
+      EncodeHeader(h, entry);
+      entry.append(payload);
+      s = PublishOne(entry, id_text, true);
+    } else {
+      uint32_t chunks = 0;
+      h.type = EntryType::kChunk;
+      for (size_t off = 0; off < payload.size() && s == NATS_OK; off += options_.chunk_bytes, ++chunks) {
+        std::string entry;
+        EncodeHeader(h, entry);
+        EncodeChunkPayload(chunks, std::string_view(payload).substr(off, options_.chunk_bytes), entry);
+        s = PublishOne(entry, id_text + "-" + std::to_string(chunks), false);
+      }
+      if (s == NATS_OK) {
+        h.type = EntryType::kCommit;
+        std::string entry;
+        EncodeHeader(h, entry);
+        EncodeCommitPayload(chunks, payload.size(), entry);
+        s = PublishOne(entry, id_text + "-c", true);
+      }
+    }
+    // The final entry never left this node: it is never applied.
+    if (s != NATS_OK) Resolve(id, {NatsError(s, "publish to the log"), {}, 0});
+  }
+
+  std::string DescribeJson() const {
+    std::vector<PeerInfo> peers;
+    LogInfo log;
+    {
+      std::lock_guard lock(view_mu_);
+      peers = peers_;
+      log = log_;
+    }
+    PeerInfo self = SelfInfo();
+    bool found = false;
+    for (auto& p : peers) {
+      if (p.node_id == self.node_id) {
+        p = self;
+        found = true;
+      } else if (p.age_ms > kStaleMs) {
+        p.state = "unreachable";
+      }
+    }
+    if (!found) peers.push_back(self);
+    std::sort(peers.begin(), peers.end(), [](const PeerInfo& a, const PeerInfo& b) { return a.node_id < b.node_id; });
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    w.StartObject();
+    w.Key("nodeId");
+    w.String(options_.node_id.c_str());
+    w.Key("nodes");
+    w.StartArray();
+    for (const auto& p : peers) {
+      w.StartObject();
+      w.Key("nodeId");
+      w.String(p.node_id.c_str());
+      w.Key("url");
+      w.String(p.url.c_str());
+      w.Key("state");
+      w.String(p.state.c_str());
+      w.Key("appliedEtag");
+      w.Uint64(p.applied_etag);
+      w.Key("appliedSeq");
+      w.Uint64(p.applied_seq);
+      w.Key("lagMs");
+      w.Int64(p.lag_ms);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("log");
+    w.StartObject();
+    w.Key("stream");
+    w.String(options_.stream.c_str());
+    w.Key("replicas");
+    w.Int(log.replicas);
+    w.Key("firstSeq");
+    w.Uint64(log.first_seq);
+    w.Key("lastSeq");
+    w.Uint64(log.last_seq);
+    w.EndObject();
+    w.EndObject();
+    return std::string(buf.GetString(), buf.GetSize());
+  }
+
+  Stats GetStats() const {
+    std::lock_guard lock(mu_);
+    Stats s = stats_;
+    s.applied_seq = applied_seq_;
+    s.lag_ms = LagMs();
+    return s;
+  }
+
+ private:
+  struct Pending {
+    int64_t deadline_ms;
+    Clock::time_point published;
+    bool acked;
+    Done done;
+  };
+  // A bulk's chunks until its commit entry arrives.
+  struct Bulk {
+    uint64_t first_seq = 0;
+    int64_t deadline_ms = 0;
+    std::map<uint32_t, std::string> chunks;
+  };
+
+  // Runs a thread's loop, restarting it after a fault until stopping.
+  void RunGuarded(const std::function<void()>& loop) {
+    for (;;) {
+      try {
+        loop();
+        return;
+      } catch (...) {
+        RecordInternalError(FaultSite::kCluster, CurrentExceptionText());
+      }
+      std::unique_lock lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; })) return;
+    }
+  }
+
+  natsStatus PublishOne(const std::string& entry, const std::string& msg_id, bool final) {
+    natsMsg* msg = nullptr;
+    natsStatus s = natsMsg_Create(&msg, options_.subject.c_str(), nullptr, entry.data(), int(entry.size()));
+    if (s == NATS_OK && final) s = natsMsgHeader_Set(msg, "Corvid-Final", "1");
+    if (s != NATS_OK) {
+      natsMsg_Destroy(msg);
+      return s;
+    }
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MsgId = msg_id.c_str();
+    po.MaxWait = options_.timeout_ms;
+    s = js_PublishMsgAsync(conn_.js, &msg, &po);
+    if (msg) natsMsg_Destroy(msg);  // not taken by the library: it failed
+    return s;
+  }
+
+  // JetStream's answer to an asynchronous publish (a NATS thread).
+  static void OnAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) {
+    auto* self = static_cast<Impl*>(closure);
+    const char* fin = nullptr;
+    if (natsMsgHeader_Get(msg, "Corvid-Final", &fin) != NATS_OK) return;
+    EntryHeader h;
+    std::string_view payload;
+    if (!DecodeHeader(std::string_view(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg))), h, payload).ok())
+      return;
+    if (pa) {
+      std::lock_guard lock(self->mu_);
+      auto it = self->pending_.find(h.request_id);
+      if (it == self->pending_.end()) return;
+      it->second.acked = true;
+      ++self->stats_.commits;
+      self->stats_.commit_seconds_sum += std::chrono::duration<double>(Clock::now() - it->second.published).count();
+    } else if (pae && pae->Err == NATS_NO_RESPONDERS) {
+      // No stream took it: it is not in the log.
+      self->Resolve(h.request_id, {Status::Unavailable("no JetStream server answered for the log stream (no quorum "
+                                                       "or no stream): the write was not stored"),
+                                   {}, 0});
+    }
+  }
+
+  void Resolve(uint64_t id, Applied a) {
+    Done done;
+    {
+      std::lock_guard lock(mu_);
+      auto it = pending_.find(id);
+      if (it == pending_.end()) return;
+      done = std::move(it->second.done);
+      pending_.erase(it);
+    }
+    done(std::move(a));
+  }
+
+  // Answers what its deadline passed by: commit_unknown (it may be in the
+  // log; then every node applies it, or none does if it landed late). One
+  // confirmed but not yet applied here waits one timeout more.
+  void SweeperLoop() {
+    std::unique_lock lock(mu_);
+    while (!stopping_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(20));
+      const int64_t now = NowMs();
+      std::vector<Done> expired;
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        const int64_t limit = it->second.deadline_ms + (it->second.acked ? options_.timeout_ms : 0);
+        if (now <= limit) {
+          ++it;
+          continue;
+        }
+        expired.push_back(std::move(it->second.done));
+        it = pending_.erase(it);
+        ++stats_.timeouts;
+      }
+      if (expired.empty()) continue;
+      lock.unlock();
+      for (auto& d : expired)
+        d({Status::CommitUnknown("no confirmation within " + std::to_string(options_.timeout_ms) +
+                                 " ms: the write is applied on every node or on none (read it back to know which)"),
+           {}, 0});
+      lock.lock();
+    }
+  }
+
+  PeerInfo SelfInfo() const {
+    PeerInfo p;
+    p.node_id = options_.node_id;
+    p.url = options_.advertise;
+    p.applied_etag = store_.LastEtag();
+    std::lock_guard lock(mu_);
+    p.applied_seq = applied_seq_;
+    p.lag_ms = LagMs();
+    p.state = diverged_ ? "diverged" : (connected_ && caught_up_) ? "active" : "catching_up";
+    return p;
+  }
+
+  // Guarded by mu_.
+  int64_t LagMs() const {
+    if (applied_seq_ >= seen_last_seq_) return 0;
+    return std::max<int64_t>(0, NowMs() - last_applied_ts_ms_);
+  }
+
+  void MembershipLoop() {
+    std::unique_lock lock(mu_);
+    while (!stopping_) {
+      lock.unlock();
+      const PeerInfo self = SelfInfo();
+      char value[1024];
+      std::snprintf(value, sizeof value,
+                    "{\"url\":\"%s\",\"state\":\"%s\",\"appliedEtag\":%llu,\"appliedSeq\":%llu,\"lagMs\":%lld,"
+                    "\"atMs\":%lld}",
+                    self.url.c_str(), self.state.c_str(), (unsigned long long)self.applied_etag,
+                    (unsigned long long)self.applied_seq, (long long)self.lag_ms, (long long)NowMs());
+      uint64_t rev = 0;
+      (void)kvStore_PutString(&rev, conn_.kv, options_.node_id.c_str(), value);
+      auto peers = conn_.ReadPeers();
+      auto log = conn_.ReadLog(options_);
+      {
+        std::lock_guard view(view_mu_);
+        peers_ = std::move(peers);
+        if (log.ok()) log_ = *log;
+      }
+      if (log.ok()) {
+        std::lock_guard l(mu_);
+        seen_last_seq_ = std::max(seen_last_seq_, log->last_seq);
+        if (applied_seq_ > log->last_seq && log->last_seq > 0) diverged_ = true;
+      }
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::milliseconds(kHeartbeatMs), [&] { return stopping_; });
+    }
+  }
+
+  // ---- The applier ----
+
+  bool Subscribe(uint64_t from) {
+    if (sub_) {
+      natsSubscription_Unsubscribe(sub_);
+      natsSubscription_Destroy(sub_);
+      sub_ = nullptr;
+    }
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Ordered = true;
+    if (from > 1) {
+      so.Config.DeliverPolicy = js_DeliverByStartSequence;
+      so.Config.OptStartSeq = from;
+    } else {
+      so.Config.DeliverPolicy = js_DeliverAll;
+    }
+    so.Stream = options_.stream.c_str();
+    jsErrCode jerr = jsErrCode(0);
+    natsStatus s = js_SubscribeSync(&sub_, conn_.js, options_.subject.c_str(), nullptr, &so, &jerr);
+    if (s != NATS_OK) {
+      sub_ = nullptr;
+      return false;
+    }
+    natsSubscription_SetPendingLimits(sub_, -1, 256 << 20);
+    next_seq_ = from;
+    return true;
+  }
+
+  // Reads the log again from the store's position: after a local failure
+  // (the store's fence is up) or a broken subscription.
+  void Rewind() {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return in_flight_ == 0; });
+    }
+    const storage::LogPosition pos = store_.GetLogPosition();
+    bulks_.clear();
+    {
+      std::lock_guard lock(mu_);
+      applied_seq_ = pos.applied;
+    }
+    replay_below_ = pos.applied;
+    store_.ResetLogFence();
+    rewind_ = false;
+    resume_from_ = std::max<uint64_t>(pos.resume, 1);
+    subscribed_ = false;
+  }
+
+  void ApplierLoop() {
+    {
+      const storage::LogPosition pos = store_.GetLogPosition();
+      replay_below_ = pos.applied;
+      resume_from_ = std::max<uint64_t>(pos.resume, 1);
+    }
+    int backoff_ms = 50;
+    while (true) {
+      {
+        std::lock_guard lock(mu_);
+        if (stopping_) break;
+      }
+      if (rewind_.load()) {
+        Rewind();
+        std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+        backoff_ms = std::min(backoff_ms * 2, 2000);
+      }
+      if (!subscribed_) {
+        if (!Subscribe(resume_from_)) {
+          SetConnected(false);
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          continue;
+        }
+        subscribed_ = true;
+      }
+      natsMsg* msg = nullptr;
+      natsStatus s = natsSubscription_NextMsg(&msg, sub_, 100);
+      if (s == NATS_TIMEOUT) {  // nothing new for 100 ms: caught up with what the log holds
+        SetConnected(natsConnection_Status(conn_.nc) == NATS_CONN_STATUS_CONNECTED);
+        std::lock_guard lock(mu_);
+        caught_up_ = true;
+        continue;
+      }
+      if (s != NATS_OK) {
+        // The subscription broke: read on from the next entry.
+        subscribed_ = false;
+        resume_from_ = next_seq_;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      jsMsgMetaData* meta = nullptr;
+      if (natsMsg_GetMetaData(&meta, msg) == NATS_OK) {
+        const uint64_t seq = meta->Sequence.Stream;
+        const int64_t ts_ms = meta->Timestamp / 1000000;
+        {
+          std::lock_guard lock(mu_);
+          seen_last_seq_ = std::max(seen_last_seq_, seq + meta->NumPending);
+          caught_up_ = meta->NumPending == 0;
+        }
+        next_seq_ = seq + 1;
+        Apply(seq, ts_ms, std::string_view(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg))));
+        if (!rewind_.load()) backoff_ms = 50;
+        jsMsgMetaData_Destroy(meta);
+      }
+      natsMsg_Destroy(msg);
+      SetConnected(true);
+    }
+    if (sub_) {
+      natsSubscription_Unsubscribe(sub_);
+      natsSubscription_Destroy(sub_);
+      sub_ = nullptr;
+    }
+  }
+
+  void SetConnected(bool c) {
+    std::lock_guard lock(mu_);
+    connected_ = c;
+  }
+
+  // Where a restart must read the log from once `seq` is applied: before
+  // the first chunk of a bulk still waiting for its commit.
+  uint64_t ResumeAfter(uint64_t seq) const {
+    uint64_t r = seq + 1;
+    for (const auto& [key, b] : bulks_) r = std::min(r, b.first_seq);
+    return r;
+  }
+
+  void MarkApplied(uint64_t seq, int64_t ts_ms) {
+    std::lock_guard lock(mu_);
+    applied_seq_ = std::max(applied_seq_, seq);
+    last_applied_ts_ms_ = ts_ms;
+  }
+
+  void Apply(uint64_t seq, int64_t ts_ms, std::string_view data) {
+    EntryHeader h;
+    std::string_view payload;
+    if (Status s = DecodeHeader(data, h, payload); !s.ok()) {
+      // Every node reads the same bytes and skips them alike.
+      std::fprintf(stderr, "corvid: cluster: log entry %llu skipped: %s\n", (unsigned long long)seq,
+                   s.message().c_str());
+      return MarkApplied(seq, ts_ms);
+    }
+    const bool mine = h.origin == options_.node_id;
+    const std::string bulk_key = h.origin + "/" + std::to_string(h.request_id);
+    // A bulk whose deadline passed can no longer commit.
+    for (auto it = bulks_.begin(); it != bulks_.end();)
+      it = it->second.deadline_ms < ts_ms ? bulks_.erase(it) : std::next(it);
+
+    if (h.type == EntryType::kChunk) {
+      uint32_t index;
+      std::string_view bytes;
+      if (!DecodeChunkPayload(payload, index, bytes).ok()) return;
+      Bulk& b = bulks_[bulk_key];
+      if (b.chunks.empty()) b.first_seq = seq;
+      b.deadline_ms = h.deadline_ms;
+      b.chunks[index].assign(bytes);
+      if (seq > replay_below_) MarkApplied(seq, ts_ms);
+      return;
+    }
+    if (seq <= replay_below_) {  // applied before a restart: only its chunks mattered
+      if (h.type == EntryType::kCommit) bulks_.erase(bulk_key);
+      return;
+    }
+    if (ts_ms > h.deadline_ms) {
+      // Stored after its deadline: every node skips it, and the node that
+      // received it has answered (or answers now) that it is not applied.
+      bulks_.erase(bulk_key);
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.skipped_late;
+      }
+      if (mine)
+        Resolve(h.request_id, {Status::Unavailable("the entry reached the log after its deadline: it is not applied"),
+                               {}, 0});
+      return MarkApplied(seq, ts_ms);
+    }
+    storage::WriteRequest request;
+    Status decoded;
+    switch (h.type) {
+      case EntryType::kWrite: decoded = DecodeWritePayload(payload, request); break;
+      case EntryType::kCommit: {
+        uint32_t count;
+        uint64_t bytes;
+        decoded = DecodeCommitPayload(payload, count, bytes);
+        auto it = bulks_.find(bulk_key);
+        std::string whole;
+        if (decoded.ok()) {
+          if (it == bulks_.end() || it->second.chunks.size() != count) {
+            decoded = Status::Corruption("a bulk's chunks are missing from the log");
+          } else {
+            whole.reserve(bytes);
+            for (auto& [i, c] : it->second.chunks) whole.append(c);
+            if (whole.size() != bytes) decoded = Status::Corruption("a bulk's chunks do not add up");
+          }
+        }
+        if (it != bulks_.end()) bulks_.erase(it);
+        if (decoded.ok()) decoded = DecodeWritePayload(whole, request);
+        break;
+      }
+      case EntryType::kIndexPut:
+      case EntryType::kIndexDelete: return ApplyIndex(seq, ts_ms, h, payload, mine);
+      default: decoded = Status::Corruption("unexpected entry type");
+    }
+    if (!decoded.ok()) {
+      std::fprintf(stderr, "corvid: cluster: log entry %llu skipped: %s\n", (unsigned long long)seq,
+                   decoded.message().c_str());
+      if (mine) Resolve(h.request_id, {Status::Internal(decoded.message()), {}, 0});
+      return MarkApplied(seq, ts_ms);
+    }
+    SubmitToStore(std::move(request), seq, ts_ms, mine ? std::optional<uint64_t>(h.request_id) : std::nullopt);
+  }
+
+  void SubmitToStore(storage::WriteRequest request, uint64_t seq, int64_t ts_ms, std::optional<uint64_t> mine) {
+    request.log = storage::LogPosition{seq, ResumeAfter(seq)};
+    {
+      std::unique_lock lock(mu_);
+      // Bounded: the merger takes what is queued in one transaction.
+      cv_.wait(lock, [&] { return in_flight_ < 20000 || stopping_; });
+      ++in_flight_;
+    }
+    store_.Submit(std::move(request), [this, seq, ts_ms, mine](storage::WriteResult r) {
+      if (LocalFailure(r.status.code())) {
+        // Not this entry's own outcome: read the log again from the
+        // store's position (the request stays parked until then).
+        rewind_ = true;
+        std::fprintf(stderr, "corvid: cluster: applying log entry %llu failed on this node: %s; retrying\n",
+                     (unsigned long long)seq, r.status.message().c_str());
+      } else {
+        MarkApplied(seq, ts_ms);
+        if (mine) Resolve(*mine, {Status::Ok(), std::move(r), 0});
+      }
+      std::lock_guard lock(mu_);
+      --in_flight_;
+      cv_.notify_all();
+    });
+  }
+
+  void ApplyIndex(uint64_t seq, int64_t ts_ms, const EntryHeader& h, std::string_view payload, bool mine) {
+    std::string name, definition;
+    Applied a;
+    if (Status s = DecodeIndexPayload(payload, h.type, name, definition); !s.ok()) {
+      a.status = s;
+    } else if (!engine_) {
+      a.status = Status::NotFound("this node runs no index engine");
+    } else if (h.type == EntryType::kIndexPut) {
+      auto outcome = engine_->PutIndex(name, definition);
+      if (outcome.ok()) a.index_outcome = int(*outcome);
+      else a.status = outcome.status();
+    } else {
+      a.status = engine_->DeleteIndex(name);
+    }
+    if (mine) Resolve(h.request_id, std::move(a));
+    // Recorded, so that a restart does not define it again.
+    SubmitToStore(storage::WriteRequest{}, seq, ts_ms, std::nullopt);
+  }
+
+  const ClusterOptions options_;
+  storage::DocumentStore& store_;
+  indexing::IndexEngine* const engine_;
+  Connection conn_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;                  // guarded by mu_
+  uint64_t next_request_ = 0;              // guarded by mu_
+  std::map<uint64_t, Pending> pending_;    // guarded by mu_
+  uint64_t applied_seq_ = 0;               // guarded by mu_
+  uint64_t seen_last_seq_ = 0;             // guarded by mu_
+  int64_t last_applied_ts_ms_ = 0;         // guarded by mu_
+  uint64_t in_flight_ = 0;                 // guarded by mu_: entries submitted, not answered
+  bool connected_ = false, caught_up_ = false;  // guarded by mu_
+  Stats stats_;                            // guarded by mu_
+  std::atomic<bool> diverged_{false};
+  std::atomic<bool> rewind_{false};
+
+  // Applier thread only.
+  natsSubscription* sub_ = nullptr;
+  bool subscribed_ = false;
+  uint64_t resume_from_ = 1, next_seq_ = 1, replay_below_ = 0;
+  std::map<std::string, Bulk> bulks_;
+
+  mutable std::mutex view_mu_;
+  std::vector<PeerInfo> peers_;  // guarded by view_mu_
+  LogInfo log_;                  // guarded by view_mu_
+
+  std::thread applier_, sweeper_, membership_;
+};
+
+ClusterNode::ClusterNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ClusterNode::~ClusterNode() = default;
+
+Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(ClusterOptions options, storage::DocumentStore& store,
+                                                        indexing::IndexEngine* engine) {
+  if (Status s = ValidateOptions(options); !s.ok()) return s;
+  auto impl = std::make_unique<Impl>(std::move(options), store, engine);
+  if (Status s = impl->Start(); !s.ok()) return s;
+  return std::unique_ptr<ClusterNode>(new ClusterNode(std::move(impl)));
+}
+
+void ClusterNode::Submit(storage::WriteRequest request, storage::DocumentStore::WriteCallback done) {
+  std::string payload;
+  EncodeWritePayload(request, payload);
+  request = {};  // the payload holds it now
+  impl_->Publish(EntryType::kWrite, payload, [done = std::move(done)](Impl::Applied a) {
+    if (!a.status.ok()) return done(storage::WriteResult{std::move(a.status)});
+    done(std::move(a.write));
+  });
+}
+
+void ClusterNode::SubmitIndexPut(std::string name, std::string definition,
+                                 std::function<void(Result<indexing::PutOutcome>)> done) {
+  std::string payload;
+  EncodeIndexPayload(name, definition, payload);
+  impl_->Publish(EntryType::kIndexPut, payload, [done = std::move(done)](Impl::Applied a) {
+    if (!a.status.ok()) return done(std::move(a.status));
+    done(indexing::PutOutcome(a.index_outcome));
+  });
+}
+
+void ClusterNode::SubmitIndexDelete(std::string name, std::function<void(Status)> done) {
+  std::string payload;
+  EncodeIndexPayload(name, {}, payload);
+  impl_->Publish(EntryType::kIndexDelete, payload, [done = std::move(done)](Impl::Applied a) { done(a.status); });
+}
+
+std::string ClusterNode::DescribeJson() const { return impl_->DescribeJson(); }
+ClusterNode::Stats ClusterNode::GetStats() const { return impl_->GetStats(); }
+
+}  // namespace corvid::cluster
