@@ -169,11 +169,6 @@ struct Connection {
 constexpr int64_t kStaleMs = 5000;
 constexpr int64_t kHeartbeatMs = 1000;
 
-bool LocalFailure(StatusCode c) {
-  return c == StatusCode::kIOError || c == StatusCode::kNoSpace || c == StatusCode::kInternal ||
-         c == StatusCode::kShuttingDown || c == StatusCode::kUnavailable || c == StatusCode::kCorruption;
-}
-
 }  // namespace
 
 Status ValidateOptions(const ClusterOptions& o) {
@@ -744,7 +739,7 @@ class ClusterNode::Impl {
       ++in_flight_;
     }
     store_.Submit(std::move(request), [this, seq, ts_ms, mine](storage::WriteResult r) {
-      if (LocalFailure(r.status.code())) {
+      if (IsLocalFailure(r.status.code())) {
         // Not this entry's own outcome: read the log again from the
         // store's position (the request stays parked until then).
         rewind_ = true;

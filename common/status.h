@@ -100,6 +100,15 @@ inline std::string_view StatusCodeName(StatusCode code) {
   return "unknown";
 }
 
+// True for a failure of this process or its disk (I/O, a full disk, a
+// fault, shutting down), not an outcome the request itself decides (a
+// precondition, a missing document, bad input): the same request could
+// succeed elsewhere or later. A cluster node must not apply the log past one.
+inline bool IsLocalFailure(StatusCode c) {
+  return c == StatusCode::kIOError || c == StatusCode::kNoSpace || c == StatusCode::kInternal ||
+         c == StatusCode::kShuttingDown || c == StatusCode::kUnavailable || c == StatusCode::kCorruption;
+}
+
 inline std::string Status::ToString() const {
   if (ok()) return "ok";
   std::string s(StatusCodeName(code_));

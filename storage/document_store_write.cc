@@ -474,7 +474,7 @@ void DocumentStore::Submit(WriteRequest request, WriteCallback done) {
       return;
     }
   }
-  if (request.ops.empty()) {
+  if (request.ops.empty() && !request.log) {  // with a log position it records only that
     done(WriteResult{Status::InvalidArgument("empty write request")});
     return;
   }
@@ -585,6 +585,15 @@ void DocumentStore::Impl::CommitBatch(std::vector<PendingWrite>& batch) {
       bool wrote = false;
       Status s = writer.Apply(batch[i], results[i], wrote);
       if (s.ok()) continue;
+      if (batch[i].request.log && IsLocalFailure(s.code())) {
+        // No later log entry may apply without this one.
+        log_fenced.store(true, std::memory_order_release);
+        for (size_t j = i + 1; j < batch.size(); ++j) {
+          if (!batch[j].request.log || excluded[j]) continue;
+          excluded[j] = true;
+          results[j] = WriteResult{Status::Unavailable("an earlier log entry failed to apply on this node")};
+        }
+      }
       results[i] = WriteResult{std::move(s)};
       if (wrote) {
         excluded[i] = true;
