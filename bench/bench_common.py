@@ -106,9 +106,10 @@ class Server:
         self.cgroup, self.extra_args = cgroup, list(extra_args)
         self.proc, self.port = None, None
 
-    def start(self):
-        """Starts the process (it does not wait for it: see wait_healthy)."""
-        self.port = free_port()
+    def start(self, port=None):
+        """Starts the process (it does not wait for it: see wait_healthy) on
+        `port`, or on a free one."""
+        self.port = port or free_port()
         cmd = [self.binary, "serve", "--data", self.data, "--listen", "127.0.0.1:%d" % self.port] \
             + self.extra_args
         if self.cgroup is not None:

@@ -503,6 +503,11 @@ class ClusterNode::Impl {
       uint64_t rev = 0;
       (void)kvStore_PutString(&rev, conn_.kv, options_.node_id.c_str(), value);
       auto peers = conn_.ReadPeers();
+      uint64_t applied_before = 0;  // read before the log's state, which is then at least as new
+      {
+        std::lock_guard l(mu_);
+        applied_before = applied_seq_;
+      }
       auto log = conn_.ReadLog(options_);
       {
         std::lock_guard view(view_mu_);
@@ -512,7 +517,9 @@ class ClusterNode::Impl {
       if (log.ok()) {
         std::lock_guard l(mu_);
         seen_last_seq_ = std::max(seen_last_seq_, log->last_seq);
-        if (applied_seq_ > log->last_seq && log->last_seq > 0) diverged_ = true;
+        // Past the log's end twice in a row (not a stream between leaders).
+        past_end_ = applied_before > log->last_seq ? past_end_ + 1 : 0;
+        if (past_end_ >= 2) diverged_ = true;
       }
       lock.lock();
       cv_.wait_for(lock, std::chrono::milliseconds(kHeartbeatMs), [&] { return stopping_; });
@@ -789,6 +796,7 @@ class ClusterNode::Impl {
   int64_t last_applied_ts_ms_ = 0;         // guarded by mu_
   uint64_t in_flight_ = 0;                 // guarded by mu_: entries submitted, not answered
   bool connected_ = false, caught_up_ = false;  // guarded by mu_
+  int past_end_ = 0;                       // guarded by mu_: refreshes that found applied > the log's last
   Stats stats_;                            // guarded by mu_
   std::atomic<bool> diverged_{false};
   std::atomic<bool> rewind_{false};
