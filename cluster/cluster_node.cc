@@ -98,7 +98,6 @@ struct Connection {
     sc.MaxAge = o.max_age_seconds * int64_t{1000000000};
     sc.MaxBytes = o.max_bytes;
     sc.Discard = js_DiscardOld;
-    sc.Duplicates = int64_t{120} * 1000000000;
     jsStreamInfo* si = nullptr;
     jsErrCode jerr = jsErrCode(0);
     s = js_AddStream(&si, js, &sc, nullptr, &jerr);
@@ -266,13 +265,12 @@ class ClusterNode::Impl {
       pending_.emplace(id, Pending{deadline, Clock::now(), false, std::move(done)});
     }
     EntryHeader h{type, id, deadline, options_.node_id};
-    const std::string id_text = options_.node_id + "-" + std::to_string(id);
     natsStatus s = NATS_OK;
     if (payload.size() <= options_.chunk_bytes) {
       std::string entry;
       EncodeHeader(h, entry);
       entry.append(payload);
-      s = PublishOne(entry, id_text, true);
+      s = PublishOne(entry);
     } else {
       uint32_t chunks = 0;
       h.type = EntryType::kChunk;
@@ -280,14 +278,14 @@ class ClusterNode::Impl {
         std::string entry;
         EncodeHeader(h, entry);
         EncodeChunkPayload(chunks, std::string_view(payload).substr(off, options_.chunk_bytes), entry);
-        s = PublishOne(entry, id_text + "-" + std::to_string(chunks), false);
+        s = PublishOne(entry);
       }
       if (s == NATS_OK) {
         h.type = EntryType::kCommit;
         std::string entry;
         EncodeHeader(h, entry);
         EncodeCommitPayload(chunks, payload.size(), entry);
-        s = PublishOne(entry, id_text + "-c", true);
+        s = PublishOne(entry);
       }
     }
     // The final entry never left this node: it is never applied.
@@ -389,17 +387,14 @@ class ClusterNode::Impl {
     }
   }
 
-  natsStatus PublishOne(const std::string& entry, const std::string& msg_id, bool final) {
+  // No message id: nothing is published twice (a failed publish is
+  // answered, never retried), so JetStream's deduplication is not needed.
+  natsStatus PublishOne(const std::string& entry) {
     natsMsg* msg = nullptr;
     natsStatus s = natsMsg_Create(&msg, options_.subject.c_str(), nullptr, entry.data(), int(entry.size()));
-    if (s == NATS_OK && final) s = natsMsgHeader_Set(msg, "Corvid-Final", "1");
-    if (s != NATS_OK) {
-      natsMsg_Destroy(msg);
-      return s;
-    }
+    if (s != NATS_OK) return s;
     jsPubOptions po;
     jsPubOptions_Init(&po);
-    po.MsgId = msg_id.c_str();
     po.MaxWait = options_.timeout_ms;
     s = js_PublishMsgAsync(conn_.js, &msg, &po);
     if (msg) natsMsg_Destroy(msg);  // not taken by the library: it failed
@@ -409,11 +404,10 @@ class ClusterNode::Impl {
   // JetStream's answer to an asynchronous publish (a NATS thread).
   static void OnAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) {
     auto* self = static_cast<Impl*>(closure);
-    const char* fin = nullptr;
-    if (natsMsgHeader_Get(msg, "Corvid-Final", &fin) != NATS_OK) return;
     EntryHeader h;
     std::string_view payload;
-    if (!DecodeHeader(std::string_view(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg))), h, payload).ok())
+    if (!DecodeHeader(std::string_view(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg))), h, payload).ok() ||
+        h.type == EntryType::kChunk)  // a request's last entry answers for it
       return;
     if (pa) {
       std::lock_guard lock(self->mu_);
