@@ -12,8 +12,9 @@ Phases (`--phases`, default all):
             (wrk, --lag-connections) while a probe PUTs through A every
             20 ms and waits on node B (GET /changes?since=E-1&waitMs=...) for
             its etag; p50/p99 of the wait, with the load's rate.
-  catchup   node C stopped, --catchup-docs documents bulk-loaded through A,
-            C restarted: documents per second until C's lastEtag matches.
+  catchup   node C stopped, PUTs through A for --seconds (then, again,
+            --catchup-docs documents in bulks), C restarted: documents per
+            second until C's lastEtag matches.
   bootstrap a fourth node with an empty data directory joins: MB/s of the
             snapshot it copies (from its own log line).
 
@@ -175,19 +176,25 @@ def phase_lag(args, cluster):
 
 
 def phase_catchup(args, cluster):
+    """Twice: entries of single PUTs (wrk through A for --seconds), then
+    entries of 4,000-document bulks."""
     c = cluster.nodes[2]
-    c.stop(30)
-    before = last_etag(cluster.nodes[0].port)
-    load_bulk(cluster.nodes[0].port, args.catchup_docs, start=20_000_000)
-    target = last_etag(cluster.nodes[0].port)
-    c.start(port=c.port)
-    t0 = time.perf_counter()
-    if c.wait_healthy(120) is None:
-        raise RuntimeError("node C did not restart:\n" + c.log_tail())
-    wait_etag(c.port, target)
-    secs = time.perf_counter() - t0
-    say("catchup: %d documents applied by the restarted node in %.2f s (from its start) = %.0f docs/s"
-        % (target - before, secs, (target - before) / secs))
+    for kind in ("single PUTs", "bulks"):
+        c.stop(30)
+        before = last_etag(cluster.nodes[0].port)
+        if kind == "bulks":
+            load_bulk(cluster.nodes[0].port, args.catchup_docs, start=20_000_000)
+        else:
+            wrk_result(wrk(cluster.nodes[0].port, 64, args.seconds, "catchup"))
+        target = last_etag(cluster.nodes[0].port)
+        c.start(port=c.port)
+        t0 = time.perf_counter()
+        if c.wait_healthy(120) is None:
+            raise RuntimeError("node C did not restart:\n" + c.log_tail())
+        wait_etag(c.port, target)
+        secs = time.perf_counter() - t0
+        say("catchup (%s): %d documents applied by the restarted node in %.2f s (from its start) = %.0f docs/s"
+            % (kind, target - before, secs, (target - before) / secs))
 
 
 def phase_bootstrap(args, cluster):
