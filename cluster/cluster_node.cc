@@ -133,10 +133,11 @@ struct Connection {
     return info;
   }
 
-  std::vector<PeerInfo> ReadPeers() const {
+  // Every node's last heartbeat; nullopt when the bucket cannot be read.
+  std::optional<std::vector<PeerInfo>> ReadPeers() const {
     std::vector<PeerInfo> peers;
     kvKeysList keys{};
-    if (kvStore_Keys(&keys, kv, nullptr) != NATS_OK) return peers;
+    if (kvStore_Keys(&keys, kv, nullptr) != NATS_OK) return std::nullopt;
     const int64_t now = NowMs();
     for (int i = 0; i < keys.Count; ++i) {
       kvEntry* e = nullptr;
@@ -153,7 +154,8 @@ struct Connection {
         p.applied_etag = num("appliedEtag");
         p.applied_seq = num("appliedSeq");
         p.lag_ms = int64_t(num("lagMs"));
-        p.age_ms = now - int64_t(num("atMs"));
+        p.at_ms = int64_t(num("atMs"));
+        p.age_ms = now - p.at_ms;
         peers.push_back(std::move(p));
       }
       kvEntry_Destroy(e);
@@ -192,7 +194,7 @@ Result<Probe> ProbeCluster(const ClusterOptions& options) {
   if (!log.ok()) return log.status();
   Probe p;
   p.log = *log;
-  p.peers = c.ReadPeers();
+  if (auto peers = c.ReadPeers()) p.peers = std::move(*peers);
   return p;
 }
 
@@ -306,7 +308,7 @@ class ClusterNode::Impl {
       if (p.node_id == self.node_id) {
         p = self;
         found = true;
-      } else if (p.age_ms > kStaleMs) {
+      } else if (NowMs() - p.at_ms > kStaleMs) {
         p.state = "unreachable";
       }
     }
@@ -505,7 +507,7 @@ class ClusterNode::Impl {
       auto log = conn_.ReadLog(options_);
       {
         std::lock_guard view(view_mu_);
-        peers_ = std::move(peers);
+        if (peers) peers_ = std::move(*peers);  // else the last view ages into "unreachable"
         if (log.ok()) log_ = *log;
       }
       if (log.ok()) {
@@ -538,6 +540,7 @@ class ClusterNode::Impl {
       so.Config.DeliverPolicy = js_DeliverAll;
     }
     so.Stream = options_.stream.c_str();
+    so.Config.Heartbeat = int64_t{1000} * 1000000;  // 1 s: a lost consumer is noticed sooner
     jsErrCode jerr = jsErrCode(0);
     natsStatus s = js_SubscribeSync(&sub_, conn_.js, options_.subject.c_str(), nullptr, &so, &jerr);
     if (s != NATS_OK) {
@@ -545,7 +548,9 @@ class ClusterNode::Impl {
       return false;
     }
     natsSubscription_SetPendingLimits(sub_, -1, 256 << 20);
+    std::lock_guard lock(mu_);
     next_seq_ = from;
+    last_msg_at_ = Clock::now();
     return true;
   }
 
@@ -596,10 +601,27 @@ class ClusterNode::Impl {
       }
       natsMsg* msg = nullptr;
       natsStatus s = natsSubscription_NextMsg(&msg, sub_, 100);
-      if (s == NATS_TIMEOUT) {  // nothing new for 100 ms: caught up with what the log holds
+      if (s == NATS_TIMEOUT) {
         SetConnected(natsConnection_Status(conn_.nc) == NATS_CONN_STATUS_CONNECTED);
-        std::lock_guard lock(mu_);
-        caught_up_ = true;
+        bool stalled;
+        uint64_t missing;
+        {
+          std::lock_guard lock(mu_);
+          missing = seen_last_seq_ + 1 - std::min(next_seq_, seen_last_seq_ + 1);
+          caught_up_ = next_seq_ > seen_last_seq_;
+          // The log holds entries this node has not received for a while:
+          // the server hosting its consumer is gone or stuck. Read on from
+          // the next entry through a new consumer.
+          stalled = !caught_up_ && Clock::now() - last_msg_at_ > std::chrono::seconds(2);
+        }
+        if (stalled) {
+          std::fprintf(stderr, "corvid: cluster: no log entry received for 2 s while the log holds %llu more; "
+                       "reading on through a new consumer\n", (unsigned long long)missing);
+          subscribed_ = false;
+          resume_from_ = next_seq_;
+          std::lock_guard lock(mu_);
+          last_msg_at_ = Clock::now();
+        }
         continue;
       }
       if (s != NATS_OK) {
@@ -617,8 +639,9 @@ class ClusterNode::Impl {
           std::lock_guard lock(mu_);
           seen_last_seq_ = std::max(seen_last_seq_, seq + meta->NumPending);
           caught_up_ = meta->NumPending == 0;
+          next_seq_ = seq + 1;
+          last_msg_at_ = Clock::now();
         }
-        next_seq_ = seq + 1;
         Apply(seq, ts_ms, std::string_view(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg))));
         if (!rewind_.load()) backoff_ms = 50;
         jsMsgMetaData_Destroy(meta);
@@ -791,6 +814,8 @@ class ClusterNode::Impl {
   uint64_t in_flight_ = 0;                 // guarded by mu_: entries submitted, not answered
   bool connected_ = false, caught_up_ = false;  // guarded by mu_
   int past_end_ = 0;                       // guarded by mu_: refreshes that found applied > the log's last
+  uint64_t next_seq_ = 1;                  // guarded by mu_: the next entry the applier expects
+  Clock::time_point last_msg_at_{};        // guarded by mu_: when the applier last received an entry
   Stats stats_;                            // guarded by mu_
   std::atomic<bool> diverged_{false};
   std::atomic<bool> rewind_{false};
@@ -798,7 +823,7 @@ class ClusterNode::Impl {
   // Applier thread only.
   natsSubscription* sub_ = nullptr;
   bool subscribed_ = false;
-  uint64_t resume_from_ = 1, next_seq_ = 1, replay_below_ = 0;
+  uint64_t resume_from_ = 1, replay_below_ = 0;
   std::map<std::string, Bulk> bulks_;
 
   mutable std::mutex view_mu_;

@@ -55,7 +55,8 @@ struct PeerInfo {
   std::string node_id, url, state;
   uint64_t applied_etag = 0, applied_seq = 0;
   int64_t lag_ms = 0;
-  int64_t age_ms = 0;  // since its last heartbeat
+  int64_t at_ms = 0;   // its last heartbeat (unix ms, its clock)
+  int64_t age_ms = 0;  // since its last heartbeat, when this was read
 };
 
 struct LogInfo {
