@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -133,35 +134,39 @@ struct Connection {
     return info;
   }
 
-  // Every node's last heartbeat; nullopt when the bucket cannot be read.
+  // One node's heartbeat from its bucket entry; nullopt if unreadable.
+  static std::optional<PeerInfo> ParsePeer(kvEntry* e) {
+    if (kvEntry_Operation(e) != kvOp_Put) return std::nullopt;
+    rapidjson::Document d;
+    d.Parse(kvEntry_ValueString(e));
+    if (d.HasParseError() || !d.IsObject()) return std::nullopt;
+    PeerInfo p;
+    p.node_id = kvEntry_Key(e);
+    auto str = [&](const char* k) { return d.HasMember(k) && d[k].IsString() ? d[k].GetString() : ""; };
+    auto num = [&](const char* k) -> uint64_t { return d.HasMember(k) && d[k].IsUint64() ? d[k].GetUint64() : 0; };
+    p.url = str("url");
+    p.state = str("state");
+    p.applied_etag = num("appliedEtag");
+    p.applied_seq = num("appliedSeq");
+    p.lag_ms = int64_t(num("lagMs"));
+    p.at_ms = int64_t(num("atMs"));
+    p.age_ms = NowMs() - p.at_ms;
+    return p;
+  }
+
+  // Every node's last heartbeat, read once (a node's start); nullopt when
+  // the bucket cannot be read. A running node watches the bucket instead.
   std::optional<std::vector<PeerInfo>> ReadPeers() const {
     std::vector<PeerInfo> peers;
     kvKeysList keys{};
     if (kvStore_Keys(&keys, kv, nullptr) != NATS_OK) return std::nullopt;
-    const int64_t now = NowMs();
     for (int i = 0; i < keys.Count; ++i) {
       kvEntry* e = nullptr;
       if (kvStore_Get(&e, kv, keys.Keys[i]) != NATS_OK) continue;
-      rapidjson::Document d;
-      d.Parse(kvEntry_ValueString(e));
-      if (!d.HasParseError() && d.IsObject()) {
-        PeerInfo p;
-        p.node_id = keys.Keys[i];
-        auto str = [&](const char* k) { return d.HasMember(k) && d[k].IsString() ? d[k].GetString() : ""; };
-        auto num = [&](const char* k) -> uint64_t { return d.HasMember(k) && d[k].IsUint64() ? d[k].GetUint64() : 0; };
-        p.url = str("url");
-        p.state = str("state");
-        p.applied_etag = num("appliedEtag");
-        p.applied_seq = num("appliedSeq");
-        p.lag_ms = int64_t(num("lagMs"));
-        p.at_ms = int64_t(num("atMs"));
-        p.age_ms = now - p.at_ms;
-        peers.push_back(std::move(p));
-      }
+      if (auto p = ParsePeer(e)) peers.push_back(std::move(*p));
       kvEntry_Destroy(e);
     }
     kvKeysList_Destroy(&keys);
-    std::sort(peers.begin(), peers.end(), [](const PeerInfo& a, const PeerInfo& b) { return a.node_id < b.node_id; });
     return peers;
   }
 };
@@ -303,6 +308,14 @@ class ClusterNode::Impl {
       log = log_;
     }
     PeerInfo self = SelfInfo();
+    {
+      // The log's end as far as this node knows: the stream's state (read
+      // every second, kept when NATS does not answer) or an entry received
+      // since, whichever is newer.
+      std::lock_guard lock(mu_);
+      log.last_seq = std::max(log.last_seq, seen_last_seq_);
+      if (log.first_seq == 0 && log.last_seq > 0) log.first_seq = 1;
+    }
     bool found = false;
     for (auto& p : peers) {
       if (p.node_id == self.node_id) {
@@ -485,7 +498,11 @@ class ClusterNode::Impl {
     return std::max<int64_t>(0, NowMs() - last_applied_ts_ms_);
   }
 
+  // Heartbeats into the bucket every second, and watches it (one
+  // long-lived watcher: listing the keys would create a consumer each time).
   void MembershipLoop() {
+    kvWatcher* watcher = nullptr;
+    std::map<std::string, PeerInfo> peers;
     std::unique_lock lock(mu_);
     while (!stopping_) {
       lock.unlock();
@@ -498,18 +515,12 @@ class ClusterNode::Impl {
                     (unsigned long long)self.applied_seq, (long long)self.lag_ms, (long long)NowMs());
       uint64_t rev = 0;
       (void)kvStore_PutString(&rev, conn_.kv, options_.node_id.c_str(), value);
-      auto peers = conn_.ReadPeers();
       uint64_t applied_before = 0;  // read before the log's state, which is then at least as new
       {
         std::lock_guard l(mu_);
         applied_before = applied_seq_;
       }
       auto log = conn_.ReadLog(options_);
-      {
-        std::lock_guard view(view_mu_);
-        if (peers) peers_ = std::move(*peers);  // else the last view ages into "unreachable"
-        if (log.ok()) log_ = *log;
-      }
       if (log.ok()) {
         std::lock_guard l(mu_);
         seen_last_seq_ = std::max(seen_last_seq_, log->last_seq);
@@ -517,9 +528,37 @@ class ClusterNode::Impl {
         past_end_ = applied_before > log->last_seq ? past_end_ + 1 : 0;
         if (past_end_ >= 2) diverged_ = true;
       }
+      // Until the next heartbeat: the bucket's changes.
+      const auto next = Clock::now() + std::chrono::milliseconds(kHeartbeatMs);
+      if (!watcher && kvStore_WatchAll(&watcher, conn_.kv, nullptr) != NATS_OK) watcher = nullptr;
+      while (watcher) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
+        if (left <= 0) break;
+        kvEntry* e = nullptr;
+        natsStatus st = kvWatcher_Next(&e, watcher, left);
+        if (st == NATS_TIMEOUT) break;
+        if (st != NATS_OK) {  // a broken watcher: a new one next time
+          kvWatcher_Destroy(watcher);
+          watcher = nullptr;
+          break;
+        }
+        if (!e) continue;  // the initial values are all in
+        if (auto p = Connection::ParsePeer(e)) peers[p->node_id] = std::move(*p);
+        else if (kvEntry_Operation(e) != kvOp_Put) peers.erase(kvEntry_Key(e));
+        kvEntry_Destroy(e);
+      }
+      {
+        std::lock_guard view(view_mu_);
+        peers_.clear();
+        for (const auto& [id, p] : peers) peers_.push_back(p);  // a silent node ages into "unreachable"
+        if (log.ok()) log_ = *log;
+      }
       lock.lock();
-      cv_.wait_for(lock, std::chrono::milliseconds(kHeartbeatMs), [&] { return stopping_; });
+      const auto left = next - Clock::now();
+      if (left > Clock::duration::zero()) cv_.wait_for(lock, left, [&] { return stopping_; });
     }
+    lock.unlock();
+    if (watcher) kvWatcher_Destroy(watcher);
   }
 
   // ---- The applier ----
