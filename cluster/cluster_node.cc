@@ -417,7 +417,12 @@ class ClusterNode::Impl {
   }
 
   // JetStream's answer to an asynchronous publish (a NATS thread).
+  // The message is ours to destroy (libnats' contract for this callback).
   static void OnAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) {
+    struct Destroy {
+      natsMsg* m;
+      ~Destroy() { natsMsg_Destroy(m); }
+    } destroy{msg};
     auto* self = static_cast<Impl*>(closure);
     EntryHeader h;
     std::string_view payload;
