@@ -105,6 +105,41 @@ def bulk_path(collection):
     return '/docs/%s/_bulk' % q(collection)
 
 
+
+def fetch_docs(server, collection, ids, threads=4):
+    """GETs every id of `collection` through `server` (anything with
+    .client(timeout=...)) on `threads` connections; returns
+    id -> (status, body, etag or None)."""
+    ids = list(ids)
+    out = {}
+    lock = threading.Lock()
+    errors = []
+
+    def work(part):
+        client = server.client(timeout=30)
+        local = {}
+        try:
+            for doc_id in part:
+                resp = client.get(doc_path(collection, doc_id))
+                etag = resp.header('ETag')
+                local[doc_id] = (resp.status, resp.body,
+                                 int(etag.strip('"')) if resp.status == 200 and etag else None)
+        except Exception as e:
+            errors.append(repr(e))
+        finally:
+            client.close()
+        with lock:
+            out.update(local)
+
+    workers = [threading.Thread(target=work, args=(ids[i::threads],)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    if errors:
+        raise AssertionError('GETs through %s:%s failed: %s' % (server.host, server.port, errors[:3]))
+    return out
+
 # ---------------------------------------------------------------------------
 # HTTP client
 

@@ -98,7 +98,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corvid_harness as h  # noqa: E402
-from corvid_harness import CorvidServer, bulk_path, doc_path, main, q  # noqa: E402
+from corvid_harness import CorvidServer, bulk_path, doc_path, fetch_docs, main, q  # noqa: E402
 
 SEED = int(os.environ.get('CORVID_SEED', str(random.randrange(1 << 30))))
 CHAOS_CYCLES = int(os.environ.get('CORVID_CHAOS_CYCLES', '3'))
@@ -174,38 +174,6 @@ def http_status(url, timeout=2.0):
         return e.code
     except OSError:
         return None
-
-
-def fetch_docs(node, collection, ids, threads=2):
-    """GETs every id through one node; id -> (status, body, ETag or None)."""
-    ids = list(ids)
-    out = {}
-    lock = threading.Lock()
-    errors = []
-
-    def work(part):
-        client = node.client(timeout=30)
-        local = {}
-        try:
-            for doc_id in part:
-                resp = client.get(doc_path(collection, doc_id))
-                local[doc_id] = (resp.status, resp.body,
-                                 etag_of(resp) if resp.status == 200 else None)
-        except Exception as e:
-            errors.append(repr(e))
-        finally:
-            client.close()
-        with lock:
-            out.update(local)
-
-    workers = [threading.Thread(target=work, args=(ids[i::threads],)) for i in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-    if errors:
-        raise AssertionError('GETs through %s:%s failed: %s' % (node.host, node.port, errors[:3]))
-    return out
 
 
 def listing(client, collection):
@@ -685,7 +653,7 @@ class ClusterTest(unittest.TestCase):
 
             # Identical GETs of every id, equal to the oracle.
             t0 = time.monotonic()
-            got = [fetch_docs(cl.nodes[i], 'users', oracle) for i in range(3)]
+            got = [fetch_docs(cl.nodes[i], 'users', oracle, threads=2) for i in range(3)]
             for doc_id, doc in oracle.items():
                 answers = [g[doc_id] for g in got]
                 self.assertTrue(answers[0] == answers[1] == answers[2],
@@ -1048,7 +1016,7 @@ class ClusterTest(unittest.TestCase):
             attempted = set(puts)
             for b in bulks:
                 attempted.update(b['ids'])
-            got = [fetch_docs(node, coll, attempted) for node in cl.nodes]
+            got = [fetch_docs(node, coll, attempted, threads=2) for node in cl.nodes]
             feeds = []
             for node in cl.nodes:
                 client = node.client(timeout=60)

@@ -20,7 +20,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corvid_harness import CorvidServer, bulk_path, doc_path, main  # noqa: E402
+from corvid_harness import CorvidServer, bulk_path, doc_path, fetch_docs, main  # noqa: E402
 
 REPS = int(os.environ.get('CORVID_CRASH_REPS', '5'))
 SEED = int(os.environ.get('CORVID_CRASH_SEED', str(random.randrange(1 << 30))))
@@ -187,39 +187,6 @@ class Workload:
         client.close()
 
 
-def fetch_all(server, ids, threads=4):
-    """GETs every id (in parallel); returns id -> (status, body, etag or None)."""
-    ids = list(ids)
-    out = {}
-    lock = threading.Lock()
-    errors = []
-
-    def work(part):
-        client = server.client(timeout=30)
-        local = {}
-        try:
-            for doc_id in part:
-                resp = client.get(doc_path(COLL, doc_id))
-                etag = resp.header('ETag')
-                local[doc_id] = (resp.status, resp.body,
-                                 int(etag.strip('"')) if resp.status == 200 and etag else None)
-        except Exception as e:
-            errors.append(repr(e))
-        finally:
-            client.close()
-        with lock:
-            out.update(local)
-
-    workers = [threading.Thread(target=work, args=(ids[i::threads],)) for i in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-    if errors:
-        raise AssertionError('GETs after restart failed: %s' % errors[:3])
-    return out
-
-
 class CrashTest(unittest.TestCase):
     maxDiff = 2000
 
@@ -250,7 +217,7 @@ class CrashTest(unittest.TestCase):
             attempted.update(bulk['ids'])
         for doc_id in present_feed:
             check(doc_id in attempted, 'a document nobody wrote: %r' % doc_id)
-        got = fetch_all(server, attempted)
+        got = fetch_docs(server, COLL, attempted)
 
         present = {i: g for i, g in got.items() if g[0] == 200}
         for doc_id, (status, body, _) in got.items():
