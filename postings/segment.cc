@@ -1066,7 +1066,7 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
   uint64_t dir = GetFixed<uint64_t>(b + 40);
   const uint64_t n = s->doc_count_;
   uint64_t need = kFixedDirBytes + text_fields * kTextDirBytes + numeric_fields * kNumericDirBytes;
-  if (dir + need > size - 16) return bad("directory out of bounds");
+  if (dir > size - 16 || need > size - 16 - dir) return bad("directory out of bounds");  // no wrap-around
   auto in = [&](uint64_t off, uint64_t bytes) { return off <= size - 16 && bytes <= size - 16 - off; };
   const char* d = b + dir;
   uint64_t ids_off = GetFixed<uint64_t>(d), ids_blob = GetFixed<uint64_t>(d + 8);

@@ -248,7 +248,8 @@ class KeySets {
   static uint64_t Slot(uint64_t hash, size_t entry) { return (hash & 0xffffffff00000000ULL) | (entry + 1); }
 
   bool Equal(const Entry& e, std::string_view key) const {
-    return e.size == key.size() && std::memcmp(arena_.get() + e.offset, key.data(), key.size()) == 0;
+    // (An empty key may come with a null pointer: memcmp must not see it.)
+    return e.size == key.size() && (key.empty() || std::memcmp(arena_.get() + e.offset, key.data(), key.size()) == 0);
   }
   void Append(std::string_view key, uint64_t hash) {
     const size_t n = key.size();

@@ -90,7 +90,11 @@ Status DecodeFrame(std::string_view frame, uint64_t raw, const Dictionary* dict,
 
 Status FrameSize(std::string_view frame, uint64_t& size) {
   const unsigned long long n = ZSTD_getFrameContentSize(frame.data(), frame.size());
-  if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN || n > (1ull << 34))
+  // A zstd block holds at most 128 KiB and takes at least 3 bytes of
+  // header (an RLE block 4): a frame claiming more than its blocks can hold
+  // is corrupt, and must not make a reader allocate what it claims.
+  const unsigned long long most = (frame.size() / 3 + 1) * (128ull << 10);
+  if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN || n > (1ull << 34) || n > most)
     return Status::Corruption("document body: bad zstd frame header");
   size = n;
   return Status::Ok();
