@@ -11,6 +11,7 @@ packages=(
   libstemmer-dev unicode-data libxxhash-dev
   libsqlite3-dev libxapian-dev wrk
   nats-server libnats-dev
+  clang libclang-rt-14-dev
 )
 
 missing=()
