@@ -38,10 +38,12 @@ std::string EncodeLine(const RecordedError& e) {
 ErrorLog::ErrorLog(std::filesystem::path path) : path_(std::move(path)) {
   std::ifstream in(path_);
   std::string line;
+  uint64_t whole_lines_end = 0;  // the byte after the last '\n'
   while (std::getline(in, line)) {
+    if (!in.eof()) whole_lines_end += line.size() + 1;
     rapidjson::Document d;
     d.Parse(line.data(), line.size());
-    if (d.HasParseError() || !d.IsObject()) continue;  // a torn last line
+    if (d.HasParseError() || !d.IsObject()) continue;  // a damaged line
     ++lines_in_file_;
     if (d.HasMember("dropped") && d["dropped"].IsUint64()) {
       count_ += d["dropped"].GetUint64();
@@ -63,6 +65,12 @@ ErrorLog::ErrorLog(std::filesystem::path path) : path_(std::move(path)) {
     recent_.push_back(std::move(e));
     if (recent_.size() > kMaxRecentErrors) recent_.pop_front();
   }
+  // A line torn by a crash mid-append is cut off, so the next append starts
+  // a line of its own (it was glued to the torn one, and both were lost).
+  in.close();
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path_, ec);
+  if (!ec && size > whole_lines_end) std::filesystem::resize_file(path_, whole_lines_end, ec);
 }
 
 void ErrorLog::Append(std::span<const RecordedError> errors) {

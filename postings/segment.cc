@@ -1117,8 +1117,12 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     t.blob = b + tb;
     t.list_offs = reinterpret_cast<const uint64_t*>(b + te);
     if (!t.pairs.Parse(b, size - 16, GetFixed<uint64_t>(d + 48), t.term_count)) return bad("pair section out of bounds");
-    for (uint32_t i = 0; i < t.term_count; ++i)
+    // Names are read as blob[offs[i], offs[i+1]): with the offsets in
+    // order and the last one in bounds (above), every name is.
+    for (uint32_t i = 0; i < t.term_count; ++i) {
+      if (t.offs[i] > t.offs[i + 1]) return bad("term offsets out of order");
       if (!CheckList(b, size - 16, t.list_offs[i])) return bad("posting list out of bounds");
+    }
     t.keys.reserve(t.term_count / kKeyStride + 1);
     for (uint32_t i = 0; i < t.term_count; i += kKeyStride)
       t.keys.push_back(TermKey(std::string_view(t.blob + t.offs[i], t.offs[i + 1] - t.offs[i])));

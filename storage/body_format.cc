@@ -88,13 +88,17 @@ Status DecodeFrame(std::string_view frame, uint64_t raw, const Dictionary* dict,
   return Status::Ok();
 }
 
+// Whether `stored` bytes of zstd can decode to `raw` bytes. A zstd block
+// holds at most 128 KiB and takes at least 3 bytes of header (an RLE block
+// 4), and no body decodes beyond 16 GiB: a frame claiming more is corrupt,
+// and must not make a reader allocate (or, summed, wrap) what it claims.
+bool PlausibleFrame(uint64_t raw, uint64_t stored) {
+  return raw <= (uint64_t{1} << 34) && raw <= (stored / 3 + 1) * (uint64_t{128} << 10);
+}
+
 Status FrameSize(std::string_view frame, uint64_t& size) {
   const unsigned long long n = ZSTD_getFrameContentSize(frame.data(), frame.size());
-  // A zstd block holds at most 128 KiB and takes at least 3 bytes of
-  // header (an RLE block 4): a frame claiming more than its blocks can hold
-  // is corrupt, and must not make a reader allocate what it claims.
-  const unsigned long long most = (frame.size() / 3 + 1) * (128ull << 10);
-  if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN || n > (1ull << 34) || n > most)
+  if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN || !PlausibleFrame(n, frame.size()))
     return Status::Corruption("document body: bad zstd frame header");
   size = n;
   return Status::Ok();
@@ -315,14 +319,18 @@ Status ParseStructured(std::string_view s, Structured& out, Parse parse = Parse:
   uint64_t raw_off = 0, stored_off = 0;
   for (uint64_t f = 0; f < count; ++f) {
     Structured::Frame fr{};
-    if (!GetVarint(p, end, fr.raw) || !GetVarint(p, end, fr.stored)) return bad();
+    if (!GetVarint(p, end, fr.raw) || !GetVarint(p, end, fr.stored) || fr.stored > s.size() ||
+        !PlausibleFrame(fr.raw, fr.stored))
+      return bad();
     fr.raw_off = raw_off;
     fr.stored_off = stored_off;
     raw_off += fr.raw;
     stored_off += fr.stored;
     out.frames.push_back(fr);
   }
-  if (raw_off != out.text_size) return bad();
+  // Each frame is bounded, and there are at most s.size() of them: the
+  // sums cannot wrap. The whole text is bounded as one frame is.
+  if (raw_off != out.text_size || out.text_size > (uint64_t{1} << 34)) return bad();
   if (!GetVarint(p, end, count) || count > s.size()) return bad();
   out.fields_begin = p;
   out.field_count = count;

@@ -3,6 +3,8 @@
 // errors, pause/resume/reset, persistence, and waits on progress.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+
 #include <rapidjson/document.h>
 
 #include <atomic>
@@ -372,6 +374,26 @@ TEST_CASE("the error log keeps a batch run again once", "[indexing]") {
   reloaded.Clear();
   reloaded.Append(batch);  // a reset starts over
   CHECK(reloaded.count() == 3);
+}
+
+TEST_CASE("an error log whose last line a crash tore keeps the errors appended after it", "[indexing]") {
+  Env env;
+  const auto path = env.dir / "torn-errors.log";
+  const auto now = std::chrono::system_clock::now();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << R"({"etag":5,"id":"a","message":"m","at":1})" << "\n" << R"({"etag":6,"id":"b)";  // died mid-append
+  }
+  {
+    indexing::ErrorLog log(path);
+    CHECK(log.count() == 1);
+    log.Append(std::vector<indexing::RecordedError>{{6, "b", "bad json", now}});  // the batch ran again
+    CHECK(log.count() == 2);
+  }
+  indexing::ErrorLog reloaded(path);
+  CHECK(reloaded.count() == 2);
+  REQUIRE(reloaded.recent().size() == 2);
+  CHECK(reloaded.recent().back().id == "b");
 }
 
 TEST_CASE("progress listeners hear every batch", "[indexing]") {
