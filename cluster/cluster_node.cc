@@ -171,8 +171,6 @@ struct Connection {
   }
 };
 
-// A node whose heartbeat is older than this is shown as unreachable.
-constexpr int64_t kStaleMs = 5000;
 constexpr int64_t kHeartbeatMs = 1000;
 
 }  // namespace
@@ -255,7 +253,10 @@ class ClusterNode::Impl {
   };
   using Done = std::function<void(Applied)>;
 
-  void Publish(EntryType type, const std::string& payload, Done done) {
+  // Publishes one request: `encode` appends its payload to the entry (so
+  // a body is copied once, into the message); too large for one message,
+  // it goes as chunks and a commit entry.
+  void Publish(EntryType type, const std::function<void(std::string&)>& encode, Done done) {
     if (diverged_.load()) {
       return done({Status::Unavailable("this node has diverged from the log (it applied entries the log no longer "
                                        "holds); it takes writes again once it installs a peer's snapshot at restart"),
@@ -272,27 +273,29 @@ class ClusterNode::Impl {
       pending_.emplace(id, Pending{deadline, Clock::now(), false, std::move(done)});
     }
     EntryHeader h{type, id, deadline, options_.node_id};
+    std::string entry;
+    EncodeHeader(h, entry);
+    const size_t header_bytes = entry.size();
+    encode(entry);
     natsStatus s = NATS_OK;
-    if (payload.size() <= options_.chunk_bytes) {
-      std::string entry;
-      EncodeHeader(h, entry);
-      entry.append(payload);
+    if (entry.size() - header_bytes <= options_.chunk_bytes) {
       s = PublishOne(entry);
     } else {
+      const std::string_view payload = std::string_view(entry).substr(header_bytes);
       uint32_t chunks = 0;
       h.type = EntryType::kChunk;
       for (size_t off = 0; off < payload.size() && s == NATS_OK; off += options_.chunk_bytes, ++chunks) {
-        std::string entry;
-        EncodeHeader(h, entry);
-        EncodeChunkPayload(chunks, std::string_view(payload).substr(off, options_.chunk_bytes), entry);
-        s = PublishOne(entry);
+        std::string chunk;
+        EncodeHeader(h, chunk);
+        EncodeChunkPayload(chunks, payload.substr(off, options_.chunk_bytes), chunk);
+        s = PublishOne(chunk);
       }
       if (s == NATS_OK) {
         h.type = EntryType::kCommit;
-        std::string entry;
-        EncodeHeader(h, entry);
-        EncodeCommitPayload(chunks, payload.size(), entry);
-        s = PublishOne(entry);
+        std::string commit;
+        EncodeHeader(h, commit);
+        EncodeCommitPayload(chunks, payload.size(), commit);
+        s = PublishOne(commit);
       }
     }
     // The final entry never left this node: it is never applied.
@@ -321,7 +324,7 @@ class ClusterNode::Impl {
       if (p.node_id == self.node_id) {
         p = self;
         found = true;
-      } else if (NowMs() - p.at_ms > kStaleMs) {
+      } else if (NowMs() - p.at_ms > kPeerStaleMs) {
         p.state = "unreachable";
       }
     }
@@ -685,13 +688,13 @@ class ClusterNode::Impl {
           caught_up_ = meta->NumPending == 0;
           next_seq_ = seq + 1;
           last_msg_at_ = Clock::now();
+          connected_ = true;
         }
         Apply(seq, ts_ms, std::string_view(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg))));
         if (!rewind_.load()) backoff_ms = 50;
         jsMsgMetaData_Destroy(meta);
       }
       natsMsg_Destroy(msg);
-      SetConnected(true);
     }
     if (sub_) {
       natsSubscription_Unsubscribe(sub_);
@@ -889,29 +892,28 @@ Result<std::unique_ptr<ClusterNode>> ClusterNode::Start(ClusterOptions options, 
 }
 
 void ClusterNode::Submit(storage::WriteRequest request, storage::DocumentStore::WriteCallback done) {
-  std::string payload;
-  EncodeWritePayload(request, payload);
-  request = {};  // the payload holds it now
-  impl_->Publish(EntryType::kWrite, payload, [done = std::move(done)](Impl::Applied a) {
-    if (!a.status.ok()) return done(storage::WriteResult{std::move(a.status)});
-    done(std::move(a.write));
-  });
+  impl_->Publish(
+      EntryType::kWrite, [&](std::string& out) { EncodeWritePayload(request, out); },
+      [done = std::move(done)](Impl::Applied a) {
+        if (!a.status.ok()) return done(storage::WriteResult{std::move(a.status)});
+        done(std::move(a.write));
+      });
 }
 
 void ClusterNode::SubmitIndexPut(std::string name, std::string definition,
                                  std::function<void(Result<indexing::PutOutcome>)> done) {
-  std::string payload;
-  EncodeIndexPayload(name, definition, payload);
-  impl_->Publish(EntryType::kIndexPut, payload, [done = std::move(done)](Impl::Applied a) {
-    if (!a.status.ok()) return done(std::move(a.status));
-    done(indexing::PutOutcome(a.index_outcome));
-  });
+  impl_->Publish(
+      EntryType::kIndexPut, [&](std::string& out) { EncodeIndexPayload(name, definition, out); },
+      [done = std::move(done)](Impl::Applied a) {
+        if (!a.status.ok()) return done(std::move(a.status));
+        done(indexing::PutOutcome(a.index_outcome));
+      });
 }
 
 void ClusterNode::SubmitIndexDelete(std::string name, std::function<void(Status)> done) {
-  std::string payload;
-  EncodeIndexPayload(name, {}, payload);
-  impl_->Publish(EntryType::kIndexDelete, payload, [done = std::move(done)](Impl::Applied a) { done(a.status); });
+  impl_->Publish(
+      EntryType::kIndexDelete, [&](std::string& out) { EncodeIndexPayload(name, {}, out); },
+      [done = std::move(done)](Impl::Applied a) { done(a.status); });
 }
 
 std::string ClusterNode::DescribeJson() const { return impl_->DescribeJson(); }

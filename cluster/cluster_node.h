@@ -51,6 +51,10 @@ struct ClusterOptions {
 // Validates the options a user gives (node id, URLs, replicas, timeout).
 Status ValidateOptions(const ClusterOptions& options);
 
+// A node whose last heartbeat (every second) is older than this is
+// unreachable: shown so, and never a bootstrap's source.
+inline constexpr int64_t kPeerStaleMs = 5000;
+
 struct PeerInfo {
   std::string node_id, url, state;
   uint64_t applied_etag = 0, applied_seq = 0;

@@ -230,7 +230,9 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
   const bool behind = log.messages > 0 && std::max<uint64_t>(pos.resume, 1) < log.first_seq;
   const corvid::cluster::PeerInfo* peer = nullptr;
   for (const auto& p : probe->peers) {
-    if (p.node_id == options.node_id || p.state != "active" || p.url.empty() || p.age_ms > 5000) continue;
+    if (p.node_id == options.node_id || p.state != "active" || p.url.empty() ||
+        p.age_ms > corvid::cluster::kPeerStaleMs)
+      continue;
     if (!peer || p.applied_etag > peer->applied_etag) peer = &p;
   }
   const bool fresh = last_etag == 0 && pos.applied == 0 && peer && peer->applied_etag > 0;
