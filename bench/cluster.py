@@ -6,6 +6,8 @@ Phases (`--phases`, default all):
   put       durable PUTs (~200 B, unique ids) with 64 wrk connections: the
             single node, then the cluster with the 64 spread over its three
             nodes; --runs alternated runs, medians printed.
+  latency   one PUT at a time on an idle server (300 each): p50/p90/p99,
+            single node and cluster.
   bulk      MB/s of NDJSON bulk requests (4 MB each, 1 KB documents) through
             one node: single node and cluster.
   lag       replication lag: a background load of PUTs through node A
@@ -146,6 +148,14 @@ def phase_put(args, single, cluster):
         % (s, c, 100 * c / s))
 
 
+def phase_latency(single, cluster):
+    for name, port in (("single", single.port), ("cluster", cluster.nodes[0].port)):
+        c = Client(port, 30)
+        lat = [c.request("PUT", "/docs/latency/p%d" % i, b'{"a":1}')[2] * 1000 for i in range(300)]
+        say("latency %s: one PUT at a time, p50 %.2f ms, p90 %.2f ms, p99 %.2f ms"
+            % (name, percentile(lat, 50), percentile(lat, 90), percentile(lat, 99)))
+
+
 def phase_bulk(args, single, cluster):
     for name, port in (("single", single.port), ("cluster", cluster.nodes[0].port)):
         sent, secs = load_bulk(port, args.bulk_docs, start=10_000_000)
@@ -207,7 +217,7 @@ def phase_bootstrap(args, cluster):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "corvid"))
-    ap.add_argument("--phases", default="put,bulk,lag,catchup,bootstrap")
+    ap.add_argument("--phases", default="put,latency,bulk,lag,catchup,bootstrap")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--bulk-docs", type=int, default=100_000)
@@ -231,6 +241,8 @@ def main():
             % ([n.port for n in cluster.nodes], single.port, work))
         if "put" in phases:
             phase_put(args, single, cluster)
+        if "latency" in phases:
+            phase_latency(single, cluster)
         if "bulk" in phases:
             phase_bulk(args, single, cluster)
         if "lag" in phases:

@@ -889,6 +889,19 @@ class ClusterTest(unittest.TestCase):
                     elif o[0] is None:
                         o[0] = now
 
+            def settle(i, what, state, resp, client):
+                """After one write: False (and a failure) on a bad answer; a
+                pause after a dropped connection or a 503."""
+                if state == 'bad':
+                    failures.append('n%d%s: %s' % (i + 1, what, resp.describe()))
+                    return False
+                if resp is None:
+                    client.close()
+                    time.sleep(0.2)
+                elif state != 'acked':
+                    time.sleep(0.05)
+                return True
+
             def single_writer(i):
                 wrng = random.Random(SEED * 1000 + i)
                 client = cl.client(i, retry=False, timeout=20)
@@ -916,14 +929,8 @@ class ClusterTest(unittest.TestCase):
                         if state == 'acked':
                             mine.append(doc_id)
                     count(i, state)
-                    if state == 'bad':
-                        failures.append('n%d: %s' % (i + 1, resp.describe()))
+                    if not settle(i, '', state, resp, client):
                         return
-                    if resp is None:
-                        client.close()
-                        time.sleep(0.2)
-                    elif state != 'acked':
-                        time.sleep(0.05)
                 client.close()
 
             def bulk_writer(i):
@@ -946,14 +953,8 @@ class ClusterTest(unittest.TestCase):
                         if state == 'acked':
                             entry['ack'] = resp.json
                     count(i, 'bulk-' + state)
-                    if state == 'bad':
-                        failures.append('n%d bulk: %s' % (i + 1, resp.describe()))
+                    if not settle(i, ' bulk', state, resp, client):
                         return
-                    if resp is None:
-                        client.close()
-                        time.sleep(0.2)
-                    elif state != 'acked':
-                        time.sleep(0.05)
                     time.sleep(wrng.uniform(0.02, 0.1))
                 client.close()
 
