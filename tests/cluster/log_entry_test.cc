@@ -1,10 +1,8 @@
 // The cluster log's entry format (cluster/log_entry.h): round trips, and
-// arbitrary bytes give Corruption, never a crash or a read out of bounds.
+// every truncation gives Corruption (arbitrary bytes: tests/fuzz).
 #include "cluster/log_entry.h"
 
 #include <catch2/catch.hpp>
-
-#include <random>
 
 namespace corvid::cluster {
 
@@ -75,7 +73,7 @@ TEST_CASE("chunk, commit and index entries round-trip", "[cluster][log]") {
   CHECK(def.empty());
 }
 
-TEST_CASE("truncated and random entries are Corruption", "[cluster][log]") {
+TEST_CASE("every truncation of an entry is Corruption", "[cluster][log]") {
   storage::WriteRequest r;
   r.single = false;
   for (int i = 0; i < 5; ++i) {
@@ -102,24 +100,7 @@ TEST_CASE("truncated and random entries are Corruption", "[cluster][log]") {
     storage::WriteRequest back;
     CHECK(DecodeWritePayload(payload, back).code() == StatusCode::kCorruption);
   }
-  std::mt19937 rng(12345);
-  for (int i = 0; i < 20000; ++i) {
-    std::string junk(rng() % 64, '\0');
-    for (auto& ch : junk) ch = char(rng());
-    if (i % 2 && junk.size() > 2) junk[0] = 1;  // a valid version now and then
-    EntryHeader h;
-    std::string_view payload;
-    if (!DecodeHeader(junk, h, payload).ok()) continue;
-    storage::WriteRequest back;
-    (void)DecodeWritePayload(payload, back);
-    uint32_t a;
-    uint64_t b;
-    std::string_view v;
-    std::string x, y;
-    (void)DecodeChunkPayload(payload, a, v);
-    (void)DecodeCommitPayload(payload, a, b);
-    (void)DecodeIndexPayload(payload, EntryType::kIndexPut, x, y);
-  }
+  // Arbitrary bytes: the log_entry fuzz target (tests/fuzz).
 }
 
 }  // namespace corvid::cluster
