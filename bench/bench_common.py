@@ -1,7 +1,7 @@
-"""What the benchmark scripts bench/small_machine.py and bench/large_docs.py
-share: output helpers, a keep-alive HTTP client, the corvid server process,
-a memory sampler, a meter of the CPU other processes take, the bulk load
-loop, du and the machine description. Python 3 stdlib only.
+"""What the benchmark scripts in bench/ share: output helpers, a keep-alive
+HTTP(S) client, wrk runs, the corvid server process, a memory sampler, a
+meter of the CPU other processes take, the bulk load loop, du and the
+machine description. Python 3 stdlib only.
 
 The scripts import it from their own directory (bench/), so it works when
 they are run as `python3 bench/<script>.py` from anywhere.
@@ -10,6 +10,7 @@ import http.client
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -48,15 +49,20 @@ def sigterm_as_interrupt():
 # ---------------------------------------------------------------- http
 
 class Client:
-    """One keep-alive HTTP connection with a timeout; reconnects after an error."""
+    """One keep-alive HTTP connection with a timeout; reconnects after an
+    error. With tls_context (an ssl.SSLContext), HTTPS."""
 
-    def __init__(self, port, timeout):
+    def __init__(self, port, timeout, tls_context=None):
         self.port, self.timeout, self.conn = port, timeout, None
+        self.tls_context = tls_context
 
     def request(self, method, path, body=None, ctype="application/json"):
         """Returns (status, body bytes, seconds); raises OSError/HTTPException
         after closing the connection if the call failed."""
-        if self.conn is None:
+        if self.conn is None and self.tls_context is not None:
+            self.conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=self.timeout,
+                                                    context=self.tls_context)
+        elif self.conn is None:
             self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
         headers = {"Content-Type": ctype} if body is not None else {}
         t0 = time.perf_counter()
@@ -83,6 +89,28 @@ class Client:
             self.conn = None
 
 
+WRK_DIR = os.path.join(ROOT, "bench", "wrk")
+
+
+def wrk(port, connections, seconds, run_id, script="put_unique.lua", scheme="http", env=None):
+    """Starts wrk (at most 2 threads) with a script from bench/wrk; its
+    result comes from wrk_result."""
+    env = dict(os.environ, BENCH_COLLECTION="bench", BENCH_RUN=run_id, **(env or {}))
+    threads = max(1, min(2, connections))
+    return subprocess.Popen(["wrk", "-t%d" % threads, "-c%d" % connections, "-d%ds" % seconds,
+                             "-s", os.path.join(WRK_DIR, script), "%s://127.0.0.1:%d" % (scheme, port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+
+
+def wrk_result(proc):
+    """The WRK_RESULT line's figures (bench/wrk/report.lua) as floats."""
+    out = proc.communicate()[0]
+    m = re.search(r"WRK_RESULT (.*)", out)
+    if not m:
+        raise RuntimeError("wrk printed no result:\n" + out)
+    return {k: float(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -101,9 +129,10 @@ class Server:
     wrapper that puts itself into cgroup.procs and then execs the server
     (so Popen.pid is the server's pid, and our client is not in the cgroup)."""
 
-    def __init__(self, binary, data, log_path, cgroup=None, extra_args=()):
+    def __init__(self, binary, data, log_path, cgroup=None, extra_args=(), tls_context=None):
         self.binary, self.data, self.log_path = binary, data, log_path
         self.cgroup, self.extra_args = cgroup, list(extra_args)
+        self.tls_context = tls_context  # an HTTPS server (--tls-cert in extra_args): how to reach it
         self.proc, self.port = None, None
 
     def start(self, port=None):
@@ -150,7 +179,7 @@ class Server:
     def wait_healthy(self, timeout):
         """Seconds until GET /health answers 200 (on a fresh connection with a
         2-s timeout), or None if the server exited or the time ran out."""
-        client = Client(self.port, 2)
+        client = Client(self.port, 2, self.tls_context)
         try:
             return self.wait_until(lambda: client.request("GET", "/health")[0] == 200, timeout)
         finally:

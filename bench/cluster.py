@@ -25,7 +25,6 @@ Run: python3 bench/cluster.py [--binary build/corvid] [--phases put,lag]
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -35,26 +34,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import ROOT, Client, Server, free_port, percentile, say  # noqa: E402
-
-WRK_DIR = os.path.join(ROOT, "bench", "wrk")
-
-
-def wrk(port, connections, seconds, run_id, script="put_unique.lua"):
-    env = dict(os.environ, BENCH_COLLECTION="bench", BENCH_RUN=run_id)
-    threads = max(1, min(2, connections))
-    return subprocess.Popen(["wrk", "-t%d" % threads, "-c%d" % connections, "-d%ds" % seconds,
-                             "-s", os.path.join(WRK_DIR, script), "http://127.0.0.1:%d" % port],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
-
-
-def wrk_result(proc):
-    out = proc.communicate()[0]
-    m = re.search(r"WRK_RESULT (.*)", out)
-    if not m:
-        raise RuntimeError("wrk printed no result:\n" + out)
-    return {k: float(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
-
+from bench_common import ROOT, Client, Server, free_port, percentile, say, wrk, wrk_result  # noqa: E402
 
 class Cluster:
     def __init__(self, binary, work, nodes=3, timeout_ms=5000):

@@ -12,6 +12,7 @@ packages=(
   libsqlite3-dev libxapian-dev wrk
   nats-server libnats-dev
   clang libclang-rt-14-dev
+  libssl-dev openssl
 )
 
 missing=()

@@ -1,8 +1,9 @@
 // Boost.Beast HTTP/1.1 server: one Session per connection on its own strand,
 // keep-alive, limits checked before memory is spent, idle/header/body
 // deadlines, a bounded number of connections, and a graceful shutdown that
-// finishes requests in flight. Everything about the API itself is in
-// router.cc.
+// finishes requests in flight. With a certificate it speaks HTTPS only
+// (Asio's OpenSSL stream; TLS 1.2 and 1.3): a Session is the same code over
+// either stream. Everything about the API itself is in router.cc.
 //
 // THE RULE AT THIS BOUNDARY: nothing a client sends may end the process.
 // - Every size a client chooses is checked before it is allocated: the
@@ -30,15 +31,18 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cerrno>
 #include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "common/faults.h"
@@ -202,7 +206,49 @@ class RequestParser final : public http::basic_parser<true> {
   bool expect_continue_ = false;
 };
 
-class Session;
+// What the server knows of a connection, whatever its stream: the idle
+// list holds these, and reclaims one by closing it on its own strand.
+class SessionBase : public std::enable_shared_from_this<SessionBase> {
+ public:
+  virtual ~SessionBase() = default;
+  // Closes the connection if it is still waiting for a request. Runs on
+  // the session's strand.
+  virtual void Reclaim() = 0;
+  virtual asio::any_io_executor executor() = 0;
+
+  bool listed_ = false;  // in the server's idle list; guarded by its idle_mu
+  std::list<SessionBase*>::iterator idle_pos_;
+};
+
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+// The TCP layer under either stream (timeouts, shutdown, close).
+template <class Stream>
+beast::tcp_stream& Tcp(Stream& s) {
+  return beast::get_lowest_layer(s);
+}
+
+// The server's TLS context from a PEM certificate chain and key: TLS 1.2
+// and newer, no compression, and buffers released while a connection is
+// idle (an idle TLS connection then holds a few KiB rather than ~70).
+Result<std::unique_ptr<asio::ssl::context>> MakeTlsContext(const std::string& cert_file, const std::string& key_file) {
+  auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+  beast::error_code ec;
+  ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                       asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1 |
+                       asio::ssl::context::no_compression | asio::ssl::context::single_dh_use,
+                   ec);
+  if (ec) return Status::InvalidArgument("TLS: " + ec.message());
+  ::SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS);
+  ctx->use_certificate_chain_file(cert_file, ec);
+  if (ec) return Status::InvalidArgument("--tls-cert " + cert_file + ": cannot load a PEM certificate chain: " + ec.message());
+  ctx->use_private_key_file(key_file, asio::ssl::context::pem, ec);
+  if (ec)  // OpenSSL also checks here that the key is the certificate's
+    return Status::InvalidArgument("--tls-key " + key_file + ": cannot load a PEM private key matching the certificate in " +
+                                   cert_file + ": " + ec.message());
+  return ctx;
+}
 
 // The default connection limit: what the descriptor limit leaves after a
 // reserve for the store, index files and the listening socket.
@@ -225,7 +271,8 @@ class HttpServer::Impl {
   std::atomic<bool> accept_paused{false};  // at the limit with nothing idle: a closing session resumes
   std::atomic<bool> destroyed{false};      // ~Impl began: a closing session resumes nothing
   std::mutex idle_mu;
-  std::list<Session*> idle;  // guarded by idle_mu; oldest first
+  std::list<SessionBase*> idle;  // guarded by idle_mu; oldest first
+  std::unique_ptr<asio::ssl::context> tls;  // set: HTTPS only
   asio::io_context ioc;
   // The acceptor, its back-off timer and the accept state live on one strand.
   asio::strand<asio::io_context::executor_type> accept_strand{ioc.get_executor()};
@@ -258,10 +305,16 @@ class HttpServer::Impl {
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+// One connection over `Stream` (PlainStream or TlsStream).
+template <class Stream>
+class Session final : public SessionBase {
  public:
-  Session(tcp::socket&& socket, HttpServer::Impl& server)
-      : stream_(std::move(socket)), server_(server), buffer_(BufferLimit(server.options)) {
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
+  // `stream_args`: what the stream needs beside the socket (the TLS context).
+  template <class... StreamArgs>
+  Session(HttpServer::Impl& server, tcp::socket&& socket, StreamArgs&... stream_args)
+      : stream_(std::move(socket), stream_args...), server_(server), buffer_(BufferLimit(server.options)) {
     server_.connections.fetch_add(1);
   }
 
@@ -278,24 +331,70 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Start() {
-    asio::dispatch(stream_.get_executor(),
-                   [self = shared_from_this()] { self->Guard([&] { self->WaitForRequest(); }); });
+    asio::dispatch(stream_.get_executor(), [self = Self()] {
+      self->Guard([&] {
+        if constexpr (kTls) self->Handshake();
+        else self->WaitForRequest();
+      });
+    });
   }
 
   // The acceptor needs room: close this connection if it is still waiting
-  // for a request. Runs on the session's strand.
-  void Reclaim() {
+  // for a request (or, over TLS, for its handshake).
+  void Reclaim() override {
     if (!idle_) return;
+    idle_ = false;  // closing: a pending handshake's failure is not counted again
     server_.router->CountRejected(RejectReason::kIdleReclaimed);
     Close();
   }
 
-  auto executor() { return stream_.get_executor(); }
-
-  bool listed_ = false;  // in server_.idle; guarded by server_.idle_mu
-  std::list<Session*>::iterator idle_pos_;
+  asio::any_io_executor executor() override { return stream_.get_executor(); }
 
  private:
+  std::shared_ptr<Session> Self() { return std::static_pointer_cast<Session>(shared_from_this()); }
+
+  // TLS: the handshake, within the header's deadline; until it is done the
+  // connection has sent nothing of a request and may be reclaimed. A client
+  // speaking plain HTTP to the HTTPS port gets a plain 400 that says so.
+  void Handshake() {
+    SetIdle(true);
+    Tcp(stream_).expires_after(std::min(server_.options.header_timeout, server_.options.idle_timeout));
+    beast::async_detect_ssl(Tcp(stream_), buffer_, [self = Self()](beast::error_code ec, bool tls) {
+      self->Guard([&] {
+        if (!self->idle_) return self->Close();  // reclaimed
+        if (ec) return self->Close();
+        if (!tls) return self->RefusePlainHttp();
+        self->stream_.async_handshake(
+            asio::ssl::stream_base::server, self->buffer_.data(), [self](beast::error_code ec, size_t used) {
+              self->Guard([&] {
+                if (!self->idle_) return self->Close();
+                self->SetIdle(false);
+                if (ec) {
+                  self->server_.router->CountRejected(RejectReason::kTlsHandshake);
+                  return self->Close();
+                }
+                self->buffer_.consume(used);
+                self->WaitForRequest();
+              });
+            });
+      });
+    });
+  }
+
+  // Plain HTTP on the HTTPS port: one 400, unencrypted, then close.
+  void RefusePlainHttp() {
+    SetIdle(false);
+    server_.router->CountRejected(RejectReason::kTlsHandshake);
+    auto res = std::make_shared<http::response<http::string_body>>(http::status::bad_request, 11);
+    Response err = ErrorResponse(400, "https_required", "this server speaks HTTPS only");
+    res->set(http::field::content_type, err.content_type);
+    res->body() = std::move(err.body);
+    res->keep_alive(false);
+    res->prepare_payload();
+    Tcp(stream_).expires_after(kWriteTimeout);
+    http::async_write(Tcp(stream_), *res, [self = Self(), res](beast::error_code, size_t) { self->Close(); });
+  }
+
   // Unparsed bytes held at once: a whole header, or one chunk-size line or
   // trailer, plus one read.
   static size_t BufferLimit(const HttpServerOptions& o) { return o.max_header_bytes + kReadBufferBytes; }
@@ -331,9 +430,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (buffer_.size() > 0) return ReadHeader();
     if (buffer_.capacity() > 2 * kReadBufferBytes) buffer_.shrink_to_fit();
     SetIdle(true);
-    stream_.expires_after(server_.options.idle_timeout);
+    Tcp(stream_).expires_after(server_.options.idle_timeout);
     stream_.async_read_some(buffer_.prepare(kIdleReadBytes),
-                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                            [self = Self()](beast::error_code ec, size_t n) {
                               self->Guard([&] {
                                 self->SetIdle(false);
                                 if (ec) return self->Close();
@@ -364,8 +463,8 @@ class Session : public std::enable_shared_from_this<Session> {
                                           server_.options.max_target_bytes});
     parser_->body_limit(server_.options.router.max_bulk_bytes);
     reading_header_ = true;
-    stream_.expires_after(std::min(server_.options.header_timeout, server_.options.idle_timeout));
-    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    Tcp(stream_).expires_after(std::min(server_.options.header_timeout, server_.options.idle_timeout));
+    http::async_read_header(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
       self->Guard([&] { self->OnHeader(ec); });
     });
   }
@@ -386,7 +485,7 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(body_limit_);
     if (parser_->expects_continue() && !parser_->is_done()) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
-      return http::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+      return http::async_write(stream_, *cont, [self = Self(), cont](beast::error_code ec, size_t) {
         self->Guard([&] {
           if (ec) return self->Close();
           self->ReadBody();
@@ -398,8 +497,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void ReadBody() {
     if (parser_->is_done()) return Dispatch();
-    stream_.expires_after(server_.options.idle_timeout);
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    Tcp(stream_).expires_after(server_.options.idle_timeout);
+    http::async_read(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
       self->Guard([&] {
         if (ec) return self->OnReadError(ec);
         self->Dispatch();
@@ -412,7 +511,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // query that waited for its index): either way it is written on this
   // strand, once, and only if it answers the current request.
   void Dispatch() {
-    stream_.expires_never();
+    Tcp(stream_).expires_never();
     keep_alive_ = parser_->keep_alive();
     Request request = std::move(parser_->request());
     parser_.reset();
@@ -422,7 +521,7 @@ class Session : public std::enable_shared_from_this<Session> {
     answered_ = false;
     ++server_.in_flight;
     server_.requests.fetch_add(1, std::memory_order_relaxed);
-    server_.router->Handle(std::move(request), [self = shared_from_this(), seq](Response resp) {
+    server_.router->Handle(std::move(request), [self = Self(), seq](Response resp) {
       asio::dispatch(self->stream_.get_executor(), [self, seq, resp = std::move(resp)]() mutable {
         self->Guard([&] {
           if (seq != self->request_seq_ || self->answered_) return;  // answered already (a fault's 500)
@@ -533,8 +632,8 @@ class Session : public std::enable_shared_from_this<Session> {
     // HEAD: GET's Content-Length stays in the header; the serializer writes
     // the (now empty) body, so no body bytes follow.
     if (resp.omit_body) res->body().clear();
-    stream_.expires_after(kWriteTimeout);
-    http::async_write(stream_, *res, [self = shared_from_this(), res, counted](beast::error_code ec, size_t) {
+    Tcp(stream_).expires_after(kWriteTimeout);
+    http::async_write(stream_, *res, [self = Self(), res, counted](beast::error_code ec, size_t) {
       if (counted) --self->server_.in_flight;
       self->Guard([&] {
         if (counted) self->awaiting_answer_ = false;
@@ -561,12 +660,12 @@ class Session : public std::enable_shared_from_this<Session> {
     streaming_counted_ = counted;
     // A shutdown cancels the stream: end the response even if it is stuck
     // writing to a client that stopped reading (the drain waits for it).
-    streaming_->OnCancel([weak = weak_from_this()] {
+    streaming_->OnCancel([weak = std::weak_ptr<Session>(Self())] {
       if (auto self = weak.lock()) asio::post(self->stream_.get_executor(), [self] { self->Close(); });
     });
     auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
-    stream_.expires_after(kWriteTimeout);
-    http::async_write_header(stream_, *sr, [self = shared_from_this(), res, sr](beast::error_code ec, size_t) {
+    Tcp(stream_).expires_after(kWriteTimeout);
+    http::async_write_header(stream_, *sr, [self = Self(), res, sr](beast::error_code ec, size_t) {
       self->Guard([&] {
         if (ec) return self->EndStream(false);
         self->stream_keep_alive_ = res->keep_alive();
@@ -576,7 +675,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void NextPiece() {
-    std::weak_ptr<Session> weak = weak_from_this();
+    std::weak_ptr<Session> weak = Self();
     streaming_->Next([weak](Result<std::string> piece) {
       auto self = weak.lock();
       if (!self) return;
@@ -589,15 +688,15 @@ class Session : public std::enable_shared_from_this<Session> {
   void WritePiece(Result<std::string> piece) {
     if (!streaming_) return;
     if (!piece.ok()) return EndStream(false);
-    stream_.expires_after(kWriteTimeout);
+    Tcp(stream_).expires_after(kWriteTimeout);
     if (piece->empty()) {
-      return asio::async_write(stream_, http::make_chunk_last(), [self = shared_from_this()](beast::error_code ec, size_t) {
+      return asio::async_write(stream_, http::make_chunk_last(), [self = Self()](beast::error_code ec, size_t) {
         self->Guard([&] { self->EndStream(!ec); });
       });
     }
     auto data = std::make_shared<std::string>(std::move(*piece));
     asio::async_write(stream_, http::make_chunk(asio::buffer(*data)),
-                      [self = shared_from_this(), data](beast::error_code ec, size_t) {
+                      [self = Self(), data](beast::error_code ec, size_t) {
                         self->Guard([&] {
                           if (ec) return self->EndStream(false);
                           self->NextPiece();
@@ -621,14 +720,14 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void DrainInput() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(kDrainAfterErrorTimeout);
+    Tcp(stream_).socket().shutdown(tcp::socket::shutdown_send, ignored);
+    Tcp(stream_).expires_after(kDrainAfterErrorTimeout);
     discard_.resize(16 * 1024);
     ReadDiscard();
   }
 
   void ReadDiscard() {
-    stream_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](beast::error_code ec, size_t) {
+    stream_.async_read_some(asio::buffer(discard_), [self = Self()](beast::error_code ec, size_t) {
       self->Guard([&] {
         if (ec) return self->Close();
         self->ReadDiscard();
@@ -638,11 +737,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Close() noexcept {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.socket().close(ignored);
+    Tcp(stream_).socket().shutdown(tcp::socket::shutdown_both, ignored);
+    Tcp(stream_).socket().close(ignored);
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   HttpServer::Impl& server_;
   beast::flat_buffer buffer_;
   std::optional<RequestParser> parser_;
@@ -708,16 +807,17 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
   accept_backoff = std::chrono::milliseconds(0);
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  std::make_shared<Session>(std::move(socket), *this)->Start();
+  if (tls) std::make_shared<Session<TlsStream>>(*this, std::move(socket), *tls)->Start();
+  else std::make_shared<Session<PlainStream>>(*this, std::move(socket))->Start();
   Accept();
 }
 
 bool HttpServer::Impl::ReclaimIdle() {
-  std::shared_ptr<Session> victim;  // released after idle_mu (its destructor takes it)
+  std::shared_ptr<SessionBase> victim;  // released after idle_mu (its destructor takes it)
   {
     std::lock_guard lock(idle_mu);
     while (!idle.empty() && !victim) {
-      Session* s = idle.front();
+      SessionBase* s = idle.front();
       idle.pop_front();
       s->listed_ = false;
       victim = s->weak_from_this().lock();  // empty if it is being destroyed
@@ -797,6 +897,13 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(storage::DocumentStore& s
   if (options.threads <= 0) options.threads = int(std::max(1u, std::thread::hardware_concurrency()));
   if (options.max_connections == 0) options.max_connections = DefaultMaxConnections();
   auto impl = std::make_unique<Impl>(options);
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    if (options.tls_cert_file.empty() || options.tls_key_file.empty())
+      return Status::InvalidArgument("--tls-cert and --tls-key go together");
+    auto ctx = MakeTlsContext(options.tls_cert_file, options.tls_key_file);
+    if (!ctx.ok()) return ctx.status();
+    impl->tls = std::move(*ctx);
+  }
   impl->router = std::make_unique<Router>(store, engine, impl->timers, options.router);
   beast::error_code ec;
   auto address = asio::ip::make_address(options.host, ec);

@@ -32,6 +32,10 @@ struct HttpServerOptions {
   // Open connections; at the limit the oldest idle one is closed to make
   // room, or accepting waits. 0: derived from the descriptor limit.
   size_t max_connections = 0;
+  // PEM files: both set, the server speaks HTTPS only (TLS 1.2 and newer);
+  // Create fails if they cannot be loaded or do not match.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // How long a graceful shutdown waits for requests in flight.
   std::chrono::milliseconds drain_timeout{10000};
   RouterOptions router;

@@ -32,6 +32,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: corvid serve [--data DIR] [--listen HOST:PORT] [--threads N] [--api-key KEY] [--read-key KEY]...\n"
+    "                    [--tls-cert FILE --tls-key FILE]\n"
     "                    [--max-doc-bytes N] [--max-bulk-bytes N] [--max-response-bytes N]\n"
     "                    [--max-header-bytes N] [--max-header-fields N] [--max-target-bytes N]\n"
     "                    [--max-connections N] [--idle-timeout-ms N] [--header-timeout-ms N]\n"
@@ -328,6 +329,10 @@ int main(int argc, char** argv) {
     } else if (flag == "--read-key") {
       if (value.empty()) return Fail("--read-key must not be empty");
       options.router.read_keys.emplace_back(value);
+    } else if (flag == "--tls-cert") {
+      options.tls_cert_file = value;
+    } else if (flag == "--tls-key") {
+      options.tls_key_file = value;
     } else if (flag == "--tombstone-retention") {
       if (!ParseDuration(value, n)) return Fail("--tombstone-retention must be 0, seconds, or a number with s, m, h or d");
       engine_options.tombstone_retention = std::chrono::seconds(n);
@@ -389,6 +394,8 @@ int main(int argc, char** argv) {
 
   if (!options.router.read_keys.empty() && options.router.api_key.empty())
     return Fail("--read-key needs --api-key (the key for everything else)");
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty())
+    return Fail("--tls-cert and --tls-key go together (PEM files: the certificate chain and its private key)");
   corvid::SetMemoryBudget(memory_budget);
   if (cluster_mode) {
     cluster_options.api_key = options.router.api_key;

@@ -38,6 +38,7 @@ std::string_view RejectReasonName(RejectReason reason) {
     case RejectReason::kHeaderTimeout: return "header_timeout";
     case RejectReason::kIdleReclaimed: return "idle_reclaimed";
     case RejectReason::kAcceptFailed: return "accept_failed";
+    case RejectReason::kTlsHandshake: return "tls_handshake";
     case RejectReason::kCount: break;
   }
   return "other";

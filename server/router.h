@@ -97,6 +97,7 @@ enum class RejectReason : uint8_t {
   kHeaderTimeout,    // the header did not arrive whole within its deadline
   kIdleReclaimed,    // an idle connection closed to make room for a new one
   kAcceptFailed,     // accept() failed (descriptors exhausted): backed off
+  kTlsHandshake,     // HTTPS: the TLS handshake failed or timed out (plain HTTP, say)
   kCount
 };
 

@@ -184,16 +184,18 @@ class CorvidClient:
     server (idle timeout, `Connection: close` after an error). Crash tests
     pass retry=False so that no write is ever sent twice.
     reconnect_idle_s: open a fresh connection when the current one has been
-    idle this long (servers started with a short --idle-timeout-ms)."""
+    idle this long (servers started with a short --idle-timeout-ms).
+    tls_context: an ssl.SSLContext: speak HTTPS (servers with --tls-cert)."""
 
     def __init__(self, host, port, timeout=30.0, api_key=None, retry=True,
-                 reconnect_idle_s=None):
+                 reconnect_idle_s=None, tls_context=None):
         self.host = host
         self.port = port
         self.timeout = timeout
         self.api_key = api_key
         self.retry = retry
         self.reconnect_idle_s = reconnect_idle_s
+        self.tls_context = tls_context
         self._conn = None
         self._used = False
         self._last_use = 0.0
@@ -208,7 +210,11 @@ class CorvidClient:
         if (self._conn is not None and self.reconnect_idle_s is not None
                 and time.monotonic() - self._last_use > self.reconnect_idle_s):
             self.close()
-        if self._conn is None:
+        if self._conn is None and self.tls_context is not None:
+            self._conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout,
+                                                     context=self.tls_context)
+            self._used = False
+        elif self._conn is None:
             self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
             self._used = False
         return self._conn

@@ -665,7 +665,10 @@ void CheckExpected(const Segment& s, const Corpus& c, const Expected& x, Diffs& 
     if (s.term_count(f) != terms.size()) continue;
     std::vector<uint32_t> dfs;
     uint32_t i = 0;
-    for (const auto& [name, postings] : terms) {
+    for (const auto& term : terms) {
+      // Not structured bindings: the lambdas below capture them (clang 14 cannot).
+      const auto& name = term.first;
+      const auto& postings = term.second;
       const std::string ts = fs + " term " + Quote(name) + " (#" + std::to_string(i) + ")";
       diffs.Eq(s.term(f, i), name, ts + " name");
       diffs.Eq(s.FindTerm(f, name), int64_t{i}, ts + " FindTerm");
