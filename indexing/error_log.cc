@@ -78,7 +78,7 @@ void ErrorLog::Append(std::span<const RecordedError> errors) {
   std::string text;
   size_t added = 0;
   for (const auto& e : errors) {
-    if (e.etag <= logged) continue;  // logged by an earlier run of the same batch
+    if (e.etag != 0 && e.etag <= logged) continue;  // logged by an earlier run of the same batch
     text += EncodeLine(e);
     ++added;
     ++count_;

@@ -31,7 +31,9 @@ class ErrorLog {
   // it holds many more lines than are kept in memory. Errors at or below
   // the highest etag of an earlier Append are skipped: they come from a
   // batch run again after its commit failed or the process died (the
-  // engine logs a batch's errors just before the batch commits).
+  // engine logs a batch's errors just before the batch commits). An error
+  // with etag 0 is about the index, not a document (its files were found
+  // damaged), and is never skipped.
   void Append(std::span<const RecordedError> errors);
   // Forgets every error and removes the file.
   void Clear();

@@ -176,6 +176,7 @@ class IndexSlot {
     indexed_etag_ = kind_->LastAppliedEtag();
     errors_.assign(error_log_.recent().begin(), error_log_.recent().end());
     error_count_ = error_log_.count();
+    if (std::string damage = kind_->DamageFoundAtOpen(); !damage.empty()) RecordDamage(damage);
     // A batch's errors are logged just before the batch commits (see
     // ErrorLog::Append for a batch that runs again).
     kind_->SetBeforeCommit([this](std::span<const IndexError> errors) {
@@ -358,6 +359,10 @@ class IndexSlot {
         errors_.clear();
         error_count_ = 0;
         window_.clear();
+        if (!damage_.empty()) {
+          RecordDamage(damage_);
+          damage_.clear();
+        }
         continue;
       }
       if (paused_) continue;
@@ -390,6 +395,21 @@ class IndexSlot {
       RecordInternalError(FaultSite::kIndexWorker, "index " + name_ + ": " + what);
       return Status::Internal(std::move(what));
     }
+  }
+
+  // The state's files were found damaged and the index starts over from
+  // the store: the error log starts over too, with this one error (etag 0,
+  // no id) saying so, which /admin/indexes shows. The constructor, or the
+  // worker with mu_ held.
+  void RecordDamage(const std::string& what) {
+    error_log_.Clear();
+    const RecordedError e{0, "", "index files damaged (" + what + "); rebuilding from the store",
+                          std::chrono::system_clock::now()};
+    error_log_.Append(std::span(&e, 1));
+    errors_.assign(error_log_.recent().begin(), error_log_.recent().end());
+    error_count_ = error_log_.count();
+    std::fprintf(stderr, "corvid: index %s: files damaged (%s); rebuilding from the store\n", name_.c_str(),
+                 what.c_str());
   }
 
   void Fail(std::string message) {  // mu_ held
@@ -440,6 +460,13 @@ class IndexSlot {
     if (batch_bytes >= std::min<size_t>(kTrimAfterBytes, BudgetShare(32, 0, SIZE_MAX))) ::malloc_trim(0);
     if (!s.ok()) {
       std::lock_guard lock(mu_);
+      if (s.code() == StatusCode::kCorruption && damage_.empty()) {
+        // The state's files are damaged (LMDB noticed a bad page): start
+        // over from the store, once; damage again is an error to retry.
+        damage_ = s.ToString();
+        reset_requested_ = true;
+        return;
+      }
       Fail("applying a batch: " + s.ToString());
       return;
     }
@@ -501,6 +528,7 @@ class IndexSlot {
   Clock::time_point retry_at_;
   std::deque<RecordedError> errors_;
   uint64_t error_count_ = 0;
+  std::string damage_;  // a batch found the state damaged: the reset it asked for reports it
   std::deque<BatchStat> window_;
   uint64_t last_batch_docs_ = 0;
   double last_batch_ms_ = 0;
@@ -586,13 +614,17 @@ class IndexEngine::Impl {
   }
 
   Result<std::shared_ptr<IndexSlot>> LoadVersion(const std::string& name, const fs::path& top, uint64_t k) {
-    auto json = ReadFile(VersionDir(top, k) / "definition.json");
-    if (!json.ok()) return json.status();
-    auto def = CompileDefinition(*json);
+    // Without its definition an index cannot be rebuilt: a definition.json
+    // that is missing, unreadable or not a valid definition leaves the
+    // index out (its files are kept for the operator) instead of stopping
+    // the server; PUT the definition again to rebuild it.
+    const fs::path path = VersionDir(top, k) / "definition.json";
+    auto json = ReadFile(path);
+    auto def = json.ok() ? CompileDefinition(*json) : Result<CompiledDefinition>(json.status());
     if (!def.ok()) {
-      std::fprintf(stderr, "corvid: index %s: definition no longer valid (%s); skipped\n", name.c_str(),
-                   def.status().ToString().c_str());
-      return def.status();
+      std::fprintf(stderr, "corvid: index %s: %s is missing or damaged (%s); the index is left out\n", name.c_str(),
+                   path.c_str(), def.status().ToString().c_str());
+      return Status::InvalidArgument(def.status().message());
     }
     return MakeSlot(name, *json, std::move(*def), VersionDir(top, k));
   }

@@ -38,6 +38,10 @@ class IndexKind {
   virtual Result<StateSnapshot> SnapshotFiles() const = 0;
   // Fills the kind-specific part of a query reader.
   virtual void FillReader(IndexReader& reader) const = 0;
+  // What was wrong with the state's files when they were opened (a bad
+  // checksum, a truncated file), if anything: the state then started over
+  // from etag 0. Empty for a sound, new or outdated state.
+  virtual std::string DamageFoundAtOpen() const = 0;
 };
 
 // A compiled definition, ready to open its state.

@@ -31,6 +31,7 @@ class MapReduceKind : public IndexKind {
   uint64_t MemoryBytes() const override { return 0; }  // state lives in the OS page cache (LMDB)
   Result<StateSnapshot> SnapshotFiles() const override { return index_->SnapshotFiles(); }
   void FillReader(IndexReader& reader) const override { reader.mapreduce = index_; }
+  std::string DamageFoundAtOpen() const override { return index_->DamageFoundAtOpen(); }
 
  private:
   std::shared_ptr<mapreduce::MapReduceIndex> index_;
@@ -52,6 +53,7 @@ class SearchKind : public IndexKind {
   uint64_t MemoryBytes() const override { return index_->MemoryBytes(); }
   Result<StateSnapshot> SnapshotFiles() const override { return index_->SnapshotFiles(); }
   void FillReader(IndexReader& reader) const override { reader.search = index_; }
+  std::string DamageFoundAtOpen() const override { return index_->DamageFoundAtOpen(); }
 
  private:
   std::shared_ptr<postings::SearchIndex> index_;

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/lmdb_util.h"
 #include "mapreduce/definition.h"
 #include "mapreduce/mapreduce_index.h"
 
@@ -84,6 +85,7 @@ class MapReduceIndexImpl final : public MapReduceIndex {
 
   void SetBeforeCommit(BeforeCommit hook) override { before_commit_ = std::move(hook); }
   Status Clear() override;
+  std::string DamageFoundAtOpen() const override { return damage_; }
   uint64_t RowCount() const override;
   uint64_t DiskBytes() const override;
   Result<StateSnapshot> SnapshotFiles() const override;
@@ -120,6 +122,7 @@ class MapReduceIndexImpl final : public MapReduceIndex {
   MDB_env* env_ = nullptr;
   MDB_dbi meta_ = 0, rows_ = 0, docs_ = 0, minmax_ = 0;
   std::atomic<uint64_t> last_etag_{0};
+  std::string damage_;  // OpenImpl: why it wiped the state, if it did
   size_t row_bytes_ = 8;
   std::vector<size_t> red_offset_;
   bool has_minmax_ = false;
@@ -138,6 +141,6 @@ class MapReduceIndexImpl final : public MapReduceIndex {
 // entries.
 void EncodeDocRecord(const MappedDoc& mapped, size_t numeric_reducers, std::string* out);
 
-std::string LmdbError(std::string_view what, int rc);
+Status LmdbFailure(int rc, std::string_view what);  // common/lmdb_util.h's LmdbStatus, named
 
 }  // namespace corvid::mapreduce

@@ -42,7 +42,7 @@ struct TxnGuard {
 Status PutU64(MDB_txn* txn, MDB_dbi dbi, std::string_view key, uint64_t v) {
   MDB_val k = Val(key), d{sizeof v, &v};
   int rc = mdb_put(txn, dbi, &k, &d, 0);
-  return rc ? Status::IOError(LmdbError("put meta", rc)) : Status::Ok();
+  return rc ? LmdbFailure(rc, "put meta") : Status::Ok();
 }
 
 // Reads a u64/u32 meta value; false when absent or of the wrong size.
@@ -56,12 +56,10 @@ bool GetMeta(MDB_txn* txn, MDB_dbi dbi, std::string_view key, uint64_t* v, size_
 
 }  // namespace
 
-std::string LmdbError(std::string_view what, int rc) {
+Status LmdbFailure(int rc, std::string_view what) {
   std::string s = "mapreduce index: ";
   s += what;
-  s += ": ";
-  s += mdb_strerror(rc);
-  return s;
+  return LmdbStatus(rc, s);
 }
 
 void EncodeDocRecord(const MappedDoc& mapped, size_t numeric, std::string* out) {
@@ -114,32 +112,35 @@ Result<std::unique_ptr<MapReduceIndex>> MapReduceIndexImpl::OpenImpl(const std::
 
   for (int attempt = 0; attempt < 2; ++attempt) {
     int rc = mdb_env_create(&idx->env_);
-    if (rc) return Status::IOError(LmdbError("env_create", rc));
+    if (rc) return LmdbFailure(rc, "env_create");
     mdb_env_set_maxdbs(idx->env_, 8);
     mdb_env_set_mapsize(idx->env_, kMapSize);
     rc = mdb_env_open(idx->env_, dir.c_str(), MDB_NOTLS | MDB_NORDAHEAD, 0644);
-    if (rc == 0) break;
+    Status opened = LmdbFailure(rc, "open " + dir + "/data.mdb");
+    if (opened.ok()) opened = CheckLmdbFile(idx->env_, dir);
+    if (opened.ok()) break;
     mdb_env_close(idx->env_);
     idx->env_ = nullptr;
-    if ((rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH) && attempt == 0) {
+    if (opened.code() == StatusCode::kCorruption && attempt == 0) {
       // Not an LMDB file we can read: wipe it, the index rebuilds from etag 0.
+      idx->damage_ = opened.message();
       std::filesystem::remove(dir + "/data.mdb", ec);
       std::filesystem::remove(dir + "/lock.mdb", ec);
       continue;
     }
-    return Status::IOError(LmdbError("open " + dir, rc));
+    return opened;
   }
 
   TxnGuard g;
   int rc = mdb_txn_begin(idx->env_, nullptr, 0, &g.txn);
-  if (rc) return Status::IOError(LmdbError("txn_begin", rc));
+  if (rc) return LmdbFailure(rc, "txn_begin");
   struct {
     const char* name;
     MDB_dbi* dbi;
   } dbs[] = {{"meta", &idx->meta_}, {"rows", &idx->rows_}, {"docs", &idx->docs_}, {"minmax", &idx->minmax_}};
   for (auto& d : dbs) {
     rc = mdb_dbi_open(g.txn, d.name, MDB_CREATE, d.dbi);
-    if (rc) return Status::IOError(LmdbError(std::string("open db ") + d.name, rc));
+    if (rc) return LmdbFailure(rc, std::string("open db ") + d.name);
   }
   uint64_t fmt = 0, fp = 0, etag = 0;
   bool have_fmt = GetMeta(g.txn, idx->meta_, "format", &fmt, 4);
@@ -149,12 +150,12 @@ Result<std::unique_ptr<MapReduceIndex>> MapReduceIndexImpl::OpenImpl(const std::
     // Fresh, foreign or stale state: start over from etag 0.
     for (MDB_dbi dbi : {idx->rows_, idx->docs_, idx->minmax_, idx->meta_}) {
       rc = mdb_drop(g.txn, dbi, 0);
-      if (rc) return Status::IOError(LmdbError("drop", rc));
+      if (rc) return LmdbFailure(rc, "drop");
     }
     uint32_t v = format::kFormatVersion;
     MDB_val k = Val("format"), d{4, &v};
     rc = mdb_put(g.txn, idx->meta_, &k, &d, 0);
-    if (rc) return Status::IOError(LmdbError("put meta", rc));
+    if (rc) return LmdbFailure(rc, "put meta");
     Status st = PutU64(g.txn, idx->meta_, "fingerprint", def->Fingerprint());
     if (st.ok()) st = PutU64(g.txn, idx->meta_, "through_etag", 0);
     if (!st.ok()) return st;
@@ -162,7 +163,7 @@ Result<std::unique_ptr<MapReduceIndex>> MapReduceIndexImpl::OpenImpl(const std::
   }
   rc = mdb_txn_commit(g.txn);
   g.txn = nullptr;
-  if (rc) return Status::IOError(LmdbError("commit", rc));
+  if (rc) return LmdbFailure(rc, "commit");
   idx->last_etag_.store(etag);
   return std::unique_ptr<MapReduceIndex>(std::move(idx));
 }
@@ -191,15 +192,15 @@ Status MapReduceIndexImpl::BumpMinMax(MDB_txn* txn, size_t reducer, std::string_
   if (sign > 0) {
     int rc = mdb_put(txn, minmax_, &k, &d, MDB_NOOVERWRITE);
     if (rc == 0) return Status::Ok();
-    if (rc != MDB_KEYEXIST) return Status::IOError(LmdbError("put minmax", rc));
+    if (rc != MDB_KEYEXIST) return LmdbFailure(rc, "put minmax");
     uint64_t n = format::GetLE<uint64_t>(static_cast<const char*>(d.mv_data)) + 1;
     MDB_val nd{8, &n};
     rc = mdb_put(txn, minmax_, &k, &nd, 0);
-    return rc ? Status::IOError(LmdbError("put minmax", rc)) : Status::Ok();
+    return rc ? LmdbFailure(rc, "put minmax") : Status::Ok();
   }
   int rc = mdb_get(txn, minmax_, &k, &d);
   if (rc == MDB_NOTFOUND) return Status::Corruption("mapreduce index: min/max entry missing for a retracted value");
-  if (rc) return Status::IOError(LmdbError("get minmax", rc));
+  if (rc) return LmdbFailure(rc, "get minmax");
   uint64_t n = format::GetLE<uint64_t>(static_cast<const char*>(d.mv_data));
   if (n <= 1) {
     rc = mdb_del(txn, minmax_, &k, nullptr);
@@ -208,7 +209,7 @@ Status MapReduceIndexImpl::BumpMinMax(MDB_txn* txn, size_t reducer, std::string_
     MDB_val nd{8, &n};
     rc = mdb_put(txn, minmax_, &k, &nd, 0);
   }
-  return rc ? Status::IOError(LmdbError("update minmax", rc)) : Status::Ok();
+  return rc ? LmdbFailure(rc, "update minmax") : Status::Ok();
 }
 
 // Adds (sign +1) or retracts (-1) every entry of a DocRecord.
@@ -281,7 +282,7 @@ Status MapReduceIndexImpl::RecomputeMinMax(MDB_txn* txn, size_t reducer, std::st
   if (is_max) mm_key_.append(format::kOrderedNumberBytes + 1, '\xff');
   MDB_cursor* cur;
   int rc = mdb_cursor_open(txn, minmax_, &cur);
-  if (rc) return Status::IOError(LmdbError("cursor_open", rc));
+  if (rc) return LmdbFailure(rc, "cursor_open");
   MDB_val k = Val(mm_key_), d;
   rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
   if (is_max) {
@@ -301,7 +302,7 @@ Status MapReduceIndexImpl::RecomputeMinMax(MDB_txn* txn, size_t reducer, std::st
     rc = 0;
   }
   mdb_cursor_close(cur);
-  return rc ? Status::IOError(LmdbError("cursor_get", rc)) : Status::Ok();
+  return rc ? LmdbFailure(rc, "cursor_get") : Status::Ok();
 }
 
 Status MapReduceIndexImpl::FlushDeltas(MDB_txn* txn) {
@@ -328,7 +329,7 @@ Status MapReduceIndexImpl::FlushDeltas(MDB_txn* txn) {
     } else if (rc == MDB_NOTFOUND) {
       row_buf_.assign(row_bytes_, '\0');
     } else {
-      return Status::IOError(LmdbError("get row", rc));
+      return LmdbFailure(rc, "get row");
     }
     char* row = row_buf_.data();
     int64_t count = int64_t(format::GetLE<uint64_t>(row)) + delta.count;
@@ -336,7 +337,7 @@ Status MapReduceIndexImpl::FlushDeltas(MDB_txn* txn) {
     if (count == 0) {
       if (rc == 0) {
         rc = mdb_del(txn, rows_, &k, nullptr);
-        if (rc) return Status::IOError(LmdbError("del row", rc));
+        if (rc) return LmdbFailure(rc, "del row");
       }
       continue;
     }
@@ -357,7 +358,7 @@ Status MapReduceIndexImpl::FlushDeltas(MDB_txn* txn) {
     }
     MDB_val nd{row_buf_.size(), row_buf_.data()};
     rc = mdb_put(txn, rows_, &k, &nd, 0);
-    if (rc) return Status::IOError(LmdbError("put row", rc));
+    if (rc) return LmdbFailure(rc, "put row");
   }
   return Status::Ok();
 }
@@ -385,7 +386,7 @@ Status MapReduceIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t
   size_t errors_before = errors.size();
   TxnGuard g;
   int rc = mdb_txn_begin(env_, nullptr, 0, &g.txn);
-  if (rc) return Status::IOError(LmdbError("txn_begin", rc));
+  if (rc) return LmdbFailure(rc, "txn_begin");
   size_t numeric = def_->numeric_reducers();
   auto fail = [&](Status st) {
     errors.resize(errors_before);
@@ -396,7 +397,7 @@ Status MapReduceIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t
     MDB_val k = Val(doc_key_), d;
     rc = mdb_get(g.txn, docs_, &k, &d);
     bool had = rc == 0;
-    if (rc != 0 && rc != MDB_NOTFOUND) return fail(Status::IOError(LmdbError("get doc", rc)));
+    if (rc != 0 && rc != MDB_NOTFOUND) return fail(LmdbFailure(rc, "get doc"));
     if (had) old_rec_.assign(static_cast<const char*>(d.mv_data), d.mv_size);
     new_rec_.clear();
     if (!ch.deleted) {
@@ -418,11 +419,11 @@ Status MapReduceIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t
       k = Val(doc_key_);
       MDB_val v = Val(new_rec_);
       rc = mdb_put(g.txn, docs_, &k, &v, 0);
-      if (rc) return fail(Status::IOError(LmdbError("put doc", rc)));
+      if (rc) return fail(LmdbFailure(rc, "put doc"));
     } else if (had) {
       k = Val(doc_key_);
       rc = mdb_del(g.txn, docs_, &k, nullptr);
-      if (rc) return fail(Status::IOError(LmdbError("del doc", rc)));
+      if (rc) return fail(LmdbFailure(rc, "del doc"));
     }
   }
   Status st = FlushDeltas(g.txn);
@@ -432,7 +433,7 @@ Status MapReduceIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t
     before_commit_(std::span<const IndexError>(errors).subspan(errors_before));
   rc = mdb_txn_commit(g.txn);
   g.txn = nullptr;
-  if (rc) return fail(Status::IOError(LmdbError("commit", rc)));
+  if (rc) return fail(LmdbFailure(rc, "commit"));
   last_etag_.store(through_etag, std::memory_order_release);
   return Status::Ok();
 }
@@ -440,16 +441,16 @@ Status MapReduceIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t
 Status MapReduceIndexImpl::Clear() {
   TxnGuard g;
   int rc = mdb_txn_begin(env_, nullptr, 0, &g.txn);
-  if (rc) return Status::IOError(LmdbError("txn_begin", rc));
+  if (rc) return LmdbFailure(rc, "txn_begin");
   for (MDB_dbi dbi : {rows_, docs_, minmax_}) {
     rc = mdb_drop(g.txn, dbi, 0);
-    if (rc) return Status::IOError(LmdbError("drop", rc));
+    if (rc) return LmdbFailure(rc, "drop");
   }
   Status st = PutU64(g.txn, meta_, "through_etag", 0);
   if (!st.ok()) return st;
   rc = mdb_txn_commit(g.txn);
   g.txn = nullptr;
-  if (rc) return Status::IOError(LmdbError("commit", rc));
+  if (rc) return LmdbFailure(rc, "commit");
   last_etag_.store(0, std::memory_order_release);
   return Status::Ok();
 }
@@ -472,7 +473,7 @@ uint64_t MapReduceIndexImpl::DiskBytes() const {
 
 Result<StateSnapshot> MapReduceIndexImpl::SnapshotFiles() const {
   const char* dir = nullptr;
-  if (int rc = mdb_env_get_path(env_, &dir); rc) return Status::IOError(LmdbError("env_get_path", rc));
+  if (int rc = mdb_env_get_path(env_, &dir); rc) return LmdbFailure(rc, "env_get_path");
   // An unlinked file beside the environment: nothing to clean up after a
   // crash, and the copy's pages go to disk, not to memory.
   const int fd = ::open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
@@ -481,7 +482,7 @@ Result<StateSnapshot> MapReduceIndexImpl::SnapshotFiles() const {
     ::close(*p);
     delete p;
   });
-  if (int rc = mdb_env_copyfd2(env_, fd, MDB_CP_COMPACT); rc) return Status::IOError(LmdbError("copy " + std::string(dir), rc));
+  if (int rc = mdb_env_copyfd2(env_, fd, MDB_CP_COMPACT); rc) return LmdbFailure(rc, "copy " + std::string(dir));
   // The copy walked the whole environment through the map: its pages leave
   // the resident set again (they stay cached; queries map them back).
   if (auto map = FindFileMapping(std::string(dir) + "/data.mdb")) DropResidentPages(map->first, map->second);

@@ -79,6 +79,9 @@ class MapReduceIndex {
 
   // Drops every row and entry; LastAppliedEtag() becomes 0.
   virtual Status Clear() = 0;
+  // Why Open wiped the state (LMDB refused the file, or it is truncated),
+  // or empty.
+  virtual std::string DamageFoundAtOpen() const = 0;
 
   // Number of reduce rows (group keys with at least one entry).
   virtual uint64_t RowCount() const = 0;

@@ -313,7 +313,7 @@ Result<QueryResult> MapReduceIndexImpl::Query(const std::vector<std::pair<std::s
 
   MDB_txn* txn;
   int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn);
-  if (rc) return Status::IOError(LmdbError("txn_begin", rc));
+  if (rc) return LmdbFailure(rc, "txn_begin");
   struct Abort {
     MDB_txn* t;
     ~Abort() { mdb_txn_abort(t); }
@@ -327,7 +327,7 @@ Result<QueryResult> MapReduceIndexImpl::Query(const std::vector<std::pair<std::s
 
   MDB_cursor* cur;
   rc = mdb_cursor_open(txn, rows_, &cur);
-  if (rc) return Status::IOError(LmdbError("cursor_open", rc));
+  if (rc) return LmdbFailure(rc, "cursor_open");
   std::deque<std::string> store;
   std::vector<OutRow> out;
   std::vector<SumState> sums;
@@ -399,7 +399,7 @@ Result<QueryResult> MapReduceIndexImpl::Query(const std::vector<std::pair<std::s
     }
   }
   mdb_cursor_close(cur);
-  if (rc != MDB_NOTFOUND) return Status::IOError(LmdbError("cursor_get", rc));
+  if (rc != MDB_NOTFOUND) return LmdbFailure(rc, "cursor_get");
 
   auto reducer_value = [&](const OutRow& o, size_t r) -> Value {
     switch (reducers[r].kind) {

@@ -98,6 +98,7 @@ class SearchIndexImpl final : public SearchIndex {
   void Idle() override;
   void SetBeforeCommit(BeforeCommit hook) override { before_commit_ = std::move(hook); }
   Status Clear() override;
+  std::string DamageFoundAtOpen() const override { return damage_; }
   uint64_t LiveDocuments() const override { return Current()->live_docs; }
   uint64_t DiskBytes() const override { return disk_bytes_.load(); }
   uint64_t MemoryBytes() const override { return memory_bytes_.load() + builder_bytes_.load() + merge_bytes_.load(); }
@@ -136,6 +137,7 @@ class SearchIndexImpl final : public SearchIndex {
   Status LoadManifest();
   void WipeFiles();
   void RemoveUnreferenced(const Snapshot& s);
+  bool HasSegmentFiles() const;  // any seg-* file in the directory
   void Unlink(uint64_t segment_id) const { ::unlink((dir_ + "/" + SegmentName(segment_id)).c_str()); }
   Status IndexDocument(SegmentBuilder& b, const DocChange& c, std::vector<IndexError>& errors) const;
   void TrimBuilder(size_t cap);
@@ -162,6 +164,7 @@ class SearchIndexImpl final : public SearchIndex {
   // segment; readers never take it. Order: commit_mu_, then snap_mu_.
   std::mutex commit_mu_;
   std::atomic<uint64_t> next_segment_id_{1};
+  std::string damage_;  // Init: why it started over from etag 0, if the files were damaged
   std::atomic<uint64_t> disk_bytes_{0}, memory_bytes_{0};
   std::atomic<uint64_t> merge_bytes_{0};  // what a merge in flight holds (an estimate from its inputs)
   // Worker-only (ApplyBatch, Idle, Clear): the batch builder and its segment
@@ -268,6 +271,15 @@ void SearchIndexImpl::WipeFiles() {
   (void)FsyncDir(dir_);
 }
 
+bool SearchIndexImpl::HasSegmentFiles() const {
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return false;
+  bool found = false;
+  while (dirent* e = ::readdir(d)) found = found || std::string_view(e->d_name).starts_with("seg-");
+  ::closedir(d);
+  return found;
+}
+
 void SearchIndexImpl::RemoveUnreferenced(const Snapshot& s) {
   DIR* d = ::opendir(dir_.c_str());
   if (d == nullptr) return;
@@ -314,6 +326,18 @@ Status SearchIndexImpl::Init() {
   Status st = LoadManifest();
   if (!st.ok()) {
     // Missing, unknown, corrupt or for another definition: rebuild from 0.
+    // Only damage is reported (IndexKind::DamageFoundAtOpen): a new index
+    // has no MANIFEST and no segment, and files of an older format or of
+    // another definition are outdated, not damaged.
+    const std::string& why = st.message();
+    const bool outdated = why.ends_with("unknown format version") || why.ends_with("unknown version") ||
+                          why.ends_with("written for another definition") ||
+                          why.ends_with("written by another CRoaring version");
+    if (st.code() == StatusCode::kNotFound && st.message() == dir_ + "/" + kManifestName) {
+      if (HasSegmentFiles()) damage_ = "MANIFEST is missing beside segment files";
+    } else if (!outdated) {
+      damage_ = st.ToString();
+    }
     next_segment_id_ = 1;
     WipeFiles();
     auto empty = EmptySnapshot();

@@ -110,6 +110,9 @@ class SearchIndex {
   // As mapreduce::MapReduceIndex::SetBeforeCommit.
   virtual void SetBeforeCommit(BeforeCommit hook) = 0;
   virtual Status Clear() = 0;
+  // Why Open started over from etag 0 although the directory held an index
+  // (a file failed its checksum, is truncated or missing), or empty.
+  virtual std::string DamageFoundAtOpen() const = 0;
   virtual uint64_t LiveDocuments() const = 0;
   virtual uint64_t DiskBytes() const = 0;
   virtual uint64_t MemoryBytes() const = 0;

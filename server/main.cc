@@ -402,6 +402,19 @@ int main(int argc, char** argv) {
     if (auto s = corvid::cluster::ValidateOptions(cluster_options); !s.ok()) return Fail(s.message());
     if (int rc = BootstrapIfNeeded(cluster_options, data_dir); rc != 0) return rc;
   }
+  {
+    // LMDB creates a missing data.mdb: a store whose file was deleted must
+    // not come back empty under indexes built from it.
+    std::error_code ec;
+    const std::filesystem::path indexes = data_dir + "/indexes";
+    if (!std::filesystem::exists(data_dir + "/store/data.mdb", ec) && std::filesystem::is_directory(indexes, ec) &&
+        std::filesystem::directory_iterator(indexes, ec) != std::filesystem::directory_iterator()) {
+      std::cerr << "corvid: cannot open the store in " << data_dir << ": " << data_dir
+                << "/store/data.mdb is missing, but indexes built from it are there (restore a backup, or move "
+                << indexes.string() << " away to start empty)\n";
+      return 1;
+    }
+  }
   auto store = corvid::storage::DocumentStore::Open(data_dir + "/store");
   if (!store.ok()) {
     std::cerr << "corvid: cannot open the store in " << data_dir << ": " << store.status().ToString() << "\n";

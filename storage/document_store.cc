@@ -27,18 +27,6 @@ namespace corvid::storage {
 
 namespace fmt = format;
 
-Status LmdbStatus(int rc, std::string_view what) {
-  if (rc == 0) return Status::Ok();
-  std::string msg(what);
-  msg += ": ";
-  msg += mdb_strerror(rc);
-  if (rc == MDB_NOTFOUND) return Status::NotFound(std::move(msg));
-  if (rc == MDB_CORRUPTED || rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_PAGE_NOTFOUND)
-    return Status::Corruption(std::move(msg));
-  if (rc == ENOSPC || rc == EDQUOT || rc == MDB_MAP_FULL) return Status::NoSpace(std::move(msg));
-  return Status::IOError(std::move(msg));
-}
-
 ReadTxn::ReadTxn(MDB_env* env) {
   int rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn_);
   if (rc != 0) {
@@ -91,7 +79,8 @@ Status DocumentStore::Impl::OpenEnv(const std::string& dir) {
   // MDB_NOTLS: read transactions are not tied to threads (HTTP handlers hop
   // threads). MDB_NORDAHEAD: random document reads gain nothing from it.
   rc = mdb_env_open(env, dir.c_str(), MDB_NOTLS | MDB_NORDAHEAD, 0644);
-  if (rc != 0) return LmdbStatus(rc, "open LMDB environment in " + dir);
+  if (rc != 0) return LmdbStatus(rc, "open " + dir + "/data.mdb");
+  if (Status s = CheckLmdbFile(env, dir); !s.ok()) return s;
 
   MDB_txn* txn = nullptr;
   rc = mdb_txn_begin(env, nullptr, 0, &txn);

@@ -19,14 +19,14 @@
 #include <unordered_map>
 
 #include "common/listener_set.h"
+#include "common/lmdb_util.h"
 #include "storage/body_format.h"
 #include "storage/document_store.h"
 #include "storage/format.h"
 
 namespace corvid::storage {
 
-// Builds a Status from an LMDB return code.
-Status LmdbStatus(int rc, std::string_view what);
+using corvid::LmdbStatus;  // common/lmdb_util.h
 
 // An LMDB cursor, closed on scope exit.
 class Cursor {
