@@ -578,6 +578,9 @@ Status SearchIndexImpl::MergeUntilBalanced() {
     Status st = Merge(cur, pick);
     if (!st.ok()) return st;
   }
+  // 64 merges and still unbalanced (batches came faster than merges, as in
+  // a slow build): go round again rather than leave the rest undone.
+  if (!stop_merges_) RequestMerge();
   return Status::Ok();
 }
 
