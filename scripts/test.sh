@@ -2,9 +2,11 @@
 # Installs what is needed, builds and runs every test, in four stages:
 #   release  the Release build (gcc) and the whole suite (unit + end-to-end)
 #   asan     an ASan+UBSan build with clang (build-asan, where the libFuzzer
-#            targets build too) and the whole suite in it
+#            targets build too) and the whole suite in it, two tests at a
+#            time (the crash and cluster tests alone)
 #   tsan     a TSan build with clang (build-tsan) and the concurrency tests
-#            in it (indexing, postings, the store, the cluster log, e2e
+#            in it (indexing, postings and the store but their [heavy]
+#            single-threaded oracles, the cluster log, e2e
 #            indexes/search/crash)
 #   fuzz     every libFuzzer target over its corpus for $FUZZ_SECONDS
 #            (default 30), two at a time, and every kept regression input
@@ -53,7 +55,7 @@ for stage in $stages; do
       # not ours). UBSan halts on any report (-fno-sanitize-recover).
       (cd "$root/build-asan" && CORVID_SKIP_RSS=1 CORVID_SANITIZER_BUILD=1 \
         ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:report_error_type=1 \
-        ctest --output-on-failure --timeout 1800)
+        ctest --output-on-failure --timeout 1800 -j2)
       end asan
       ;;
     tsan)

@@ -613,7 +613,7 @@ void RunOracle(uint32_t seed, size_t rounds, size_t queries_per_round) {
   }
 }
 
-TEST_CASE("oracle: random corpora and queries", "[postings]") {
+TEST_CASE("oracle: random corpora and queries", "[postings][heavy]") {
   for (uint32_t seed : {1u, 2u, 3u}) {
     INFO("seed " << seed);
     RunOracle(seed, 25, 40);
@@ -638,7 +638,7 @@ TEST_CASE("oracle: long run", "[postings][.slow]") {
 // a dozen words. Every query is checked against the brute-force oracle,
 // and every top-k against the head of the full ranking (which keeps every
 // match, so nothing is pruned), scores bit-identical.
-TEST_CASE("top-k of dense terms is the head of the full ranking", "[postings]") {
+TEST_CASE("top-k of dense terms is the head of the full ranking", "[postings][heavy]") {
   TestIndex t;
   auto& store = t.store;
   auto& idx = t.idx;
@@ -781,7 +781,7 @@ TEST_CASE("a phrase verified in chunks on every core matches the oracle", "[post
 // of which match (bitset containers, not arrays), and the block-max windows run
 // through most of the segment with deletes and a filter restricting them.
 // Pages must be the oracle's, scores bit-identical.
-TEST_CASE("a dense conjunction over a large segment matches the oracle", "[postings]") {
+TEST_CASE("a dense conjunction over a large segment matches the oracle", "[postings][heavy]") {
   TestIndex t;
   auto& store = t.store;
   auto& idx = t.idx;
@@ -814,7 +814,7 @@ TEST_CASE("a dense conjunction over a large segment matches the oracle", "[posti
 // title terms still ranks (nothing is required), for others one or two
 // title terms are. Checked against the oracle, and each page against the
 // head of the full ranking (which scores every match), bit-identical.
-TEST_CASE("common words find their top through the required terms", "[postings]") {
+TEST_CASE("common words find their top through the required terms", "[postings][heavy]") {
   TestIndex t;
   auto& store = t.store;
   auto& idx = t.idx;

@@ -209,7 +209,7 @@ TEST_CASE("a reused builder encodes exactly what a fresh one does", "[postings]"
   }
 }
 
-TEST_CASE("tokens encode exactly as the same postings added whole", "[postings]") {
+TEST_CASE("tokens encode exactly as the same postings added whole", "[postings][heavy]") {
   // A batch's tokens are encoded from the sorted log; postings added whole
   // go to per-term lists. Tokens wait for their probe in a window (terms
   // over 40 bytes skip it), interleaved across two fields here. Past
@@ -250,7 +250,7 @@ TEST_CASE("tokens encode exactly as the same postings added whole", "[postings]"
   }
 }
 
-TEST_CASE("fields share the builder's dictionary; each encodes only its own terms", "[postings]") {
+TEST_CASE("fields share the builder's dictionary; each encodes only its own terms", "[postings][heavy]") {
   // Field 0 draws from a large vocabulary; field 1 mostly from three of
   // its words and rarely from 40 more (its terms are a small part of the
   // dictionary, and words common in field 0 are rare in it); field 2 from

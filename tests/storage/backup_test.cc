@@ -109,7 +109,7 @@ TEST_CASE("a backup verifies and restores every part exactly", "[backup]") {
   CHECK(ReadAll(dir.path / "data" / "indexes/a/current") == "v1\n");
 }
 
-TEST_CASE("any flipped, missing or extra byte fails the whole backup, and nothing is written", "[backup]") {
+TEST_CASE("any flipped, missing or extra byte fails the whole backup, and nothing is written", "[backup][heavy]") {
   TempDir dir;
   fs::create_directories(dir.path);
   const std::string good = WriteBackup(SampleParts(), 9);

@@ -863,7 +863,7 @@ TEST_CASE("every JSON shape round-trips byte-exactly, with and without a diction
 // ===========================================================================
 // 2 and 3. Projections and DecodedSize.
 
-TEST_CASE("DecodeFields projects random large documents exactly; DecodedSize bounds it", "[body]") {
+TEST_CASE("DecodeFields projects random large documents exactly; DecodedSize bounds it", "[body][heavy]") {
   const TestDictionary& td = TrainedDictionary();
   const auto lookup = LookupOf({td.dict});
   std::mt19937_64 rng(20261204);
@@ -1021,7 +1021,7 @@ std::vector<Encoded> CorruptionSubjects(const TestDictionary& td) {
 
 }  // namespace
 
-TEST_CASE("a flipped byte in a structured header is Corruption; in a frame, an error or the exact text", "[body]") {
+TEST_CASE("a flipped byte in a structured header is Corruption; in a frame, an error or the exact text", "[body][heavy]") {
   const TestDictionary& td = TrainedDictionary();
   const auto lookup = LookupOf({td.dict});
   const std::vector<std::string> names = {"m10", "m100", "m150", "m199", "m50"};
