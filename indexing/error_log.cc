@@ -39,12 +39,14 @@ ErrorLog::ErrorLog(std::filesystem::path path) : path_(std::move(path)) {
   std::ifstream in(path_);
   std::string line;
   uint64_t whole_lines_end = 0;  // the byte after the last '\n'
+  bool last_line_kept = false;   // a last line without '\n' that was read as whole
   while (std::getline(in, line)) {
     if (!in.eof()) whole_lines_end += line.size() + 1;
     rapidjson::Document d;
     d.Parse(line.data(), line.size());
     if (d.HasParseError() || !d.IsObject()) continue;  // a damaged line
     ++lines_in_file_;
+    last_line_kept = in.eof();
     if (d.HasMember("dropped") && d["dropped"].IsUint64()) {
       count_ += d["dropped"].GetUint64();
       continue;
@@ -67,10 +69,19 @@ ErrorLog::ErrorLog(std::filesystem::path path) : path_(std::move(path)) {
   }
   // A line torn by a crash mid-append is cut off, so the next append starts
   // a line of its own (it was glued to the torn one, and both were lost).
+  // A last line that was read as whole, only its '\n' missing, is kept and
+  // given its '\n' (cutting it lost what it counted).
   in.close();
   std::error_code ec;
   const uint64_t size = std::filesystem::file_size(path_, ec);
-  if (!ec && size > whole_lines_end) std::filesystem::resize_file(path_, whole_lines_end, ec);
+  if (!ec && size > whole_lines_end) {
+    if (last_line_kept) {
+      std::ofstream out(path_, std::ios::app | std::ios::binary);
+      out << '\n';
+    } else {
+      std::filesystem::resize_file(path_, whole_lines_end, ec);
+    }
+  }
 }
 
 void ErrorLog::Append(std::span<const RecordedError> errors) {
