@@ -130,6 +130,7 @@ struct Connection {
     info.last_seq = si->State.LastSeq;
     info.messages = si->State.Msgs;
     info.replicas = int(si->Config ? si->Config->Replicas : 0);
+    info.from_leader = !si->Cluster || (si->Cluster->Leader && *si->Cluster->Leader);
     jsStreamInfo_Destroy(si);
     return info;
   }
@@ -216,7 +217,9 @@ class ClusterNode::Impl {
     log_ = *log;
     const storage::LogPosition pos = store_.GetLogPosition();
     applied_seq_ = pos.applied;
-    if (pos.applied > log_.last_seq) diverged_ = true;  // the log lost entries this node applied
+    // The log lost entries this node applied (a leaderless answer is not
+    // taken for that: the membership loop looks again).
+    if (pos.applied > log_.last_seq && log_.from_leader) diverged_ = true;
     applier_ = std::thread([this] { RunGuarded([this] { ApplierLoop(); }); });
     sweeper_ = std::thread([this] { RunGuarded([this] { SweeperLoop(); }); });
     membership_ = std::thread([this] { RunGuarded([this] { MembershipLoop(); }); });
@@ -510,6 +513,13 @@ class ClusterNode::Impl {
   // long-lived watcher: listing the keys would create a consumer each time).
   void MembershipLoop() {
     kvWatcher* watcher = nullptr;
+    // This node's own heartbeat comes back through the watcher every
+    // second. A watcher whose consumer was lost (its server stopped, the
+    // bucket's stream changed leader) times out quietly instead of failing:
+    // when the echo has been missing for a few heartbeats although the puts
+    // succeed, it is replaced.
+    auto echo_at = Clock::now();
+    bool heartbeat_failing = false;
     std::map<std::string, PeerInfo> peers;
     std::unique_lock lock(mu_);
     while (!stopping_) {
@@ -522,7 +532,21 @@ class ClusterNode::Impl {
                     self.url.c_str(), self.state.c_str(), (unsigned long long)self.applied_etag,
                     (unsigned long long)self.applied_seq, (long long)self.lag_ms, (long long)NowMs());
       uint64_t rev = 0;
-      (void)kvStore_PutString(&rev, conn_.kv, options_.node_id.c_str(), value);
+      const natsStatus put = kvStore_PutString(&rev, conn_.kv, options_.node_id.c_str(), value);
+      if (put != NATS_OK) echo_at = Clock::now();  // no echo to expect
+      if ((put != NATS_OK) != heartbeat_failing) {
+        heartbeat_failing = put != NATS_OK;
+        if (heartbeat_failing)
+          std::fprintf(stderr, "corvid: cluster: heartbeat into the node bucket failed (%s); other nodes will see this one as unreachable\n",
+                       natsStatus_GetText(put));
+        else
+          std::fprintf(stderr, "corvid: cluster: heartbeat into the node bucket succeeds again\n");
+      }
+      if (watcher && Clock::now() - echo_at > std::chrono::milliseconds(3 * kHeartbeatMs)) {
+        std::fprintf(stderr, "corvid: cluster: the node bucket's watcher has not echoed this node's heartbeat for 3 s; replacing it\n");
+        kvWatcher_Destroy(watcher);
+        watcher = nullptr;
+      }
       uint64_t applied_before = 0;  // read before the log's state, which is then at least as new
       {
         std::lock_guard l(mu_);
@@ -532,13 +556,18 @@ class ClusterNode::Impl {
       if (log.ok()) {
         std::lock_guard l(mu_);
         seen_last_seq_ = std::max(seen_last_seq_, log->last_seq);
-        // Past the log's end twice in a row (not a stream between leaders).
-        past_end_ = applied_before > log->last_seq ? past_end_ + 1 : 0;
-        if (past_end_ >= 2) diverged_ = true;
+        // Past the log's end in every leader's answer for 5 s (not a stream
+        // between leaders, nor one former leader answering before it hears
+        // of the next).
+        if (log->from_leader) past_end_ = applied_before > log->last_seq ? past_end_ + 1 : 0;
+        if (past_end_ >= 5) diverged_ = true;
       }
       // Until the next heartbeat: the bucket's changes.
       const auto next = Clock::now() + std::chrono::milliseconds(kHeartbeatMs);
-      if (!watcher && kvStore_WatchAll(&watcher, conn_.kv, nullptr) != NATS_OK) watcher = nullptr;
+      if (!watcher) {
+        if (kvStore_WatchAll(&watcher, conn_.kv, nullptr) != NATS_OK) watcher = nullptr;
+        echo_at = Clock::now();
+      }
       while (watcher) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
         if (left <= 0) break;
@@ -551,6 +580,7 @@ class ClusterNode::Impl {
           break;
         }
         if (!e) continue;  // the initial values are all in
+        if (kvEntry_Key(e) == options_.node_id) echo_at = Clock::now();
         if (auto p = Connection::ParsePeer(e)) peers[p->node_id] = std::move(*p);
         else if (kvEntry_Operation(e) != kvOp_Put) peers.erase(kvEntry_Key(e));
         kvEntry_Destroy(e);

@@ -66,6 +66,10 @@ struct PeerInfo {
 struct LogInfo {
   uint64_t first_seq = 0, last_seq = 0, messages = 0;
   int replicas = 0;
+  // Whether the answer came from the stream's leader. While a stream has
+  // none (an election, a majority away), JetStream's meta leader answers
+  // with an empty state: such a last_seq says nothing about lost entries.
+  bool from_leader = true;
 };
 
 // Before the store opens: connects, creates the log and the membership
