@@ -460,10 +460,12 @@ class IndexSlot {
     if (batch_bytes >= std::min<size_t>(kTrimAfterBytes, BudgetShare(32, 0, SIZE_MAX))) ::malloc_trim(0);
     if (!s.ok()) {
       std::lock_guard lock(mu_);
-      if (s.code() == StatusCode::kCorruption && damage_.empty()) {
+      if (s.code() == StatusCode::kCorruption && !rebuilding_for_damage_) {
         // The state's files are damaged (LMDB noticed a bad page): start
-        // over from the store, once; damage again is an error to retry.
+        // over from the store (the reset reports it). Damage again before
+        // a batch has applied is an error to retry, not another rebuild.
         damage_ = s.ToString();
+        rebuilding_for_damage_ = true;
         reset_requested_ = true;
         return;
       }
@@ -473,6 +475,7 @@ class IndexSlot {
     // The errors are in the log already (the kind's BeforeCommit hook).
     std::unique_lock lock(mu_);
     failure_.clear();
+    rebuilding_for_damage_ = false;
     if (error_log_.count() != error_count_) {
       // Only the batch's new errors: the last (count - seen) of recent().
       const auto& recent = error_log_.recent();
@@ -529,6 +532,7 @@ class IndexSlot {
   std::deque<RecordedError> errors_;
   uint64_t error_count_ = 0;
   std::string damage_;  // a batch found the state damaged: the reset it asked for reports it
+  bool rebuilding_for_damage_ = false;  // since that reset, no batch has applied
   std::deque<BatchStat> window_;
   uint64_t last_batch_docs_ = 0;
   double last_batch_ms_ = 0;
@@ -897,6 +901,41 @@ class IndexEngine::Impl {
 
 IndexEngine::IndexEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 IndexEngine::~IndexEngine() = default;
+
+Status IndexEngine::Verify(const std::string& dir, VerifyReport& report) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return Status::Ok();  // no index was ever defined
+  std::vector<fs::path> tops;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && !name.starts_with(".trash-") && ValidateIndexName(name).ok()) tops.push_back(entry.path());
+  }
+  if (ec) return Status::IOError("list " + dir + ": " + ec.message());
+  std::sort(tops.begin(), tops.end());
+  for (const fs::path& top : tops) {
+    const std::string name = top.filename().string();
+    // Every version with a definition: the current one and a replacement
+    // building beside it (leftovers the server removes are checked too).
+    std::vector<uint64_t> versions = Impl::Versions(top);
+    if (fs::exists(top / "definition.json", ec)) versions.insert(versions.begin(), 0);
+    const std::optional<uint64_t> current = Impl::CurrentVersion(top);
+    if (versions.empty()) report.notes.push_back("index " + name + ": no definition (a create that never finished); the server removes it");
+    for (uint64_t k : versions) {
+      const fs::path vdir = Impl::VersionDir(top, k);
+      std::string label = "index " + name;
+      if (k != 0 && (versions.size() > 1 || current != k)) label += " (v" + std::to_string(k) + (current == k ? ", current)" : ")");
+      auto json = ReadFile(vdir / "definition.json");
+      auto def = json.ok() ? CompileDefinition(*json) : Result<CompiledDefinition>(json.status());
+      if (!def.ok()) {
+        report.damaged.push_back(label + ": " + (vdir / "definition.json").string() + " is missing or damaged (" +
+                                 def.status().ToString() + "); PUT the definition again to rebuild the index");
+        continue;
+      }
+      if (Status s = def->verify((vdir / "state").string(), label, report); !s.ok()) return s;
+    }
+  }
+  return Status::Ok();
+}
 
 Result<std::unique_ptr<IndexEngine>> IndexEngine::Open(const std::string& dir, storage::DocumentStore& store,
                                                        EngineOptions options) {

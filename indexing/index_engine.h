@@ -18,6 +18,7 @@
 
 #include "common/state_snapshot.h"
 #include "common/status.h"
+#include "common/verify_report.h"
 
 namespace corvid::storage {
 class DocumentStore;
@@ -113,6 +114,9 @@ class IndexEngine {
   // must outlive the engine.
   static Result<std::unique_ptr<IndexEngine>> Open(const std::string& dir, storage::DocumentStore& store,
                                                    EngineOptions options = {});
+  // `corvid verify`: checks every index's definition and state under
+  // `dir` (the server stopped) without changing anything.
+  static Status Verify(const std::string& dir, VerifyReport& report);
   // Stops every worker (the batch in progress finishes first).
   ~IndexEngine();
   IndexEngine(const IndexEngine&) = delete;

@@ -13,6 +13,7 @@
 #include "common/doc_change.h"
 #include "common/state_snapshot.h"
 #include "common/status.h"
+#include "common/verify_report.h"
 #include "indexing/index_engine.h"
 
 namespace corvid::indexing {
@@ -53,6 +54,8 @@ struct CompiledDefinition {
   std::vector<std::string> read_fields;
   // Opens (or creates) the state in `dir`.
   std::function<Result<std::unique_ptr<IndexKind>>(const std::string& dir)> open;
+  // Checks the state in `dir` without opening it for writing (`corvid verify`).
+  std::function<Status(const std::string& dir, const std::string& label, VerifyReport& report)> verify;
 };
 
 // Validates and compiles a definition of any kind (dispatching on "type").

@@ -109,6 +109,9 @@ Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
       return std::unique_ptr<IndexKind>(
           std::make_unique<MapReduceKind>(std::shared_ptr<mapreduce::MapReduceIndex>(std::move(*index))));
     };
+    out.verify = [def = *def](const std::string& dir, const std::string& label, VerifyReport& report) {
+      return mapreduce::MapReduceIndex::Verify(dir, *def, label, report);
+    };
   } else if (t == "search") {
     auto def = postings::SearchDefinition::Compile(definition_json);
     if (!def.ok()) return def.status();
@@ -120,6 +123,9 @@ Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
       if (!index.ok()) return index.status();
       return std::unique_ptr<IndexKind>(
           std::make_unique<SearchKind>(std::shared_ptr<postings::SearchIndex>(std::move(*index))));
+    };
+    out.verify = [def = *def](const std::string& dir, const std::string& label, VerifyReport& report) {
+      return postings::SearchIndex::Verify(dir, *def, label, report);
     };
   } else {
     return Status::InvalidArgument("type: unknown index type '" + std::string(t) + "' (expected \"mapreduce\" or \"search\")");

@@ -19,6 +19,7 @@
 #include "common/doc_change.h"
 #include "common/state_snapshot.h"
 #include "common/status.h"
+#include "common/verify_report.h"
 
 namespace corvid::mapreduce {
 
@@ -58,6 +59,10 @@ class MapReduceIndex {
   // wiped, so the index rebuilds from etag 0.
   static Result<std::unique_ptr<MapReduceIndex>> Open(const std::string& dir,
                                                       std::shared_ptr<const Definition> definition);
+  // `corvid verify`: walks every page of the state in `dir` without
+  // changing it; findings go to `report`, each line starting with `label`.
+  static Status Verify(const std::string& dir, const Definition& definition, const std::string& label,
+                       VerifyReport& report);
   virtual ~MapReduceIndex() = default;
 
   // The etag through which changes have been durably applied (0: none).

@@ -14,6 +14,19 @@
 
 namespace corvid::postings {
 
+// The refusals of a segment or MANIFEST that is sound but outdated: written
+// in another format, by another CRoaring, or for another definition. The
+// readers end their Corruption message with one of these, and an index that
+// starts over because of one does not report it as damage
+// (SearchIndexImpl::Init).
+inline constexpr std::string_view kOutdatedFormat = "unknown format version";
+inline constexpr std::string_view kOutdatedRoaring = "written by another CRoaring version";
+inline constexpr std::string_view kOutdatedDefinition = "written for another definition";
+inline bool IsOutdated(const Status& s) {
+  const std::string& m = s.message();
+  return m.ends_with(kOutdatedFormat) || m.ends_with(kOutdatedRoaring) || m.ends_with(kOutdatedDefinition);
+}
+
 // Checksum64: a 4-lane multiply-rotate hash over 8-byte little-endian words
 // (exact definition in file_util.cc). Not cryptographic; detects torn and
 // corrupted files. Stable across versions: changing it is a format change.

@@ -50,7 +50,7 @@ std::string EncodeManifest(uint64_t fingerprint, uint64_t etag, uint64_t next_se
 Result<DecodedManifest> DecodeManifest(std::string_view m) {
   auto bad = [](const char* why) { return Status::Corruption(std::string("MANIFEST: ") + why); };
   if (m.size() < 56 || std::memcmp(m.data(), kManifestMagic, 8) != 0) return bad("not a manifest");
-  if (GetFixed<uint32_t>(m.data() + 8) != kManifestVersion) return bad("unknown version");
+  if (GetFixed<uint32_t>(m.data() + 8) != kManifestVersion) return bad(kOutdatedFormat.data());
   if (Checksum64(m.data(), m.size() - 8) != GetFixed<uint64_t>(m.data() + m.size() - 8)) return bad("checksum mismatch");
   DecodedManifest d;
   d.fingerprint = GetFixed<uint64_t>(m.data() + 16);

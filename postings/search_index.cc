@@ -86,6 +86,8 @@ class BuildSink final : public analyzers::TokenSink {
 };
 
 
+bool AnySegmentFile(const std::string& dir);  // any seg-* file in `dir`
+
 class SearchIndexImpl final : public SearchIndex {
  public:
   SearchIndexImpl(std::string dir, std::shared_ptr<const SearchDefinitionImpl> def) : dir_(std::move(dir)), def_(std::move(def)) {}
@@ -271,8 +273,10 @@ void SearchIndexImpl::WipeFiles() {
   (void)FsyncDir(dir_);
 }
 
-bool SearchIndexImpl::HasSegmentFiles() const {
-  DIR* d = ::opendir(dir_.c_str());
+bool SearchIndexImpl::HasSegmentFiles() const { return AnySegmentFile(dir_); }
+
+bool AnySegmentFile(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return false;
   bool found = false;
   while (dirent* e = ::readdir(d)) found = found || std::string_view(e->d_name).starts_with("seg-");
@@ -300,7 +304,8 @@ Status SearchIndexImpl::LoadManifest() {
   if (!st.ok()) return st;
   auto m = DecodeManifest(bytes);
   if (!m.ok()) return m.status();
-  if (m->fingerprint != def_->Fingerprint()) return Status::Corruption("MANIFEST: written for another definition");
+  if (m->fingerprint != def_->Fingerprint())
+    return Status::Corruption("MANIFEST: " + std::string(kOutdatedDefinition));
   auto snap = EmptySnapshot();
   snap->etag = m->etag;
   next_segment_id_ = m->next_segment_id;
@@ -329,13 +334,9 @@ Status SearchIndexImpl::Init() {
     // Only damage is reported (IndexKind::DamageFoundAtOpen): a new index
     // has no MANIFEST and no segment, and files of an older format or of
     // another definition are outdated, not damaged.
-    const std::string& why = st.message();
-    const bool outdated = why.ends_with("unknown format version") || why.ends_with("unknown version") ||
-                          why.ends_with("written for another definition") ||
-                          why.ends_with("written by another CRoaring version");
     if (st.code() == StatusCode::kNotFound && st.message() == dir_ + "/" + kManifestName) {
       if (HasSegmentFiles()) damage_ = "MANIFEST is missing beside segment files";
-    } else if (!outdated) {
+    } else if (!IsOutdated(st)) {
       damage_ = st.ToString();
     }
     next_segment_id_ = 1;
@@ -734,6 +735,51 @@ void WaitForMerges(SearchIndex& index) { static_cast<SearchIndexImpl&>(index).Wa
 void SetMergeCommitHookForTesting(std::function<void()> hook) {
   std::lock_guard<std::mutex> l(merge_hook_mu);
   merge_hook = std::move(hook);
+}
+
+Status SearchIndex::Verify(const std::string& dir, const SearchDefinition& definition, const std::string& label,
+                           VerifyReport& report) {
+  const auto* def = dynamic_cast<const SearchDefinitionImpl*>(&definition);
+  if (!def) return Status::InvalidArgument("not a search definition compiled by SearchDefinition::Compile");
+  std::string bytes;
+  Status st = ReadWholeFile(dir + "/" + kManifestName, &bytes);
+  if (st.code() == StatusCode::kNotFound) {
+    if (AnySegmentFile(dir)) report.damaged.push_back(label + ": MANIFEST is missing beside segment files");
+    else report.sound.push_back(label + ": empty (nothing indexed yet)");
+    return Status::Ok();
+  }
+  auto m = st.ok() ? DecodeManifest(bytes) : Result<DecodedManifest>(st);
+  if (m.ok() && m->fingerprint != def->Fingerprint()) m = Status::Corruption("MANIFEST: " + std::string(kOutdatedDefinition));
+  if (!m.ok()) {
+    if (IsOutdated(m.status())) report.notes.push_back(label + ": " + m.status().message() + "; the server rebuilds it");
+    else report.damaged.push_back(label + ": " + m.status().ToString());
+    return Status::Ok();
+  }
+  const auto nt = static_cast<uint32_t>(def->text_fields().size());
+  const auto nn = static_cast<uint32_t>(def->numeric_fields().size());
+  uint64_t docs = 0, bytes_checked = bytes.size();
+  bool damaged = false;
+  for (const auto& entry : m->segments) {
+    auto seg = Segment::Open(dir + "/" + SegmentName(entry.id), def->Fingerprint(), nt, nn, Segment::Checksum::kVerify);
+    if (!seg.ok()) {
+      if (IsOutdated(seg.status())) report.notes.push_back(label + ": " + seg.status().message() + "; the server rebuilds it");
+      else report.damaged.push_back(label + ": " + seg.status().ToString());
+      damaged = true;
+      continue;
+    }
+    if ((*seg)->doc_count() != entry.doc_count) {
+      report.damaged.push_back(label + ": " + SegmentName(entry.id) + " holds " + std::to_string((*seg)->doc_count()) +
+                               " documents, the MANIFEST says " + std::to_string(entry.doc_count));
+      damaged = true;
+    }
+    docs += entry.doc_count;
+    bytes_checked += (*seg)->file_bytes();
+  }
+  if (!damaged)
+    report.sound.push_back(label + ": MANIFEST and " + std::to_string(m->segments.size()) + " segments (" +
+                           std::to_string(docs) + " documents, " + std::to_string(bytes_checked) +
+                           " bytes) pass their checksums, through etag " + std::to_string(m->etag));
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<SearchIndex>> SearchIndex::Open(const std::string& dir, std::shared_ptr<const SearchDefinition> definition) {

@@ -21,6 +21,7 @@
 #include "common/doc_change.h"
 #include "common/state_snapshot.h"
 #include "common/status.h"
+#include "common/verify_report.h"
 
 namespace corvid::postings {
 
@@ -96,6 +97,11 @@ class SearchIndex {
   // discarded: the index rebuilds from etag 0 rather than crash.
   static Result<std::unique_ptr<SearchIndex>> Open(const std::string& dir,
                                                    std::shared_ptr<const SearchDefinition> definition);
+  // `corvid verify`: checks the MANIFEST and every segment's checksum in
+  // `dir` without changing anything; findings go to `report`, each line
+  // starting with `label`.
+  static Status Verify(const std::string& dir, const SearchDefinition& definition, const std::string& label,
+                       VerifyReport& report);
   virtual ~SearchIndex() = default;
 
   virtual uint64_t LastAppliedEtag() const = 0;

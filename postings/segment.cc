@@ -1054,9 +1054,9 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
   auto bad = [&](const std::string& why) { return Status::Corruption(path + ": " + why); };
   if (size < kHeaderBytes + 16 || std::memcmp(b, kMagic, 8) != 0 || std::memcmp(b + size - 8, kFooterMagic, 8) != 0)
     return bad("not a segment file");
-  if (GetFixed<uint32_t>(b + 8) != kSegmentFormatVersion) return bad("unknown format version");
-  if (GetFixed<uint32_t>(b + 12) != kRoaringTag) return bad("written by another CRoaring version");
-  if (GetFixed<uint64_t>(b + 16) != fingerprint) return bad("written for another definition");
+  if (GetFixed<uint32_t>(b + 8) != kSegmentFormatVersion) return bad(std::string(kOutdatedFormat));
+  if (GetFixed<uint32_t>(b + 12) != kRoaringTag) return bad(std::string(kOutdatedRoaring));
+  if (GetFixed<uint64_t>(b + 16) != fingerprint) return bad(std::string(kOutdatedDefinition));
   if (GetFixed<uint64_t>(b + 48) != size) return bad("truncated");
   if (checksum == Checksum::kVerify && FileChecksum(b, size - kFooterBytes) != GetFixed<uint64_t>(b + size - kFooterBytes))
     return bad("checksum mismatch");

@@ -19,6 +19,7 @@
 
 #include "common/doc_change.h"
 #include "common/status.h"
+#include "common/verify_report.h"
 
 namespace corvid::storage {
 
@@ -132,6 +133,10 @@ class DocumentStore {
   // Opens (creating if needed) the store in directory `dir`.
   static Result<std::unique_ptr<DocumentStore>> Open(const std::string& dir,
                                                      StoreOptions options = {});
+  // `corvid verify`: checks the store in `dir` (not open anywhere: the
+  // server is stopped) without changing it, adding what it finds to
+  // `report` (store_verify.cc). A non-ok Status: the check itself failed.
+  static Status Verify(const std::string& dir, VerifyReport& report);
   // Drains queued writes, stops the merger and closes LMDB.
   ~DocumentStore();
   DocumentStore(const DocumentStore&) = delete;

@@ -26,7 +26,6 @@
 
 namespace corvid::storage {
 
-using corvid::LmdbStatus;  // common/lmdb_util.h
 
 // An LMDB cursor, closed on scope exit.
 class Cursor {

@@ -16,7 +16,12 @@ started on it:
 - the store's data.mdb (truncated, both meta pages flipped, deleted under
   existing indexes): `corvid serve` exits 1 with a message naming
   data.mdb, and never serves.
+`corvid verify --data DIR` (API.md, Command line) runs on every damaged
+copy before the server sees it: exit 1 and a DAMAGED line naming the
+file; on the pristine directory and on every copy the server rebuilt, exit
+0, and it changes no file.
 """
+import hashlib
 import json
 import os
 import random
@@ -149,6 +154,58 @@ class CorruptionTest(unittest.TestCase):
         finally:
             server.cleanup()
 
+    def verify(self, data, damaged=None):
+        """Runs `corvid verify`; with `damaged`, expects exit 1 and a
+        DAMAGED line holding it, else exit 0 and no DAMAGED line. Returns
+        stdout."""
+        proc = subprocess.run([binary_path(), 'verify', '--data', data], capture_output=True, text=True, timeout=120)
+        out = proc.stdout + proc.stderr
+        bad = [line for line in proc.stdout.splitlines() if line.startswith('DAMAGED')]
+        if damaged is None:
+            self.assertEqual((proc.returncode, bad), (0, []), out)
+            self.assertIn('nothing is damaged', proc.stdout, out)
+        else:
+            self.assertEqual(proc.returncode, 1, out)
+            self.assertTrue(any(damaged in line for line in bad), 'no DAMAGED line names %r:\n%s' % (damaged, out))
+        return proc.stdout
+
+    def test_verify_pristine_changes_nothing(self):
+        def digest():
+            out = {}
+            for root, _, files in os.walk(self.pristine):
+                for n in files:
+                    if n != 'lock.mdb':
+                        with open(os.path.join(root, n), 'rb') as f:
+                            out[os.path.join(root, n)] = hashlib.sha256(f.read()).hexdigest()
+            return out
+        before = digest()
+        out = self.verify(self.pristine)
+        self.assertEqual(digest(), before)
+        ok = [line for line in out.splitlines() if line.startswith('ok')]
+        self.assertTrue(any('store: %d documents' % DOCS in line for line in ok), out)
+        self.assertTrue(any('index m' in line for line in ok) and any('index s' in line for line in ok), out)
+        proc = subprocess.run([binary_path(), 'verify', '--data', os.path.join(self.tmp, 'nowhere')],
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+
+    def test_verify_finds_a_damaged_document_body(self):
+        # The server reads the store as it is (LMDB keeps no checksums);
+        # verify decodes every body. Every copy of one document's text in
+        # the file (LMDB keeps stale copies in free pages) loses its '{'.
+        data = self.damaged_copy()
+        path = os.path.join(data, 'store', 'data.mdb')
+        with open(path, 'rb') as f:
+            raw = bytearray(f.read())
+        needle = b'{"id": "d1234", '
+        at = raw.find(needle)
+        self.assertGreaterEqual(at, 0)
+        while at >= 0:
+            raw[at] = ord('[')
+            at = raw.find(needle, at + 1)
+        with open(path, 'wb') as f:
+            f.write(raw)
+        self.verify(data, "document 'd1234' in c")
+
     def refuse_to_serve(self, data, needle):
         proc = subprocess.run([binary_path(), 'serve', '--data', data, '--listen', '127.0.0.1:0'],
                               capture_output=True, text=True, timeout=60)
@@ -161,16 +218,23 @@ class CorruptionTest(unittest.TestCase):
         data = self.damaged_copy()
         seg = self.segments(data)[0]
         flip(seg, os.path.getsize(seg) // 2)
+        self.verify(data, os.path.basename(seg))
         self.serve_and_check(data, 's')
+        self.verify(data)
 
     def test_segment_truncated(self):
         data = self.damaged_copy()
-        truncate(self.segments(data)[-1])
+        seg = self.segments(data)[-1]
+        truncate(seg)
+        self.verify(data, os.path.basename(seg))
         self.serve_and_check(data, 's')
+        self.verify(data)
 
     def test_segment_deleted(self):
         data = self.damaged_copy()
-        os.remove(self.segments(data)[0])
+        seg = self.segments(data)[0]
+        os.remove(seg)
+        self.verify(data, os.path.basename(seg))
         self.serve_and_check(data, 's')
 
     def test_manifest_flipped_truncated_deleted(self):
@@ -184,20 +248,26 @@ class CorruptionTest(unittest.TestCase):
                     truncate(manifest)
                 else:
                     os.remove(manifest)
+                self.verify(data, 'MANIFEST')
                 self.serve_and_check(data, 's')
+                self.verify(data)
 
     # -- map/reduce state -------------------------------------------------
     def test_mapreduce_file_truncated(self):
         data = self.damaged_copy()
         truncate(os.path.join(self.state_dir(data, 'm'), 'state', 'data.mdb'))
+        self.verify(data, 'data.mdb')
         self.serve_and_check(data, 'm')
+        self.verify(data)
 
     def test_mapreduce_meta_pages_flipped(self):
         data = self.damaged_copy()
         path = os.path.join(self.state_dir(data, 'm'), 'state', 'data.mdb')
         for page in (0, 1):  # both LMDB meta pages: their magic
             flip(path, page * 4096 + 16, 4)
+        self.verify(data, 'index m')
         self.serve_and_check(data, 'm')
+        self.verify(data)
 
     def test_mapreduce_file_deleted(self):
         # Nothing to notice a damage with: the index starts afresh and
@@ -234,6 +304,7 @@ class CorruptionTest(unittest.TestCase):
                     truncate(path)
                 else:
                     os.remove(path)
+                self.verify(data, 'definition.json')
                 server = CorvidServer(['--listen', '127.0.0.1:0'], data_dir=data)
                 try:
                     server.start()
@@ -252,6 +323,7 @@ class CorruptionTest(unittest.TestCase):
     def test_store_truncated_refuses_to_start(self):
         data = self.damaged_copy()
         truncate(os.path.join(data, 'store', 'data.mdb'))
+        self.verify(data, 'data.mdb')
         self.refuse_to_serve(data, 'data.mdb')
 
     def test_store_meta_pages_flipped_refuses_to_start(self):
@@ -259,11 +331,13 @@ class CorruptionTest(unittest.TestCase):
         path = os.path.join(data, 'store', 'data.mdb')
         for page in (0, 1):
             flip(path, page * 4096 + 16, 4)
+        self.verify(data, 'data.mdb')
         self.refuse_to_serve(data, 'data.mdb')
 
     def test_store_deleted_refuses_to_start(self):
         data = self.damaged_copy()
         os.remove(os.path.join(data, 'store', 'data.mdb'))
+        self.verify(data, 'data.mdb')
         self.refuse_to_serve(data, 'data.mdb')
 
 

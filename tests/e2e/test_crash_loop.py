@@ -65,6 +65,7 @@ class Ledger:
         self.doubt = {}       # id -> possible state of the operation in doubt
         self.indexes = {}     # name -> acknowledged definition, or ABSENT
         self.index_doubt = {}  # name -> definition (or ABSENT) of the PUT/DELETE in doubt
+        self.bulk_doubt = []  # the ids of the bulk in flight at the kill: all there or none
         self.errors = []
         self.acked_ops = 0
 
@@ -154,6 +155,7 @@ class Load:
             with led.lock:
                 for doc_id, line in zip(ids, lines):
                     led.doubt[doc_id] = (line, None)
+                led.bulk_doubt = ids
             try:
                 resp = c.post(bulk_path(COLL), b'\n'.join(lines) + b'\n', content_type='application/x-ndjson')
             except Exception as e:
@@ -168,6 +170,7 @@ class Load:
                     led.acked[doc_id] = (line, first + i)
                     del led.doubt[doc_id]
                 led.acked_ops += 1
+                led.bulk_doubt = []
             time.sleep(rng.uniform(0.01, 0.05))
         c.close()
 
@@ -223,12 +226,17 @@ class CrashLoopTest(unittest.TestCase):
             if not ok:
                 problems.append('%s: stored %r (ETag %s), allowed %r' % (
                     doc_id, body[:80], etag, [a if a is ABSENT else (a[0][:60], a[1]) for a in allowed]))
+        present = [got[i][0] == 200 for i in ledger.bulk_doubt]
+        if any(present) and not all(present):
+            problems.append('the bulk in flight at the kill is half there: %d of %d lines'
+                            % (sum(present), len(present)))
         self.assertEqual(problems[:20], [], '%s: %d document problems' % (where, len(problems)))
         # What is there now is the acknowledged state from here on.
         for doc_id in ids:
             status, body, etag = got[doc_id]
             ledger.acked[doc_id] = (body, etag) if status == 200 else ABSENT
         ledger.doubt.clear()
+        ledger.bulk_doubt = []
 
     def wait_settled(self, c, timeout=120):
         """Every index caught up with the store, no replacement building."""

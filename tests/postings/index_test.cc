@@ -251,12 +251,14 @@ TEST_CASE("index updates, deletes, reopen", "[postings]") {
     fx.Reopen();
     CHECK(fx.idx->LastAppliedEtag() == 0);
     CHECK(fx.idx->LiveDocuments() == 0);
+    CHECK(fx.idx->DamageFoundAtOpen().find("checksum mismatch") != std::string::npos);
   }
-  SECTION("another definition rebuilds") {
+  SECTION("another definition rebuilds, and that is not damage") {
     fx.idx.reset();
     fx.def = Def(R"({"type":"search","collection":"articles","fields":{"title":{}}})");
     fx.Reopen();
     CHECK(fx.idx->LastAppliedEtag() == 0);
+    CHECK(fx.idx->DamageFoundAtOpen().empty());
   }
   SECTION("a missing segment file rebuilds") {
     fx.idx.reset();
@@ -264,6 +266,7 @@ TEST_CASE("index updates, deletes, reopen", "[postings]") {
       if (e.path().filename().string().rfind("seg-", 0) == 0) std::filesystem::remove(e.path());
     fx.Reopen();
     CHECK(fx.idx->LastAppliedEtag() == 0);
+    CHECK(!fx.idx->DamageFoundAtOpen().empty());
   }
   SECTION("stray files are removed") {
     fx.idx.reset();
