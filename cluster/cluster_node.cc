@@ -2,6 +2,8 @@
 // the design and its guarantees are in docs/cluster.md).
 #include "cluster/cluster_node.h"
 
+#include "common/log.h"
+
 #include <nats/nats.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
@@ -537,13 +539,14 @@ class ClusterNode::Impl {
       if ((put != NATS_OK) != heartbeat_failing) {
         heartbeat_failing = put != NATS_OK;
         if (heartbeat_failing)
-          std::fprintf(stderr, "corvid: cluster: heartbeat into the node bucket failed (%s); other nodes will see this one as unreachable\n",
-                       natsStatus_GetText(put));
+          logging::Warn("cluster.heartbeat_failed", "heartbeat into the node bucket failed; other nodes will see this one as unreachable",
+                        {{"node", options_.node_id}, {"error", natsStatus_GetText(put)}});
         else
-          std::fprintf(stderr, "corvid: cluster: heartbeat into the node bucket succeeds again\n");
+          logging::Info("cluster.heartbeat_ok", "heartbeat into the node bucket succeeds again", {{"node", options_.node_id}});
       }
       if (watcher && Clock::now() - echo_at > std::chrono::milliseconds(3 * kHeartbeatMs)) {
-        std::fprintf(stderr, "corvid: cluster: the node bucket's watcher has not echoed this node's heartbeat for 3 s; replacing it\n");
+        logging::Warn("cluster.watcher_replaced", "the node bucket's watcher has not echoed this node's heartbeat for 3 s; replacing it",
+                      {{"node", options_.node_id}});
         kvWatcher_Destroy(watcher);
         watcher = nullptr;
       }
@@ -560,7 +563,10 @@ class ClusterNode::Impl {
         // between leaders, nor one former leader answering before it hears
         // of the next).
         if (log->from_leader) past_end_ = applied_before > log->last_seq ? past_end_ + 1 : 0;
-        if (past_end_ >= 5) diverged_ = true;
+        if (past_end_ >= 5 && !diverged_.exchange(true))
+          logging::Error("cluster.diverged",
+                         "this node applied log entries the log no longer holds; it refuses writes until it installs a peer's snapshot at restart",
+                         {{"node", options_.node_id}, {"applied_seq", applied_before}, {"log_last_seq", log->last_seq}});
       }
       // Until the next heartbeat: the bucket's changes.
       const auto next = Clock::now() + std::chrono::milliseconds(kHeartbeatMs);
@@ -692,8 +698,8 @@ class ClusterNode::Impl {
           stalled = !caught_up_ && Clock::now() - last_msg_at_ > std::chrono::seconds(2);
         }
         if (stalled) {
-          std::fprintf(stderr, "corvid: cluster: no log entry received for 2 s while the log holds %llu more; "
-                       "reading on through a new consumer\n", (unsigned long long)missing);
+          logging::Warn("cluster.consumer_replaced", "no log entry received for 2 s while the log holds more; reading on through a new consumer",
+                        {{"node", options_.node_id}, {"missing", uint64_t(missing)}});
           subscribed_ = false;
           resume_from_ = next_seq_;
           std::lock_guard lock(mu_);
@@ -757,8 +763,7 @@ class ClusterNode::Impl {
     std::string_view payload;
     if (Status s = DecodeHeader(data, h, payload); !s.ok()) {
       // Every node reads the same bytes and skips them alike.
-      std::fprintf(stderr, "corvid: cluster: log entry %llu skipped: %s\n", (unsigned long long)seq,
-                   s.message().c_str());
+      logging::Warn("cluster.entry_skipped", "log entry skipped: " + s.message(), {{"node", options_.node_id}, {"seq", seq}});
       return MarkApplied(seq, ts_ms);
     }
     const bool mine = h.origin == options_.node_id;
@@ -823,8 +828,7 @@ class ClusterNode::Impl {
       default: decoded = Status::Corruption("unexpected entry type");
     }
     if (!decoded.ok()) {
-      std::fprintf(stderr, "corvid: cluster: log entry %llu skipped: %s\n", (unsigned long long)seq,
-                   decoded.message().c_str());
+      logging::Warn("cluster.entry_skipped", "log entry skipped: " + decoded.message(), {{"node", options_.node_id}, {"seq", seq}});
       if (mine) Resolve(h.request_id, {Status::Internal(decoded.message()), {}, 0});
       return MarkApplied(seq, ts_ms);
     }
@@ -844,8 +848,8 @@ class ClusterNode::Impl {
         // Not this entry's own outcome: read the log again from the
         // store's position (the request stays parked until then).
         rewind_ = true;
-        std::fprintf(stderr, "corvid: cluster: applying log entry %llu failed on this node: %s; retrying\n",
-                     (unsigned long long)seq, r.status.message().c_str());
+        logging::Error("cluster.apply_failed", "applying a log entry failed on this node; retrying",
+                       {{"node", options_.node_id}, {"seq", seq}, {"error", r.status.message()}});
       } else {
         MarkApplied(seq, ts_ms);
         if (mine) Resolve(*mine, {Status::Ok(), std::move(r), 0});

@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/log.h"
+
 namespace corvid {
 
 enum class FaultSite : uint8_t {
@@ -68,8 +70,11 @@ inline std::string CurrentExceptionText() noexcept {
 // Counts a caught fault and logs it on stderr. Never throws.
 inline void RecordInternalError(FaultSite where, std::string_view what) noexcept {
   detail::internal_errors[size_t(where)].fetch_add(1, std::memory_order_relaxed);
-  std::fprintf(stderr, "corvid: internal error in %.*s: %.*s\n", int(FaultSiteName(where).size()),
-               FaultSiteName(where).data(), int(std::min<size_t>(what.size(), 1000)), what.data());
+  try {
+    logging::Error("internal.error", "internal error (caught; the server goes on)",
+                   {{"site", FaultSiteName(where)}, {"what", what.substr(0, 1000)}});
+  } catch (...) {
+  }
 }
 
 inline uint64_t InternalErrorCount(FaultSite where) {

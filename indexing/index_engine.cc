@@ -21,6 +21,8 @@
 // belongs to another definition wipes and rebuilds it.
 #include "indexing/index_engine.h"
 
+#include "common/log.h"
+
 #include <rapidjson/document.h>
 
 #include <algorithm>
@@ -183,7 +185,13 @@ class IndexSlot {
       std::vector<RecordedError> recorded;
       recorded.reserve(errors.size());
       const auto now = std::chrono::system_clock::now();
-      for (const IndexError& e : errors) recorded.push_back(RecordedError{e.etag, e.id, e.message, now});
+      for (const IndexError& e : errors) {
+        recorded.push_back(RecordedError{e.etag, e.id, e.message, now});
+        uint64_t suppressed = 0;
+        if (logging::Enabled(logging::Level::kWarn) && error_lines_.Allow(suppressed))
+          logging::Warn("index.document_error", e.message,
+                        {{"index", name_}, {"etag", e.etag}, {"id", e.id}, {"suppressed", suppressed}});
+      }
       error_log_.Append(recorded);  // worker thread, inside ApplyBatch
     });
   }
@@ -244,6 +252,7 @@ class IndexSlot {
   const std::string& name() const { return name_; }
   const std::string& definition_json() const { return definition_json_; }
   const std::string& collection() const { return collection_; }
+  const std::string& type() const { return type_; }
   const fs::path& dir() const { return dir_; }
   uint64_t indexed_etag() const { return indexed_etag_.load(std::memory_order_acquire); }
 
@@ -408,11 +417,12 @@ class IndexSlot {
     error_log_.Append(std::span(&e, 1));
     errors_.assign(error_log_.recent().begin(), error_log_.recent().end());
     error_count_ = error_log_.count();
-    std::fprintf(stderr, "corvid: index %s: files damaged (%s); rebuilding from the store\n", name_.c_str(),
-                 what.c_str());
+    logging::Error("index.damaged", "index files damaged (" + what + "); rebuilding from the store", {{"index", name_}});
   }
 
   void Fail(std::string message) {  // mu_ held
+    if (message != failure_)  // once per distinct failure, not per retry
+      logging::Error("index.failed", "indexing failed; retrying", {{"index", name_}, {"error", message}});
     failure_ = std::move(message);
     retry_at_ = Clock::now() + kRetryAfterFailure;
   }
@@ -456,6 +466,7 @@ class IndexSlot {
     for (const auto& c : changes) batch_bytes += c.json.size();
     batch->reset();  // release the snapshot before anything else
     if (caught_up) kind_->Idle();
+    NoteCatchUp(read_start, docs, caught_up, through);
     // What a large batch freed goes back to the system, not to the arena.
     if (batch_bytes >= std::min<size_t>(kTrimAfterBytes, BudgetShare(32, 0, SIZE_MAX))) ::malloc_trim(0);
     if (!s.ok()) {
@@ -496,6 +507,21 @@ class IndexSlot {
     Publish(through);
   }
 
+  // index.caught_up once a backlog is done: at info when it took a second
+  // or more (a build, a reset, a bulk load), at debug otherwise (a write
+  // or two), so a steady trickle of writes logs nothing by default.
+  void NoteCatchUp(Clock::time_point batch_start, size_t docs, bool caught_up, uint64_t through) {
+    if (backlog_docs_ == 0) backlog_start_ = batch_start;
+    backlog_docs_ += docs;
+    if (!caught_up) return;
+    const double secs = std::chrono::duration<double>(Clock::now() - backlog_start_).count();
+    logging::Log(secs >= 1.0 ? logging::Level::kInfo : logging::Level::kDebug, "index.caught_up",
+                 "index caught up with its collection",
+                 {{"index", name_}, {"etag", through}, {"docs", uint64_t(backlog_docs_)}, {"seconds", secs},
+                  {"docs_per_sec", secs > 0 ? double(backlog_docs_) / secs : 0.0}});
+    backlog_docs_ = 0;
+  }
+
   void Publish(uint64_t through) {
     indexed_etag_.store(through, std::memory_order_release);
     on_progress_(name_, through);
@@ -512,6 +538,9 @@ class IndexSlot {
   const EngineOptions options_;
   const std::function<void(const std::string&, uint64_t)> on_progress_;
   ErrorLog error_log_;  // worker thread only (and the constructor)
+  logging::RateLimit error_lines_{10, std::chrono::seconds(10)};  // index.document_error lines
+  Clock::time_point backlog_start_{};  // worker thread only: the backlog being worked off
+  size_t backlog_docs_ = 0;
 
   // Processed through this etag: every change of the collection up to it
   // is in the kind's state (durably, or it had nothing for the collection).
@@ -626,8 +655,10 @@ class IndexEngine::Impl {
     auto json = ReadFile(path);
     auto def = json.ok() ? CompileDefinition(*json) : Result<CompiledDefinition>(json.status());
     if (!def.ok()) {
-      std::fprintf(stderr, "corvid: index %s: %s is missing or damaged (%s); the index is left out\n", name.c_str(),
-                   path.c_str(), def.status().ToString().c_str());
+      logging::Error("index.definition_damaged",
+                     path.string() + " is missing or damaged (" + def.status().ToString() +
+                         "); the index is left out until its definition is PUT again",
+                     {{"index", name}});
       return Status::InvalidArgument(def.status().message());
     }
     return MakeSlot(name, *json, std::move(*def), VersionDir(top, k));
@@ -804,6 +835,8 @@ class IndexEngine::Impl {
     }
     old->Stop();  // queries holding its reader finish on its files, which stay mapped
     RemoveVersion(top, old_version);
+    logging::Info("index.replaced", "the new definition caught up and now answers queries",
+                  {{"index", name}, {"version", new_version}, {"etag", next->indexed_etag()}});
     NotifyProgress(name, next->indexed_etag());
     return Status::Ok();
   }
@@ -985,6 +1018,8 @@ Result<PutOutcome> IndexEngine::PutIndex(std::string_view name, std::string_view
       impl_->slots_.emplace(std::string(name), *slot);
     }
     (*slot)->Start();
+    logging::Info("index.created", "index created; building from the store",
+                  {{"index", name}, {"type", (*slot)->type()}, {"collection", (*slot)->collection()}});
     return PutOutcome::kCreated;
   }
   {
@@ -992,6 +1027,8 @@ Result<PutOutcome> IndexEngine::PutIndex(std::string_view name, std::string_view
     impl_->replacements_[std::string(name)] = Impl::Replacement{*slot, min_etag};
   }
   (*slot)->Start();
+  logging::Info("index.replacing", "definition changed; the new one builds beside the current one, which answers until it has caught up",
+                {{"index", name}, {"version", k}});
   impl_->WakeSwitcher(std::string(name));  // an empty collection switches at once
   return PutOutcome::kReplaced;
 }
@@ -1007,6 +1044,7 @@ Status IndexEngine::DeleteIndex(std::string_view name) {
   }
   slot->Stop();
   RemoveTree(impl_->dir_ / std::string(name));
+  logging::Info("index.deleted", "index deleted with its files", {{"index", name}});
   // Queries waiting for this index's progress (minEtag) answer 404 now,
   // not when their wait runs out.
   impl_->NotifyProgress(std::string(name), 0);
@@ -1062,6 +1100,7 @@ Status IndexEngine::Pause(std::string_view name) {
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
   slot->SetPaused(true);
   if (auto r = impl_->FindReplacement(name)) r->SetPaused(true);
+  logging::Info("index.paused", "index paused", {{"index", name}, {"etag", slot->indexed_etag()}});
   return Status::Ok();
 }
 
@@ -1069,6 +1108,7 @@ Status IndexEngine::Resume(std::string_view name) {
   auto slot = impl_->Find(name);
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
   slot->SetPaused(false);
+  logging::Info("index.resumed", "index resumed", {{"index", name}, {"etag", slot->indexed_etag()}});
   if (auto r = impl_->FindReplacement(name)) {
     r->SetPaused(false);
     impl_->WakeSwitcher(std::string(name));
@@ -1080,6 +1120,7 @@ Status IndexEngine::Reset(std::string_view name) {
   auto slot = impl_->Find(name);
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
   slot->RequestReset();
+  logging::Info("index.reset", "index reset; rebuilding from the store", {{"index", name}});
   return Status::Ok();
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/faults.h"
+#include "common/log.h"
 #include "server/router_internal.h"
 #include "storage/backup_format.h"
 
@@ -88,8 +89,7 @@ void Router::State::Backup(Reply& reply) {
       for (size_t i = 0; s.ok() && i < indexes.size(); ++i) s = WriteIndex(w, indexes[i]);
       if (s.ok()) s = w.Finish();
       if (!s.ok() && !channel->cancelled())
-        std::fprintf(stderr, "corvid: backup at etag %llu failed: %s\n", static_cast<unsigned long long>(etag),
-                     s.ToString().c_str());
+        logging::Error("backup.failed", "streaming a backup failed: " + s.ToString(), {{"etag", etag}});
       channel->Close(std::move(s));
     } catch (...) {
       RecordInternalError(FaultSite::kHttp, "backup: " + CurrentExceptionText());

@@ -835,6 +835,8 @@ void HttpServer::Impl::SessionClosed() {
 
 void HttpServer::Impl::BeginShutdown() {
   if (draining.exchange(true)) return;
+  logging::Info("server.draining", "shutting down: no new connections; draining requests in flight",
+                {{"in_flight", int64_t(in_flight.load())}});
   asio::post(accept_strand, [this] {
     beast::error_code ignored;
     acceptor.close(ignored);
@@ -850,6 +852,9 @@ void HttpServer::Impl::BeginShutdown() {
 
 void HttpServer::Impl::CheckDrained() {
   if (in_flight.load() <= 0 || std::chrono::steady_clock::now() >= drain_deadline) {
+    if (in_flight.load() > 0)
+      logging::Warn("server.drain_timeout", "requests still in flight at the drain deadline are cut off",
+                    {{"in_flight", int64_t(in_flight.load())}});
     ioc.stop();
     return;
   }

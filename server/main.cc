@@ -21,7 +21,9 @@
 #include <thread>
 
 #include "cluster/cluster_node.h"
+#include "common/log.h"
 #include "common/memory_budget.h"
+#include "common/version.h"
 #include "indexing/index_engine.h"
 #include "server/http_client.h"
 #include "server/http_server.h"
@@ -38,12 +40,14 @@ constexpr const char* kUsage =
     "                    [--max-connections N] [--idle-timeout-ms N] [--header-timeout-ms N]\n"
     "                    [--max-result-window N] [--memory-budget BYTES]\n"
     "                    [--tombstone-retention DURATION]\n"
+    "                    [--log-format text|json] [--log-level debug|info|warn|error] [--slow-ms N] [--access-log]\n"
     "                    [--nats nats://HOST:PORT[,nats://HOST:PORT...] --node-id ID --advertise URL\n"
     "                     [--replicas N] [--nats-timeout-ms N] [--log-max-age DURATION] [--log-max-bytes BYTES]]\n"
     "defaults: --data ./corvid-data --listen 127.0.0.1:8080 --threads <cores>\n"
     "          --memory-budget: half the cgroup's memory limit, else a quarter of RAM\n"
     "          (BYTES may end in K, M or G: powers of 1024)\n"
     "          --tombstone-retention 7d (0, seconds, or a number with s, m, h or d)\n"
+    "          --log-format text --log-level info --slow-ms 1000 (0: no slow-request lines)\n"
     "       corvid backup --url URL -o FILE [--api-key KEY]\n"
     "       corvid restore --from FILE --data DIR\n"
     "       corvid verify [--data DIR]   (server stopped; exit 1 if anything is damaged)\n";
@@ -242,7 +246,7 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   if (!probe.ok()) {
-    std::cerr << "corvid: cannot reach the cluster's log: " << probe.status().message() << "\n";
+    corvid::logging::Error("server.start_failed", "cannot reach the cluster's log: " + probe.status().message());
     return 1;
   }
   uint64_t last_etag = 0;
@@ -250,14 +254,14 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
   {
     auto store = corvid::storage::DocumentStore::Open(data_dir + "/store");
     if (!store.ok()) {
-      std::cerr << "corvid: cannot open the store in " << data_dir << ": " << store.status().ToString() << "\n";
+      corvid::logging::Error("server.start_failed", "cannot open the store in " + data_dir + ": " + store.status().ToString());
       return 1;
     }
     last_etag = (*store)->LastEtag();
     pos = (*store)->GetLogPosition();
   }
   const auto& log = probe->log;
-  const bool diverged = pos.applied > log.last_seq;
+  const bool diverged = pos.applied > log.last_seq && log.from_leader;
   const bool behind = log.messages > 0 && std::max<uint64_t>(pos.resume, 1) < log.first_seq;
   const corvid::cluster::PeerInfo* peer = nullptr;
   for (const auto& p : probe->peers) {
@@ -272,10 +276,11 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
                     : behind ? "the log no longer holds the entries after its position"
                              : "it is new";
   if (!peer) {
-    std::cerr << "corvid: this node needs a snapshot (" << why << ") but no active peer is listed\n";
+    corvid::logging::Error("server.start_failed", std::string("this node needs a snapshot (") + why + ") but no active peer is listed");
     return 1;
   }
-  std::cerr << "corvid: bootstrapping from " << peer->node_id << " (" << peer->url << "): " << why << "\n";
+  corvid::logging::Info("cluster.bootstrapping", "bootstrapping from " + peer->node_id + " (" + peer->url + "): " + why,
+                        {{"peer", peer->node_id}, {"url", peer->url}});
   const std::string file = data_dir + ".bootstrap.corvidbk";
   const std::string fresh_dir = data_dir + ".bootstrap";
   std::error_code ec;
@@ -283,15 +288,16 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
   const auto start = std::chrono::steady_clock::now();
   auto got = corvid::server::DownloadToFile(peer->url + "/admin/backup", options.api_key, file, [](uint64_t) {});
   if (!got.ok() || got->status != 200) {
-    std::cerr << "corvid: bootstrap: fetching the snapshot failed: "
-              << (got.ok() ? std::to_string(got->status) + " " + got->error_body : got.status().message()) << "\n";
+    corvid::logging::Error("server.start_failed", "bootstrap: fetching the snapshot failed: " +
+                                                      (got.ok() ? std::to_string(got->status) + " " + got->error_body
+                                                                : got.status().message()));
     fs::remove(file, ec);
     return 1;
   }
   auto info = corvid::storage::RestoreBackup(file, fresh_dir);
   fs::remove(file, ec);
   if (!info.ok()) {
-    std::cerr << "corvid: bootstrap: the snapshot does not restore: " << info.status().message() << "\n";
+    corvid::logging::Error("server.start_failed", "bootstrap: the snapshot does not restore: " + info.status().message());
     fs::remove_all(fresh_dir, ec);
     return 1;
   }
@@ -301,8 +307,9 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
   fs::rename(fresh_dir, data_dir);
   fs::remove_all(old_dir, ec);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cerr << "corvid: bootstrapped to etag " << info->etag << " (" << got->bytes << " bytes in " << secs
-            << " s, " << (secs > 0 ? double(got->bytes) / 1e6 / secs : 0) << " MB/s)\n";
+  corvid::logging::Info("cluster.bootstrapped", "bootstrapped from a peer's snapshot",
+                        {{"etag", info->etag}, {"bytes", got->bytes}, {"seconds", secs},
+                         {"mb_per_sec", secs > 0 ? double(got->bytes) / 1e6 / secs : 0.0}});
   return 0;
 }
 
@@ -342,11 +349,17 @@ int main(int argc, char** argv) {
   engine_options.tombstone_retention = std::chrono::hours(24 * 7);
   bool cluster_mode = false;
   corvid::cluster::ClusterOptions cluster_options;
+  auto log_format = corvid::logging::Format::kText;
+  auto log_level = corvid::logging::Level::kInfo;
   for (int i = 2; i < argc; ++i) {
     std::string_view flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       std::cout << kUsage;
       return 0;
+    }
+    if (flag == "--access-log") {
+      options.router.access_log = true;
+      continue;
     }
     if (i + 1 >= argc) return Fail("missing value for " + std::string(flag));
     std::string_view value = argv[++i];
@@ -360,6 +373,13 @@ int main(int argc, char** argv) {
     } else if (flag == "--read-key") {
       if (value.empty()) return Fail("--read-key must not be empty");
       options.router.read_keys.emplace_back(value);
+    } else if (flag == "--log-format") {
+      if (!corvid::logging::ParseFormat(value, log_format)) return Fail("--log-format is text or json");
+    } else if (flag == "--log-level") {
+      if (!corvid::logging::ParseLevel(value, log_level)) return Fail("--log-level is debug, info, warn or error");
+    } else if (flag == "--slow-ms") {
+      if (!ParseNumber(value, n)) return Fail("--slow-ms needs a number of milliseconds (0: off)");
+      options.router.slow_ms = n;
     } else if (flag == "--tls-cert") {
       options.tls_cert_file = value;
     } else if (flag == "--tls-key") {
@@ -428,6 +448,22 @@ int main(int argc, char** argv) {
   if (options.tls_cert_file.empty() != options.tls_key_file.empty())
     return Fail("--tls-cert and --tls-key go together (PEM files: the certificate chain and its private key)");
   corvid::SetMemoryBudget(memory_budget);
+  corvid::logging::Configure(log_format, log_level);
+  namespace logging = corvid::logging;
+  logging::Info("server.start", "corvid starting",
+                {{"version", corvid::kVersion},
+                 {"pid", int64_t(::getpid())},
+                 {"data", data_dir},
+                 {"listen", listen},
+                 {"threads", int64_t(options.threads)},
+                 {"memory_budget", memory_budget},
+                 {"tls", !options.tls_cert_file.empty()},
+                 {"api_key", !options.router.api_key.empty()},
+                 {"read_keys", uint64_t(options.router.read_keys.size())},
+                 {"tombstone_retention_s", uint64_t(engine_options.tombstone_retention->count())},
+                 {"slow_ms", options.router.slow_ms},
+                 {"cluster", cluster_mode},
+                 {"node_id", cluster_options.node_id}});
   if (cluster_mode) {
     cluster_options.api_key = options.router.api_key;
     if (auto s = corvid::cluster::ValidateOptions(cluster_options); !s.ok()) return Fail(s.message());
@@ -440,27 +476,29 @@ int main(int argc, char** argv) {
     const std::filesystem::path indexes = data_dir + "/indexes";
     if (!std::filesystem::exists(data_dir + "/store/data.mdb", ec) && std::filesystem::is_directory(indexes, ec) &&
         std::filesystem::directory_iterator(indexes, ec) != std::filesystem::directory_iterator()) {
-      std::cerr << "corvid: cannot open the store in " << data_dir << ": " << data_dir
-                << "/store/data.mdb is missing, but indexes built from it are there (restore a backup, or move "
-                << indexes.string() << " away to start empty)\n";
+      logging::Error("server.start_failed", "cannot open the store in " + data_dir + ": " + data_dir +
+                                                "/store/data.mdb is missing, but indexes built from it are there "
+                                                "(restore a backup, or move " + indexes.string() + " away to start empty)");
       return 1;
     }
   }
-  auto store = corvid::storage::DocumentStore::Open(data_dir + "/store");
+  corvid::storage::StoreOptions store_options;
+  store_options.slow_commit_ms = options.router.slow_ms;
+  auto store = corvid::storage::DocumentStore::Open(data_dir + "/store", store_options);
   if (!store.ok()) {
-    std::cerr << "corvid: cannot open the store in " << data_dir << ": " << store.status().ToString() << "\n";
+    logging::Error("server.start_failed", "cannot open the store in " + data_dir + ": " + store.status().ToString());
     return 1;
   }
   auto engine = corvid::indexing::IndexEngine::Open(data_dir + "/indexes", **store, engine_options);
   if (!engine.ok()) {
-    std::cerr << "corvid: cannot open the indexes in " << data_dir << ": " << engine.status().ToString() << "\n";
+    logging::Error("server.start_failed", "cannot open the indexes in " + data_dir + ": " + engine.status().ToString());
     return 1;
   }
   std::unique_ptr<corvid::cluster::ClusterNode> cluster;
   if (cluster_mode) {
     auto started = corvid::cluster::ClusterNode::Start(cluster_options, **store, engine->get());
     if (!started.ok()) {
-      std::cerr << "corvid: cannot join the cluster: " << started.status().message() << "\n";
+      logging::Error("server.start_failed", "cannot join the cluster: " + started.status().message());
       return 1;
     }
     cluster = std::move(*started);
@@ -468,11 +506,13 @@ int main(int argc, char** argv) {
   }
   auto server = corvid::server::HttpServer::Create(**store, engine->get(), options);
   if (!server.ok()) {
-    std::cerr << "corvid: " << server.status().ToString() << "\n";
+    logging::Error("server.start_failed", server.status().ToString());
     return 1;
   }
   std::printf("corvid listening on %s\n", (*server)->LocalEndpoint().c_str());
   std::fflush(stdout);
+  logging::Info("server.listening", "serving HTTP" + std::string(options.tls_cert_file.empty() ? "" : "S"),
+                {{"endpoint", (*server)->LocalEndpoint()}});
   (*server)->Run();
   // The applier stops first (it writes to the store and defines indexes).
   cluster.reset();
@@ -482,6 +522,6 @@ int main(int argc, char** argv) {
   engine->reset();
   store->reset();
   server->reset();
-  std::fprintf(stderr, "corvid: shut down cleanly\n");
+  logging::Info("server.stopped", "shut down cleanly");
   return 0;
 }

@@ -3,6 +3,8 @@
 // and never reaches an assert or the write path.
 #include "server/router.h"
 
+#include "common/log.h"
+
 #include "cluster/cluster_node.h"
 
 #include "server/router_internal.h"
@@ -227,6 +229,8 @@ void Router::Handle(Request request, Reply reply) {
     Route route;
     std::chrono::steady_clock::time_point start;
     Reply reply;
+    std::string method, path;  // for the log lines; path without the query
+    bool waits = false;        // waitMs given: slow on purpose
     bool sent = false;
     Answer(std::shared_ptr<State> st, Route rt, Reply rp)
         : state(std::move(st)), route(rt), start(std::chrono::steady_clock::now()), reply(std::move(rp)) {}
@@ -234,8 +238,16 @@ void Router::Handle(Request request, Reply reply) {
     Answer& operator=(const Answer&) = delete;
     void Send(Response r) {
       if (std::exchange(sent, true)) return;
-      state->metrics.Record(route, r.status,
-                            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      state->metrics.Record(route, r.status, secs);
+      const uint64_t ms = uint64_t(secs * 1000);
+      const uint64_t slow = state->options.slow_ms;
+      if (state->options.access_log)
+        logging::Info("http.request", "request answered",
+                      {{"method", method}, {"path", path}, {"route", RouteName(route)}, {"status", r.status}, {"ms", ms}});
+      if (slow > 0 && ms >= slow && !waits)
+        logging::Warn("http.slow_request", "request slower than --slow-ms",
+                      {{"method", method}, {"path", path}, {"route", RouteName(route)}, {"status", r.status}, {"ms", ms}});
       reply(std::move(r));
     }
     ~Answer() {
@@ -247,6 +259,11 @@ void Router::Handle(Request request, Reply reply) {
     }
   };
   auto answer = std::make_shared<Answer>(state_, Classify(*target, request.method), std::move(reply));
+  if (state_->options.access_log || state_->options.slow_ms > 0) {
+    answer->method = request.method;
+    answer->path = request.target.substr(0, request.target.find('?'));
+    answer->waits = target->Param("waitMs") != nullptr;
+  }
   reply = [answer = std::move(answer)](Response r) { answer->Send(std::move(r)); };
   // API.md: every request but GET /health needs the key, and a read key
   // only reads (a HEAD is a GET here).

@@ -83,6 +83,11 @@ struct RouterOptions {
   // Cluster mode (--nats): writes and index definitions go through the
   // cluster's log instead of straight to the store. Null: a single server.
   cluster::ClusterNode* cluster = nullptr;
+  // A request answered after this many ms is logged (http.slow_request),
+  // unless it waited on purpose (waitMs); 0: none. --slow-ms.
+  uint64_t slow_ms = 1000;
+  // One line per request (http.request); --access-log.
+  bool access_log = false;
 };
 
 // Why the transport refused a request before it reached a handler, or

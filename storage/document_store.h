@@ -36,6 +36,8 @@ struct StoreOptions {
   // (a bulk request is never split, so one may exceed them).
   size_t max_batch_ops = 20000;
   size_t max_batch_bytes = size_t{64} << 20;
+  // A commit that takes this long is logged (store.slow_commit); 0: never.
+  uint64_t slow_commit_ms = 1000;
 };
 
 enum class WriteKind : uint8_t { kPut, kDelete };

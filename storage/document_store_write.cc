@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/faults.h"
+#include "common/log.h"
 #include "storage/document_store.h"
 #include "storage/format.h"
 #include "storage/store_impl.h"
@@ -613,6 +614,7 @@ void DocumentStore::Impl::CommitBatch(std::vector<PendingWrite>& batch) {
       mdb_txn_abort(std::exchange(txn, nullptr));
       break;
     }
+    const auto commit_start = std::chrono::steady_clock::now();
     {
       std::lock_guard gate(commit_gate);
       rc = mdb_txn_commit(std::exchange(txn, nullptr));  // durable: LMDB fsyncs before returning
@@ -622,6 +624,11 @@ void DocumentStore::Impl::CommitBatch(std::vector<PendingWrite>& batch) {
         last_etag.store(writer.etag(), std::memory_order_release);  // Publish below wakes the waiters
       }
     }
+    const auto commit_ms = uint64_t(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - commit_start).count());
+    if (options.slow_commit_ms > 0 && commit_ms >= options.slow_commit_ms)
+      logging::Warn("store.slow_commit", "a commit (its fsync) took longer than --slow-ms",
+                    {{"ms", commit_ms}, {"requests", uint64_t(batch.size())}, {"etag", writer.etag()}});
     if (rc != 0) {
       batch_status = LmdbStatus(rc, "commit");
       // LMDB reports a short write as EIO: on a full disk that is ENOSPC.
