@@ -13,6 +13,7 @@ packages=(
   nats-server libnats-dev
   clang libclang-rt-14-dev
   libssl-dev openssl
+  libcli11-dev
 )
 
 missing=()

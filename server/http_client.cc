@@ -7,7 +7,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
 #include <cerrno>
+#include <optional>
 #include <cstring>
 
 namespace corvid::server {
@@ -118,6 +120,97 @@ Result<DownloadResult> DownloadToFile(const std::string& url, const std::string&
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   } catch (const std::exception& e) {
     return fail(url + ": " + e.what());
+  }
+  return out;
+}
+
+struct HttpClient::Impl {
+  Url url;
+  std::string bearer;
+  asio::io_context ioc;
+  std::optional<beast::tcp_stream> stream;
+  beast::flat_buffer buffer;
+
+  void Open() {
+    stream.reset();
+    buffer.clear();
+    tcp::resolver resolver(ioc);
+    stream.emplace(ioc);
+    stream->connect(resolver.resolve(url.host, url.port));
+    stream->socket().set_option(tcp::no_delay(true));
+  }
+
+  HttpResponse Send(std::string_view method, std::string_view target, std::string_view body,
+                    std::string_view content_type) {
+    http::request<http::string_body> req(http::string_to_verb(beast::string_view(method.data(), method.size())),
+                                         std::string(target), 11);
+    req.set(http::field::host, url.host);
+    req.set(http::field::user_agent, "corvid");
+    if (!bearer.empty()) req.set(http::field::authorization, "Bearer " + bearer);
+    if (!body.empty() || method == "POST" || method == "PUT") {
+      req.set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
+      req.body().assign(body.data(), body.size());
+      req.prepare_payload();
+    }
+    http::write(*stream, req);
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(boost::none);
+    http::read(*stream, buffer, parser);
+    auto& res = parser.get();
+    HttpResponse out;
+    out.status = int(res.result_int());
+    out.content_type = std::string(res[http::field::content_type]);
+    out.body = std::move(res.body());
+    if (!res.keep_alive()) stream.reset();
+    return out;
+  }
+};
+
+HttpClient::HttpClient(std::unique_ptr<Impl> impl, std::string base_url)
+    : impl_(std::move(impl)), base_url_(std::move(base_url)) {}
+HttpClient::~HttpClient() = default;
+
+Result<std::unique_ptr<HttpClient>> HttpClient::Connect(const std::string& base_url, std::string bearer_token) {
+  auto u = ParseUrl(base_url);
+  if (!u.ok()) return u.status();
+  auto impl = std::make_unique<Impl>();
+  impl->url = *u;
+  impl->bearer = std::move(bearer_token);
+  try {
+    impl->Open();
+  } catch (const std::exception& e) {
+    return Status::IOError("cannot connect to " + base_url + ": " + e.what());
+  }
+  return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl), base_url));
+}
+
+Result<HttpResponse> HttpClient::Request(std::string_view method, std::string_view target, std::string_view body,
+                                         std::string_view content_type) {
+  // A kept-alive connection the server closed fails on first use: one
+  // retry on a fresh one (requests here are idempotent or fail whole).
+  for (int attempt = 0;; ++attempt) {
+    try {
+      if (!impl_->stream) impl_->Open();
+      return impl_->Send(method, target, body, content_type);
+    } catch (const std::exception& e) {
+      impl_->stream.reset();
+      if (attempt == 1) return Status::IOError(base_url_ + ": " + e.what());
+    }
+  }
+}
+
+std::string PercentEncode(std::string_view s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(char(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
   }
   return out;
 }

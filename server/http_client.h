@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -24,5 +26,39 @@ struct DownloadResult {
 // than Content-Length) is an error, and the file is removed.
 Result<DownloadResult> DownloadToFile(const std::string& url, const std::string& bearer_token,
                                       const std::string& path, const std::function<void(uint64_t)>& progress);
+
+struct HttpResponse {
+  int status = 0;
+  std::string body;
+  std::string content_type;
+};
+
+// One keep-alive connection to a server (`--url http://HOST:PORT`), for
+// the command line's requests; it reconnects once when the server closed
+// an idle connection.
+class HttpClient {
+ public:
+  // `base_url`: http://HOST[:PORT] (a trailing path is ignored).
+  static Result<std::unique_ptr<HttpClient>> Connect(const std::string& base_url, std::string bearer_token);
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // `target`: path and query, already percent-encoded. A transport failure
+  // is IOError; any HTTP status is a result.
+  Result<HttpResponse> Request(std::string_view method, std::string_view target, std::string_view body = {},
+                               std::string_view content_type = "application/json");
+  const std::string& base_url() const { return base_url_; }
+
+ private:
+  struct Impl;
+  HttpClient(std::unique_ptr<Impl> impl, std::string base_url);
+  std::unique_ptr<Impl> impl_;
+  std::string base_url_;
+};
+
+// Percent-encodes one path segment or query value (RFC 3986 unreserved
+// characters stay).
+std::string PercentEncode(std::string_view s);
 
 }  // namespace corvid::server

@@ -1,8 +1,8 @@
 // corvid: the server binary. `corvid serve [--data DIR] [--listen HOST:PORT]
 // [--threads N] [--api-key KEY] ...` opens the store, serves HTTP until
 // SIGTERM/SIGINT, drains, closes the store and exits 0.
-// `corvid backup --url URL -o FILE [--api-key KEY]` saves GET /admin/backup;
-// `corvid restore --from FILE --data DIR` installs one (API.md, Backup).
+// Every other command (import, export, status, index, search, results,
+// backup, restore, verify) is in server/cli.cc.
 #include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -25,6 +25,7 @@
 #include "common/memory_budget.h"
 #include "common/version.h"
 #include "indexing/index_engine.h"
+#include "server/cli.h"
 #include "server/http_client.h"
 #include "server/http_server.h"
 #include "storage/backup_format.h"
@@ -48,9 +49,7 @@ constexpr const char* kUsage =
     "          (BYTES may end in K, M or G: powers of 1024)\n"
     "          --tombstone-retention 7d (0, seconds, or a number with s, m, h or d)\n"
     "          --log-format text --log-level info --slow-ms 1000 (0: no slow-request lines)\n"
-    "       corvid backup --url URL -o FILE [--api-key KEY]\n"
-    "       corvid restore --from FILE --data DIR\n"
-    "       corvid verify [--data DIR]   (server stopped; exit 1 if anything is damaged)\n";
+    "the other commands: corvid --help\n";
 
 bool ParseNumber(std::string_view s, uint64_t& out) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
@@ -94,141 +93,6 @@ bool ParseDuration(std::string_view s, uint64_t& seconds) {
 int Fail(const std::string& message) {
   std::cerr << "corvid: " << message << "\n" << kUsage;
   return 2;
-}
-
-// Progress on stderr, redrawn in place on a terminal (at most ten times a
-// second), silent otherwise.
-class ProgressBar {
- public:
-  explicit ProgressBar(std::string what) : what_(std::move(what)), tty_(::isatty(2) == 1) {}
-  void Update(uint64_t done, uint64_t total, bool final = false) {
-    if (!tty_) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (!final && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    const double secs = std::chrono::duration<double>(now - start_).count();
-    const double mb = double(done) / 1e6;
-    char line[160];
-    if (total > 0) {
-      const int width = 30;
-      const int fill = int(double(width) * double(done) / double(total));
-      std::string bar(size_t(std::clamp(fill, 0, width)), '#');
-      bar.resize(width, ' ');
-      std::snprintf(line, sizeof line, "\r%s [%s] %3d%% %.1f MB, %.0f MB/s", what_.c_str(), bar.c_str(),
-                    int(100.0 * double(done) / double(total)), mb, secs > 0 ? mb / secs : 0.0);
-    } else {
-      std::snprintf(line, sizeof line, "\r%s %.1f MB, %.0f MB/s", what_.c_str(), mb, secs > 0 ? mb / secs : 0.0);
-    }
-    std::fputs(line, stderr);
-    if (final) std::fputs("\n", stderr);
-  }
-
- private:
-  std::string what_;
-  bool tty_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_{};
-};
-
-// Parses `--flag VALUE` pairs into `values`; false (after a message) on
-// anything else.
-bool ParseFlags(int argc, char** argv, std::initializer_list<std::string_view> known,
-                std::map<std::string, std::string>& values, int& exit_code) {
-  for (int i = 2; i < argc; ++i) {
-    std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::cout << kUsage;
-      exit_code = 0;
-      return false;
-    }
-    if (std::find(known.begin(), known.end(), flag) == known.end()) {
-      exit_code = Fail("unknown flag " + std::string(flag) + " for '" + argv[1] + "'");
-      return false;
-    }
-    if (i + 1 >= argc) {
-      exit_code = Fail("missing value for " + std::string(flag));
-      return false;
-    }
-    values[std::string(flag)] = argv[++i];
-  }
-  return true;
-}
-
-int Restore(int argc, char** argv) {
-  std::map<std::string, std::string> v;
-  int rc = 2;
-  if (!ParseFlags(argc, argv, {"--from", "--data"}, v, rc)) return rc;
-  if (!v.count("--from") || !v.count("--data")) return Fail("restore needs --from FILE and --data DIR");
-  ProgressBar bar("restoring");
-  auto info = corvid::storage::RestoreBackup(v["--from"], v["--data"],
-                                             [&](uint64_t done, uint64_t total) { bar.Update(done, total); });
-  if (!info.ok()) {
-    std::cerr << "\ncorvid: restore from " << v["--from"] << " failed: " << info.status().message()
-              << "\n(nothing was written to " << v["--data"] << ")\n";
-    return 1;
-  }
-  bar.Update(info->file_bytes * 2, info->file_bytes * 2, true);
-  std::cerr << "corvid: restored " << info->parts.size() << " files (" << info->file_bytes
-            << " bytes of backup) up to etag " << info->etag << " into " << v["--data"] << "\n";
-  return 0;
-}
-
-int Backup(int argc, char** argv) {
-  std::map<std::string, std::string> v;
-  int rc = 2;
-  if (!ParseFlags(argc, argv, {"--url", "-o", "--api-key"}, v, rc)) return rc;
-  if (!v.count("--url") || !v.count("-o")) return Fail("backup needs --url URL and -o FILE");
-  std::string url = v["--url"];
-  while (!url.empty() && url.back() == '/') url.pop_back();
-  if (url.find("/admin/backup") == std::string::npos) url += "/admin/backup";
-  ProgressBar bar("backing up");
-  auto got = corvid::server::DownloadToFile(url, v["--api-key"], v["-o"], [&](uint64_t n) { bar.Update(n, 0); });
-  if (!got.ok()) {
-    std::cerr << "\ncorvid: backup failed: " << got.status().message() << "\n";
-    return 1;
-  }
-  if (got->status != 200) {
-    std::cerr << "corvid: backup failed: " << url << " answered " << got->status << ": " << got->error_body << "\n";
-    return 1;
-  }
-  bar.Update(got->bytes, 0, true);
-  // The file is whole only if it checks out.
-  auto info = corvid::storage::VerifyBackup(v["-o"]);
-  if (!info.ok()) {
-    std::cerr << "corvid: the backup written to " << v["-o"] << " does not verify: " << info.status().message() << "\n";
-    return 1;
-  }
-  std::cerr << "corvid: backup of etag " << info->etag << " written to " << v["-o"] << " (" << got->bytes
-            << " bytes, " << info->parts.size() << " files, verified)\n";
-  return 0;
-}
-
-// `corvid verify --data DIR`: with the server stopped, checks the store and
-// every index without changing anything (as SQLite's integrity_check or
-// Lucene's CheckIndex). Exit 0: sound; 1: something is damaged; 2: usage.
-int Verify(int argc, char** argv) {
-  std::map<std::string, std::string> v;
-  int rc = 2;
-  if (!ParseFlags(argc, argv, {"--data"}, v, rc)) return rc;
-  const std::string data_dir = v.count("--data") ? v["--data"] : "./corvid-data";
-  std::error_code ec;
-  if (!std::filesystem::is_directory(data_dir, ec)) {
-    std::cerr << "corvid: verify: " << data_dir << " is not a directory\n";
-    return 2;
-  }
-  corvid::VerifyReport report;
-  corvid::Status s = corvid::storage::DocumentStore::Verify(data_dir + "/store", report);
-  if (s.ok()) s = corvid::indexing::IndexEngine::Verify(data_dir + "/indexes", report);
-  if (!s.ok()) {
-    std::cerr << "corvid: verify of " << data_dir << " could not finish: " << s.ToString() << "\n";
-    return 1;
-  }
-  for (const auto& line : report.sound) std::cout << "ok       " << line << "\n";
-  for (const auto& line : report.notes) std::cout << "note     " << line << "\n";
-  for (const auto& line : report.damaged) std::cout << "DAMAGED  " << line << "\n";
-  std::cout << (report.damaged.empty() ? "corvid: " + data_dir + " verifies: nothing is damaged\n"
-                                       : "corvid: " + data_dir + ": " + std::to_string(report.damaged.size()) +
-                                             " problems found\n");
-  return report.damaged.empty() ? 0 : 1;
 }
 
 // Cluster mode: before the store opens, a node with an empty store (while a
@@ -337,10 +201,8 @@ static void ConfigureProcess() {
 
 int main(int argc, char** argv) {
   ConfigureProcess();
-  if (argc >= 2 && std::string_view(argv[1]) == "restore") return Restore(argc, argv);
-  if (argc >= 2 && std::string_view(argv[1]) == "backup") return Backup(argc, argv);
-  if (argc >= 2 && std::string_view(argv[1]) == "verify") return Verify(argc, argv);
-  if (argc < 2 || std::string_view(argv[1]) != "serve") return Fail("expected a command: serve, backup, restore or verify");
+  // Every command but serve: the command line (server/cli.cc).
+  if (argc < 2 || std::string_view(argv[1]) != "serve") return corvid::cli::Run(argc, argv);
   std::string data_dir = "./corvid-data";
   std::string listen = "127.0.0.1:8080";
   corvid::server::HttpServerOptions options;

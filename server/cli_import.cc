@@ -1,0 +1,534 @@
+// `corvid import FILE --collection C` (API.md, Command line): NDJSON, a
+// JSON array of objects, or CSV, sent as bulk requests over one keep-alive
+// connection. The file is mapped, not read into memory; a record is
+// checked (a JSON object, its id a string) and copied into the next bulk
+// body as it is, so the bytes stored are the bytes in the file. One thread
+// prepares the next batch while another sends the last one.
+//
+// A record without an id gets "<hash of the file>-<line>": re-running an
+// import after a failure rewrites the same documents. A bad record stops
+// the import with its line number, after every record before it was
+// written (exit 1).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+#include <rapidjson/reader.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/cli.h"
+
+namespace corvid::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A read-only mapping of the whole file.
+class MappedFile {
+ public:
+  ~MappedFile() {
+    if (data_ && size_) ::munmap(const_cast<char*>(data_), size_);
+  }
+  Status Open(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::IOError("cannot open " + path + ": " + std::strerror(errno));
+    struct stat sb;
+    if (::fstat(fd, &sb) != 0) {
+      ::close(fd);
+      return Status::IOError("cannot stat " + path);
+    }
+    size_ = size_t(sb.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        ::close(fd);
+        return Status::IOError("cannot map " + path + ": " + std::strerror(errno));
+      }
+      ::madvise(p, size_, MADV_SEQUENTIAL);
+      data_ = static_cast<const char*>(p);
+    }
+    ::close(fd);
+    return Status::Ok();
+  }
+  std::string_view view() const { return {data_ ? data_ : "", size_}; }
+
+ private:
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Checks one record: a JSON object (valid UTF-8), and finds its top-level
+// `id_field`. SAX: nothing is built.
+struct RecordCheck : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, RecordCheck> {
+  std::string_view id_field;
+  int depth = 0;
+  bool at_id = false;     // the next value is the id field's
+  bool has_id = false, id_is_string = false, has_plain_id = false;
+  std::string id;
+  bool Default() {
+    at_id = false;
+    return true;
+  }
+  bool String(const char* s, rapidjson::SizeType n, bool) {
+    if (at_id) {
+      id_is_string = true;
+      id.assign(s, n);
+    }
+    at_id = false;
+    return true;
+  }
+  bool Key(const char* s, rapidjson::SizeType n, bool) {
+    if (depth == 1) {
+      const std::string_view k(s, n);
+      if (k == id_field) {
+        if (has_id) return false;  // twice: which one counts is unclear
+        has_id = true;
+        at_id = true;
+      }
+      if (k == "id") has_plain_id = true;
+    }
+    return true;
+  }
+  bool StartObject() {
+    at_id = false;
+    ++depth;
+    return true;
+  }
+  bool EndObject(rapidjson::SizeType) {
+    --depth;
+    return true;
+  }
+  bool StartArray() {
+    at_id = false;
+    ++depth;
+    return true;
+  }
+  bool EndArray(rapidjson::SizeType) {
+    --depth;
+    return true;
+  }
+};
+
+// One record ready for a bulk body, or why it is bad.
+struct Prepared {
+  std::string error;  // empty: good
+};
+
+// Appends `record` (one JSON object's text) to `out` as a bulk line,
+// giving it an "id" when it needs one. `scratch` is a reused buffer.
+Prepared AppendRecord(std::string_view record, const ImportOptions& o, const std::string& generated_id,
+                      std::string& scratch, std::string& out) {
+  scratch.assign(record.data(), record.size());
+  RecordCheck check;
+  check.id_field = o.id_field;
+  rapidjson::Reader reader;
+  rapidjson::StringStream ss(scratch.c_str());
+  const auto ok = reader.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseStopWhenDoneFlag>(ss, check);
+  if (ok.IsError()) {
+    return {std::string("not valid JSON (") + rapidjson::GetParseError_En(ok.Code()) + " at byte " +
+            std::to_string(ok.Offset()) + ")"};
+  }
+  for (size_t i = ss.Tell(); i < scratch.size(); ++i)
+    if (!std::isspace(static_cast<unsigned char>(scratch[i]))) return {"more than one JSON value on the line"};
+  const size_t open = record.find_first_not_of(" \t\r\n");
+  if (open == std::string_view::npos || record[open] != '{') return {"not a JSON object"};
+  if (check.has_id && !check.id_is_string) return {"its \"" + o.id_field + "\" field is not a string"};
+  if (check.has_id && (check.id.empty() || check.id.size() > 512)) return {"its id must be 1 to 512 bytes"};
+  auto append_id = [&](std::string_view id) {
+    rapidjson::StringBuffer sb;
+    rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+    w.String(id.data(), rapidjson::SizeType(id.size()));
+    out += "{\"id\":";
+    out.append(sb.GetString(), sb.GetSize());
+    std::string_view rest = record.substr(open + 1);
+    const size_t first = rest.find_first_not_of(" \t\r\n");
+    if (first != std::string_view::npos && rest[first] != '}') out.push_back(',');
+    out.append(rest);
+  };
+  const size_t before = out.size();
+  if (o.id_field == "id") {
+    if (check.has_id) out.append(record);
+    else append_id(generated_id);
+  } else {
+    if (check.has_plain_id) return {"it has an \"id\" field beside --id-field " + o.id_field};
+    append_id(check.has_id ? std::string_view(check.id) : std::string_view(generated_id));
+  }
+  // One line in the bulk body: a record spanning lines (an array element)
+  // keeps its text, which may hold newlines only between tokens.
+  for (size_t i = before; i < out.size(); ++i)
+    if (out[i] == '\n' || out[i] == '\r') out[i] = ' ';
+  out.push_back('\n');
+  return {};
+}
+
+// CSV (RFC 4180): a header row, then one document per row; a field that is
+// a JSON number becomes a number, anything else a string (the id always a
+// string). Quoted fields may hold commas, "" and newlines.
+class CsvReader {
+ public:
+  explicit CsvReader(std::string_view text) : text_(text) {}
+  // The next row's fields; false at the end. `line` is the row's first line.
+  bool Next(std::vector<std::string>& fields, uint64_t& line, std::string& error) {
+    fields.clear();
+    if (pos_ >= text_.size()) return false;
+    line = line_;
+    std::string field;
+    bool quoted = false;
+    for (;;) {
+      if (pos_ >= text_.size()) {
+        if (quoted) {
+          error = "a quoted field is not closed";
+          return false;
+        }
+        fields.push_back(std::move(field));
+        return true;
+      }
+      const char c = text_[pos_++];
+      if (quoted) {
+        if (c == '"') {
+          if (pos_ < text_.size() && text_[pos_] == '"') {
+            field.push_back('"');
+            ++pos_;
+          } else {
+            quoted = false;
+          }
+        } else {
+          if (c == '\n') ++line_;
+          field.push_back(c);
+        }
+      } else if (c == '"' && field.empty()) {
+        quoted = true;
+      } else if (c == ',') {
+        fields.push_back(std::move(field));
+        field.clear();
+      } else if (c == '\n' || c == '\r') {
+        if (c == '\r' && pos_ < text_.size() && text_[pos_] == '\n') ++pos_;
+        ++line_;
+        fields.push_back(std::move(field));
+        return true;
+      } else {
+        field.push_back(c);
+      }
+    }
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  std::string_view text_;
+  size_t pos_ = 0;
+  uint64_t line_ = 1;
+};
+
+bool IsJsonNumber(std::string_view s) {
+  size_t i = 0;
+  if (i < s.size() && s[i] == '-') ++i;
+  if (i >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+  if (s[i] == '0' && i + 1 < s.size() && std::isdigit(static_cast<unsigned char>(s[i + 1]))) return false;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    if (i >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  }
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (i >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  }
+  if (i != s.size()) return false;
+  double d = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), d);
+  return ec == std::errc() && std::isfinite(d);
+}
+
+// The end of the JSON value starting at `pos` (an object or array: the
+// matching bracket, strings skipped); npos if it does not end.
+size_t ValueEnd(std::string_view t, size_t pos) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = pos; i < t.size(); ++i) {
+    const char c = t[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    } else if (depth == 0 && (c == ',' || c == ']')) {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// A batch on its way: the bulk body and the file line of each record.
+struct Batch {
+  std::string body;
+  std::vector<uint64_t> lines;
+  size_t file_pos = 0;  // bytes of the file consumed once this batch is in
+};
+
+class Progress {
+ public:
+  Progress(uint64_t total) : total_(total), tty_(::isatty(2) == 1) {}
+  void Update(uint64_t bytes, uint64_t docs, bool final = false) {
+    if (!tty_) return;
+    const auto now = Clock::now();
+    if (!final && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    const double frac = total_ ? double(bytes) / double(total_) : 1.0;
+    const int width = 28;
+    std::string bar(size_t(std::clamp(int(frac * width), 0, width)), '#');
+    bar.resize(width, ' ');
+    const double rate = secs > 0 ? double(docs) / secs : 0;
+    const double eta = frac > 0 && frac < 1 ? secs * (1 - frac) / frac : 0;
+    std::fprintf(stderr, "\rimporting [%s] %3d%% %.1f/%.1f MB, %.0f docs/s, ETA %.0f s   ", bar.c_str(),
+                 int(frac * 100), double(bytes) / 1e6, double(total_) / 1e6, rate, eta);
+    if (final) std::fputs("\n", stderr);
+  }
+
+ private:
+  uint64_t total_;
+  bool tty_;
+  Clock::time_point start_ = Clock::now(), last_{};
+};
+
+}  // namespace
+
+int Import(const ImportOptions& o, server::HttpClient& client) {
+  MappedFile file;
+  if (Status s = file.Open(o.file); !s.ok()) {
+    std::fprintf(stderr, "corvid: import: %s\n", s.message().c_str());
+    return 1;
+  }
+  const std::string_view text = file.view();
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(XXH3_64bits(text.data(), text.size())));
+  auto generated = [&](uint64_t line) { return std::string(hash) + "-" + std::to_string(line); };
+  const std::string target = "/docs/" + server::PercentEncode(o.collection) + "/_bulk";
+
+  // The sender: one batch in flight while the next one is prepared.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Batch> queue;
+  bool done_adding = false;
+  std::string send_error;       // set by the sender: stops everything
+  uint64_t sent_docs = 0, sent_bytes = 0;
+  std::optional<Batch> rejected;  // a batch the server refused as bad input
+  std::string rejected_body;
+  Progress progress(text.size());
+  std::thread sender([&] {
+    for (;;) {
+      Batch b;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return !queue.empty() || done_adding; });
+        if (queue.empty()) return;
+        b = std::move(queue.front());
+        queue.pop_front();
+        cv.notify_all();
+      }
+      auto r = client.Request("POST", target, b.body, "application/x-ndjson");
+      std::lock_guard lock(mu);
+      if (!r.ok()) {
+        send_error = r.status().message();
+      } else if (r->status >= 400 && r->status < 500 && r->body.find("\"line\":") != std::string::npos) {
+        rejected = std::move(b);  // a record the server refused (400, 413): it names its line
+        rejected_body = r->body;
+      } else if (r->status != 200) {
+        send_error = "the server answered " + std::to_string(r->status) + ": " + r->body;
+      } else {
+        sent_docs += b.lines.size();
+        sent_bytes = b.file_pos;
+        progress.Update(sent_bytes, sent_docs);
+        continue;
+      }
+      // Stop: what is queued after this batch is not sent.
+      queue.clear();
+      done_adding = true;
+      cv.notify_all();
+      return;
+    }
+  });
+  auto stopped = [&] {
+    std::lock_guard lock(mu);
+    return !send_error.empty() || rejected.has_value();
+  };
+  auto submit = [&](Batch&& b) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return queue.size() < 2 || done_adding; });
+    if (done_adding) return;
+    queue.push_back(std::move(b));
+    cv.notify_all();
+  };
+
+  const auto start = Clock::now();
+  std::string bad;  // "line N: why"
+  Batch batch;
+  std::string scratch;
+  auto add = [&](std::string_view record, uint64_t line) {
+    Prepared p = AppendRecord(record, o, generated(line), scratch, batch.body);
+    if (!p.error.empty()) {
+      bad = "line " + std::to_string(line) + ": " + p.error;
+      return false;
+    }
+    batch.lines.push_back(line);
+    return true;
+  };
+  auto flush = [&](size_t file_pos) {
+    batch.file_pos = file_pos;
+    if (!batch.lines.empty()) submit(std::move(batch));
+    batch = Batch{};
+  };
+
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  const bool csv = o.file.size() >= 4 && o.file.compare(o.file.size() - 4, 4, ".csv") == 0;
+  const bool array = !csv && first != std::string_view::npos && text[first] == '[';
+  if (csv) {
+    CsvReader reader(text);
+    std::vector<std::string> header, row;
+    uint64_t line = 0;
+    std::string err;
+    if (!reader.Next(header, line, err)) bad = err.empty() ? "" : "line 1: " + err;
+    rapidjson::StringBuffer sb;
+    while (bad.empty() && !stopped() && reader.Next(row, line, err)) {
+      if (row.size() == 1 && row[0].empty()) continue;  // a blank line
+      if (row.size() != header.size()) {
+        bad = "line " + std::to_string(line) + ": " + std::to_string(row.size()) + " fields, the header has " +
+              std::to_string(header.size());
+        break;
+      }
+      sb.Clear();
+      rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+      w.StartObject();
+      for (size_t i = 0; i < header.size(); ++i) {
+        w.Key(header[i].data(), rapidjson::SizeType(header[i].size()));
+        if (header[i] != o.id_field && IsJsonNumber(row[i])) w.RawValue(row[i].data(), row[i].size(), rapidjson::kNumberType);
+        else w.String(row[i].data(), rapidjson::SizeType(row[i].size()));
+      }
+      w.EndObject();
+      if (!add(std::string_view(sb.GetString(), sb.GetSize()), line)) break;
+      if (batch.body.size() >= o.batch_bytes) flush(reader.pos());
+    }
+    if (bad.empty() && !err.empty()) bad = "line " + std::to_string(line) + ": " + err;
+  } else if (array) {
+    size_t pos = first + 1;
+    uint64_t line = 1 + uint64_t(std::count(text.begin(), text.begin() + long(pos), '\n'));
+    size_t counted = pos;
+    for (;;) {
+      pos = text.find_first_not_of(" \t\r\n", pos);
+      if (pos == std::string_view::npos) {
+        bad = "the array is not closed";
+        break;
+      }
+      line += uint64_t(std::count(text.begin() + long(counted), text.begin() + long(pos), '\n'));
+      counted = pos;
+      if (text[pos] == ']') break;
+      const size_t end = ValueEnd(text, pos);
+      if (end == std::string_view::npos || text[pos] != '{') {
+        bad = "line " + std::to_string(line) + ": an element that is not a JSON object";
+        break;
+      }
+      if (stopped() || !add(text.substr(pos, end - pos), line)) break;
+      pos = text.find_first_not_of(" \t\r\n", end);
+      if (pos != std::string_view::npos && text[pos] == ',') ++pos;
+      else if (pos == std::string_view::npos || text[pos] != ']') {
+        bad = "line " + std::to_string(line) + ": expected ',' or ']' after the element";
+        break;
+      }
+      if (batch.body.size() >= o.batch_bytes) flush(pos);
+    }
+  } else {
+    size_t pos = 0;
+    uint64_t line = 0;
+    while (pos < text.size() && !stopped()) {
+      size_t nl = text.find('\n', pos);
+      if (nl == std::string_view::npos) nl = text.size();
+      ++line;
+      std::string_view rec = text.substr(pos, nl - pos);
+      pos = nl + 1;
+      if (rec.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // a blank line
+      if (!add(rec, line)) break;
+      if (batch.body.size() >= o.batch_bytes) flush(std::min(pos, text.size()));
+    }
+  }
+  // Everything before a bad record is written too.
+  flush(text.size());
+  {
+    std::lock_guard lock(mu);
+    done_adding = true;
+    cv.notify_all();
+  }
+  sender.join();
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  if (rejected) {
+    // The server named a line of the batch: the records before it are
+    // sent again on their own, so that everything before it is written.
+    uint64_t in_batch = 0;
+    const size_t at = rejected_body.find("\"line\":");
+    if (at != std::string::npos) in_batch = std::strtoull(rejected_body.c_str() + at + 7, nullptr, 10);
+    const uint64_t file_line = in_batch >= 1 && in_batch <= rejected->lines.size() ? rejected->lines[in_batch - 1] : 0;
+    if (in_batch > 1 && in_batch <= rejected->lines.size()) {
+      size_t cut = 0;
+      for (uint64_t i = 1; i < in_batch; ++i) cut = rejected->body.find('\n', cut) + 1;
+      auto r = client.Request("POST", target, std::string_view(rejected->body).substr(0, cut), "application/x-ndjson");
+      if (r.ok() && r->status == 200) sent_docs += in_batch - 1;
+    }
+    // The server's message, without its own "line N: " (a line of the batch).
+    std::string why = rejected_body;
+    rapidjson::Document d;
+    d.Parse(rejected_body.c_str());
+    if (!d.HasParseError() && d.IsObject() && d.HasMember("error") && d["error"].IsObject() &&
+        d["error"].HasMember("message") && d["error"]["message"].IsString()) {
+      why = d["error"]["message"].GetString();
+      if (why.rfind("line ", 0) == 0 && why.find(": ") != std::string::npos) why = why.substr(why.find(": ") + 2);
+    }
+    std::fprintf(stderr, "corvid: import of %s stopped at %s%s (the server refused it); the %llu documents before it were written\n",
+                 o.file.c_str(), file_line ? ("line " + std::to_string(file_line) + ": ").c_str() : "", why.c_str(),
+                 static_cast<unsigned long long>(sent_docs));
+    return 1;
+  }
+  if (!send_error.empty()) {
+    std::fprintf(stderr, "\ncorvid: import: %s; %llu documents were written before it\n", send_error.c_str(),
+                 static_cast<unsigned long long>(sent_docs));
+    return 1;
+  }
+  progress.Update(text.size(), sent_docs, true);
+  if (!bad.empty()) {
+    std::fprintf(stderr, "corvid: import of %s stopped at %s; the %llu documents before it were written\n",
+                 o.file.c_str(), bad.c_str(), static_cast<unsigned long long>(sent_docs));
+    return 1;
+  }
+  std::printf("imported %llu documents into %s from %s (%.1f MB in %.2f s: %.0f docs/s, %.1f MB/s)\n",
+              static_cast<unsigned long long>(sent_docs), o.collection.c_str(), o.file.c_str(),
+              double(text.size()) / 1e6, secs, secs > 0 ? double(sent_docs) / secs : 0.0,
+              secs > 0 ? double(text.size()) / 1e6 / secs : 0.0);
+  return 0;
+}
+
+}  // namespace corvid::cli
