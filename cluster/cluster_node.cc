@@ -718,6 +718,39 @@ class ClusterNode::Impl {
       if (natsMsg_GetMetaData(&meta, msg) == NATS_OK) {
         const uint64_t seq = meta->Sequence.Stream;
         const int64_t ts_ms = meta->Timestamp / 1000000;
+        uint64_t expected;
+        {
+          std::lock_guard lock(mu_);
+          expected = next_seq_;
+        }
+        // Exactly once, in order, whatever the consumer delivers: an entry
+        // already received (a consumer that restarted behind) is dropped -
+        // applied twice, a write would take a second etag on this node
+        // only - and a gap is read again through a new consumer.
+        if (seq < expected) {
+          logging::Warn("cluster.duplicate_dropped", "a log entry delivered again was dropped",
+                         {{"node", options_.node_id}, {"seq", seq}, {"expected", expected}});
+          jsMsgMetaData_Destroy(meta);
+          natsMsg_Destroy(msg);
+          continue;
+        }
+        if (seq > expected) {
+          if (gap_at_ != expected) {
+            gap_at_ = expected;
+            logging::Warn("cluster.gap", "a log entry was skipped by the consumer; reading on through a new one",
+                          {{"node", options_.node_id}, {"seq", seq}, {"expected", expected}});
+            subscribed_ = false;
+            resume_from_ = expected;
+            jsMsgMetaData_Destroy(meta);
+            natsMsg_Destroy(msg);
+            continue;
+          }
+          // A new consumer starts past it too: the log no longer holds it.
+          if (!diverged_.exchange(true))
+            logging::Error("cluster.diverged", "log entries this node never applied are gone from the log; it refuses writes until it installs a peer's snapshot at restart",
+                           {{"node", options_.node_id}, {"expected", expected}, {"seq", seq}});
+        }
+        gap_at_ = 0;
         {
           std::lock_guard lock(mu_);
           seen_last_seq_ = std::max(seen_last_seq_, seq + meta->NumPending);
@@ -896,6 +929,7 @@ class ClusterNode::Impl {
   bool connected_ = false, caught_up_ = false;  // guarded by mu_
   int past_end_ = 0;                       // guarded by mu_: refreshes that found applied > the log's last
   uint64_t next_seq_ = 1;                  // guarded by mu_: the next entry the applier expects
+  uint64_t gap_at_ = 0;                    // applier only: the entry whose absence was retried once
   Clock::time_point last_msg_at_{};        // guarded by mu_: when the applier last received an entry
   Stats stats_;                            // guarded by mu_
   std::atomic<bool> diverged_{false};

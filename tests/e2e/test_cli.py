@@ -124,8 +124,18 @@ class CliTest(unittest.TestCase):
         self.corvid('import', path, '-c', 'resume2', '--batch-bytes', '7000')
         self.assertEqual(self.count('resume2'), 2000)
 
+        # Lines that open with their id go out unparsed: the server finds
+        # what is wrong with them, and the import names the same line.
+        with_ids = ['{"id": "w%d", "k": %d}' % (i, i) for i in range(3000)]
+        with_ids[2222] = '{"id": "w2222", "k": '
+        path = self.write('ids.ndjson', '\n'.join(with_ids) + '\n')
+        proc = self.corvid('import', path, '-c', 'withids', '--batch-bytes', '5000', expect=1)
+        self.assertIn('line 2223', proc.stderr)
+        self.assertEqual(self.count('withids'), 2222)
+
         for text, line in (('{"id": "a"}\n[1, 2]\n', 2), ('{"id": "a"}\n{"id": "b"}\n{"id": 5}\n', 3),
-                           ('\n\n{"id": "a"} {"id": "b"}\n', 3)):
+                           ('\n\n{"id": "a"} {"id": "b"}\n', 3),
+                           ('{"id": ""}\n', 1), ('{"id": "a", "id": "b"}\n', 1)):
             path = self.write('bad2.ndjson', text)
             proc = self.corvid('import', path, '-c', 'bad2', expect=1)
             self.assertIn('line %d' % line, proc.stderr)
