@@ -14,18 +14,28 @@ packages=(
   clang libclang-rt-14-dev
   libssl-dev openssl
   libcli11-dev
+  chromium
 )
+# The browser test (tests/browser) runs on Node.js 20 (playwright-core
+# needs it); Debian's nodejs is taken only where no node is installed.
+command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo_cmd=()
+  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -q
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-sudo_cmd=()
-[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -q
-"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+# playwright-core for the browser test, from the npm registry at the version
+# package-lock.json pins (drives Debian's /usr/bin/chromium; downloads no browser).
+browser_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/browser"
+if [ ! -d "$browser_dir/node_modules/playwright-core" ] ||
+   [ "$browser_dir/package-lock.json" -nt "$browser_dir/node_modules/.package-lock.json" ]; then
+  (cd "$browser_dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
+fi

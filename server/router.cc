@@ -7,6 +7,7 @@
 
 #include "cluster/cluster_node.h"
 
+#include "server/console_assets.h"
 #include "server/router_internal.h"
 
 #include <exception>
@@ -145,9 +146,33 @@ Response Unauthorized(std::string_view message) {
   return r;
 }
 
-// GET /health, the one route that needs no key (HEAD is handled as GET).
+// GET /health and the console's static files (GET /, /ui/...): the routes
+// that need no key (API.md, Server; HEAD is handled as GET). The console's
+// files hold no data; every call it makes sends the key.
 bool IsHealth(const Target& t, std::string_view method) {
-  return t.segments.size() == 1 && t.segments[0] == "health" && (method == "GET" || method == "HEAD");
+  if (method != "GET" && method != "HEAD") return false;
+  return (t.segments.size() == 1 && t.segments[0] == "health") || t.segments.empty() ||
+         (t.segments.size() == 2 && t.segments[0] == "ui");
+}
+
+// GET / and GET /ui/<file>: the web console (console_assets.h).
+Response ConsoleFile(std::string_view name) {
+  for (const ConsoleAsset& a : ConsoleAssets()) {
+    if (a.name != name) continue;
+    Response r;
+    r.body.assign(a.data);
+    r.content_type = std::string(a.content_type);
+    // Revalidated on each load (the files change with the binary); the
+    // page may load only its own files and may not be framed.
+    r.headers = {{"Cache-Control", "no-cache"},
+                 {"X-Content-Type-Options", "nosniff"},
+                 {"X-Frame-Options", "DENY"},
+                 {"Content-Security-Policy",
+                  "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+                  "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"}};
+    return r;
+  }
+  return ErrorResponse(404, "not_found", "no console file named '" + std::string(name) + "'");
 }
 
 // What a --read-key may do (API.md, Server): GET of documents,
@@ -287,6 +312,10 @@ void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
       return reply(ErrorResponse(400, "invalid_utf8",
                                  "query parameter '" + k + "' is not valid UTF-8 (byte " + std::to_string(bad) +
                                      " of its percent-decoded value)"));
+  }
+  if (seg.empty() || (seg.size() == 2 && seg[0] == "ui")) {
+    if (m != "GET") return reply(MethodNotAllowed("GET"));
+    return reply(ConsoleFile(seg.empty() ? std::string_view("index.html") : std::string_view(seg[1])));
   }
   if (seg.size() == 1 && seg[0] == "health") {
     if (m != "GET") return reply(MethodNotAllowed("GET"));
