@@ -876,7 +876,8 @@ class DocumentsTest(CorvidTestCase):
 
     # -- routing & methods -------------------------------------------------
     def test_unknown_routes_404(self):
-        for method, path in (('GET', '/'), ('GET', '/nope'), ('GET', '/docs'),
+        # GET / is the web console (API.md, Web console): see test_console_files.
+        for method, path in (('GET', '/nope'), ('GET', '/docs'), ('GET', '/ui/nope.js'), ('GET', '/ui'),
                              ('GET', '/docs/c'), ('GET', '/docs/c/x/y'),
                              ('PUT', '/docs/c/x/y'), ('GET', '/collections/x'),
                              ('GET', '/healthz'), ('GET', '/health/x'), ('POST', '/nope'),
@@ -885,6 +886,20 @@ class DocumentsTest(CorvidTestCase):
                 body = b'{}' if method in ('PUT', 'POST') else None
                 resp = self.c.request(method, path, body)
                 self.assertError(resp, 404, 'not_found')
+
+    def test_console_files(self):
+        # API.md, Web console: GET / and /ui/... need no key and hold no data.
+        resp = self.c.get('/')
+        self.assertEqual(resp.status, 200, resp.describe())
+        self.assertTrue(resp.header('Content-Type').startswith('text/html'), resp.describe())
+        self.assertIn(b'/ui/console.js', resp.body)
+        for path, ctype in (('/ui/console.js', 'text/javascript'), ('/ui/console.css', 'text/css')):
+            resp = self.c.get(path)
+            self.assertEqual(resp.status, 200, resp.describe())
+            self.assertTrue(resp.header('Content-Type').startswith(ctype), resp.describe())
+            self.assertEqual(resp.header('X-Content-Type-Options'), 'nosniff')
+        resp = self.c.request('POST', '/', b'{}')
+        self.assertError(resp, 405, 'method_not_allowed')
 
     def test_wrong_method_405(self):
         cases = [('PATCH', '/docs/c/x', {'GET', 'PUT', 'DELETE'}),
