@@ -29,6 +29,11 @@ inline Status LmdbStatus(int rc, std::string_view what) {
   return Status::IOError(std::move(msg));
 }
 
+// Bytes as LMDB takes them, and back (a view into LMDB's map: valid while
+// its transaction is open).
+inline MDB_val ToVal(std::string_view s) { return MDB_val{s.size(), const_cast<char*>(s.data())}; }
+inline std::string_view FromVal(const MDB_val& v) { return {static_cast<const char*>(v.mv_data), v.mv_size}; }
+
 // LMDB maps its file and trusts it: a page past the end of a truncated
 // data.mdb is a SIGBUS on first touch, not an error code. So before
 // anything is read, the file must hold every page its newest meta page

@@ -21,6 +21,7 @@
 // belongs to another definition wipes and rebuilds it.
 #include "indexing/index_engine.h"
 
+#include "common/durable_file.h"
 #include "common/log.h"
 
 #include <rapidjson/document.h>
@@ -83,40 +84,15 @@ Status ValidateIndexName(std::string_view name) {
 }
 
 // Writes `content` to `path` so that after a crash the file holds either
-// the old or the new content: write a temporary, fsync, rename, fsync dir.
+// the old or the new content (common/durable_file.h).
 Status WriteFileDurably(const fs::path& path, std::string_view content) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IOError("open " + tmp.string() + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      return Status::IOError("write " + tmp.string() + ": " + std::strerror(errno));
-    }
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) return Status::IOError("fsync " + tmp.string());
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return Status::IOError("rename " + tmp.string() + ": " + ec.message());
-  int dfd = ::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status::Ok();
+  return WriteFileAtomic(path.parent_path().string(), path.filename().string(), content);
 }
 
 Result<std::string> ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read " + path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string out;
+  if (Status s = ReadWholeFile(path.string(), &out); !s.ok()) return s;
+  return out;
 }
 
 bool SameJson(std::string_view a, std::string_view b) {

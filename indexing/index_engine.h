@@ -1,7 +1,7 @@
 // IndexEngine: the indexing facade. It owns every index — its definition,
 // its state on disk and one worker thread that pulls the index's collection
 // from the store's change feed — and reports progress, errors and
-// freshness. Index kinds (map/reduce now, search next) plug in through
+// freshness. Index kinds (map/reduce and search, indexing/kinds.cc) plug in through
 // index_kind.h; this engine knows nothing kind-specific beyond creating them.
 //
 // Thread safety: every public method may be called from any thread.

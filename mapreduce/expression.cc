@@ -586,13 +586,6 @@ class Parser {
 
 // ---------------------------------------------------------------- helpers
 
-int CompareNumbers(const Value& a, const Value& b) {
-  if (a.type == ValueType::kInt && b.type == ValueType::kInt) return a.i < b.i ? -1 : (a.i > b.i ? 1 : 0);
-  long double x = a.type == ValueType::kInt ? (long double)a.i : (long double)a.d;
-  long double y = b.type == ValueType::kInt ? (long double)b.i : (long double)b.d;
-  return x < y ? -1 : (x > y ? 1 : 0);
-}
-
 const char* TypeName(ValueType t) {
   switch (t) {
     case ValueType::kMissing: return "missing";

@@ -143,5 +143,13 @@ void AppendJsonString(std::string_view s, std::string* out);
 
 // Truthiness for if/&&/||/!: false, null, missing, 0, "" are false.
 bool Truthy(const Value& v);
+// Two numbers (kInt or kDouble) in numeric order: -1, 0 or 1. Integers
+// compare exactly; a mix compares as long double.
+inline int CompareNumbers(const Value& a, const Value& b) {
+  if (a.type == ValueType::kInt && b.type == ValueType::kInt) return a.i < b.i ? -1 : (a.i > b.i ? 1 : 0);
+  const long double x = a.type == ValueType::kInt ? (long double)a.i : (long double)a.d;
+  const long double y = b.type == ValueType::kInt ? (long double)b.i : (long double)b.d;
+  return x < y ? -1 : (x > y ? 1 : 0);
+}
 
 }  // namespace corvid::mapreduce

@@ -56,6 +56,9 @@
 #include <string>
 #include <string_view>
 
+#include "common/fnv1a.h"
+#include "common/varint.h"
+
 namespace corvid::mapreduce::format {
 
 inline constexpr uint32_t kFormatVersion = 2;  // 2: compensated double sums
@@ -94,26 +97,9 @@ inline T GetLE(const char* p) {
   return v;
 }
 
-inline void PutVarint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(char(v | 0x80));
-    v >>= 7;
-  }
-  out.push_back(char(v));
-}
-// Reads a varint at *p (< end); returns false on truncation.
-inline bool GetVarint(const char*& p, const char* end, uint64_t* v) {
-  uint64_t r = 0;
-  for (int shift = 0; shift < 64 && p < end; shift += 7) {
-    uint8_t b = uint8_t(*p++);
-    r |= uint64_t(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *v = r;
-      return true;
-    }
-  }
-  return false;
-}
+// Varints: common/varint.h.
+using corvid::GetVarint;
+using corvid::PutVarint;
 
 inline uint64_t OrderedDoubleBits(double d) {
   if (d == 0) d = 0;  // -0 -> +0
@@ -196,14 +182,9 @@ inline void PutOrderedDouble(std::string& out, double v) {
   out.push_back('\x01');
 }
 
-// FNV-1a 64, for long document ids and definition fingerprints.
-inline uint64_t Fnv1a64(std::string_view s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+// FNV-1a 64 (common/fnv1a.h), for long document ids and definition
+// fingerprints.
+using corvid::Fnv1a64;
 
 // Writes the DocKey of `id` into *out (replacing its contents).
 inline void DocKey(std::string_view id, std::string* out) {

@@ -29,8 +29,6 @@ constexpr size_t kMapSize = size_t(16) << 30;
 constexpr size_t kMapSize = size_t(256) << 30;
 #endif
 
-MDB_val Val(std::string_view s) { return MDB_val{s.size(), const_cast<char*>(s.data())}; }
-std::string_view View(const MDB_val& v) { return std::string_view(static_cast<const char*>(v.mv_data), v.mv_size); }
 
 struct TxnGuard {
   MDB_txn* txn = nullptr;
@@ -40,14 +38,14 @@ struct TxnGuard {
 };
 
 Status PutU64(MDB_txn* txn, MDB_dbi dbi, std::string_view key, uint64_t v) {
-  MDB_val k = Val(key), d{sizeof v, &v};
+  MDB_val k = ToVal(key), d{sizeof v, &v};
   int rc = mdb_put(txn, dbi, &k, &d, 0);
   return rc ? LmdbFailure(rc, "put meta") : Status::Ok();
 }
 
 // Reads a u64/u32 meta value; false when absent or of the wrong size.
 bool GetMeta(MDB_txn* txn, MDB_dbi dbi, std::string_view key, uint64_t* v, size_t size) {
-  MDB_val k = Val(key), d;
+  MDB_val k = ToVal(key), d;
   if (mdb_get(txn, dbi, &k, &d) != 0 || d.mv_size != size) return false;
   *v = 0;
   std::memcpy(v, d.mv_data, size);
@@ -211,7 +209,7 @@ Result<std::unique_ptr<MapReduceIndex>> MapReduceIndexImpl::OpenImpl(const std::
       if (rc) return LmdbFailure(rc, "drop");
     }
     uint32_t v = format::kFormatVersion;
-    MDB_val k = Val("format"), d{4, &v};
+    MDB_val k = ToVal("format"), d{4, &v};
     rc = mdb_put(g.txn, idx->meta_, &k, &d, 0);
     if (rc) return LmdbFailure(rc, "put meta");
     Status st = PutU64(g.txn, idx->meta_, "fingerprint", def->Fingerprint());
@@ -244,7 +242,7 @@ Status MapReduceIndexImpl::BumpMinMax(MDB_txn* txn, size_t reducer, std::string_
   mm_key_.append(key);
   if (in.kind == format::kNumInt) format::PutOrderedInt(mm_key_, in.i);
   else format::PutOrderedDouble(mm_key_, in.d);
-  MDB_val k = Val(mm_key_);
+  MDB_val k = ToVal(mm_key_);
   uint64_t one = 1;
   MDB_val d{8, &one};
   if (sign > 0) {
@@ -275,7 +273,7 @@ Status MapReduceIndexImpl::ApplyEntries(MDB_txn* txn, std::string_view record, i
   const char* p = record.data();
   const char* end = p + record.size();
   uint64_t n;
-  if (!format::GetVarint(p, end, &n)) return Status::Corruption("mapreduce index: bad document record");
+  if (!format::GetVarint(p, end, n)) return Status::Corruption("mapreduce index: bad document record");
   const auto& reducers = def_->reducers();
   size_t numeric = def_->numeric_reducers();
   NumInput inputs[64];
@@ -287,7 +285,7 @@ Status MapReduceIndexImpl::ApplyEntries(MDB_txn* txn, std::string_view record, i
   }
   for (uint64_t e = 0; e < n; ++e) {
     uint64_t klen;
-    if (!format::GetVarint(p, end, &klen) || uint64_t(end - p) < klen)
+    if (!format::GetVarint(p, end, klen) || uint64_t(end - p) < klen)
       return Status::Corruption("mapreduce index: bad document record");
     std::string_view key(p, klen);
     p += klen;
@@ -341,7 +339,7 @@ Status MapReduceIndexImpl::RecomputeMinMax(MDB_txn* txn, size_t reducer, std::st
   MDB_cursor* cur;
   int rc = mdb_cursor_open(txn, minmax_, &cur);
   if (rc) return LmdbFailure(rc, "cursor_open");
-  MDB_val k = Val(mm_key_), d;
+  MDB_val k = ToVal(mm_key_), d;
   rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
   if (is_max) {
     if (rc == 0) rc = mdb_cursor_get(cur, &k, &d, MDB_PREV);
@@ -349,7 +347,7 @@ Status MapReduceIndexImpl::RecomputeMinMax(MDB_txn* txn, size_t reducer, std::st
   }
   slot[0] = 0;
   if (rc == 0) {
-    std::string_view found = View(k);
+    std::string_view found = FromVal(k);
     if (found.size() == prefix + format::kOrderedNumberBytes &&
         std::memcmp(found.data(), mm_key_.data(), prefix) == 0) {
       slot[0] = 1;
@@ -379,7 +377,7 @@ Status MapReduceIndexImpl::FlushDeltas(MDB_txn* txn) {
       if (sums[r].n != 0 || sums[r].isum != 0 || sums[r].dsum != 0 || sums[r].dcomp != 0 || sums[r].nd != 0)
         sums_zero = false;
     if (delta.count == 0 && sums_zero && !delta.minmax_dirty) continue;
-    MDB_val k = Val(key), d;
+    MDB_val k = ToVal(key), d;
     int rc = mdb_get(txn, rows_, &k, &d);
     if (rc == 0) {
       if (d.mv_size != row_bytes_) return Status::Corruption("mapreduce index: row of the wrong size");
@@ -452,7 +450,7 @@ Status MapReduceIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t
   };
   for (const DocChange& ch : batch) {
     format::DocKey(ch.id, &doc_key_);
-    MDB_val k = Val(doc_key_), d;
+    MDB_val k = ToVal(doc_key_), d;
     rc = mdb_get(g.txn, docs_, &k, &d);
     bool had = rc == 0;
     if (rc != 0 && rc != MDB_NOTFOUND) return fail(LmdbFailure(rc, "get doc"));
@@ -474,12 +472,12 @@ Status MapReduceIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t
     if (!new_rec_.empty()) {
       Status st = ApplyEntries(g.txn, new_rec_, +1);
       if (!st.ok()) return fail(st);
-      k = Val(doc_key_);
-      MDB_val v = Val(new_rec_);
+      k = ToVal(doc_key_);
+      MDB_val v = ToVal(new_rec_);
       rc = mdb_put(g.txn, docs_, &k, &v, 0);
       if (rc) return fail(LmdbFailure(rc, "put doc"));
     } else if (had) {
-      k = Val(doc_key_);
+      k = ToVal(doc_key_);
       rc = mdb_del(g.txn, docs_, &k, nullptr);
       if (rc) return fail(LmdbFailure(rc, "del doc"));
     }

@@ -70,13 +70,6 @@ bool ParseNumber(std::string_view s, Value* out) {
   return false;
 }
 
-int CompareNum(const Value& a, const Value& b) {
-  if (a.type == ValueType::kInt && b.type == ValueType::kInt) return a.i < b.i ? -1 : (a.i > b.i ? 1 : 0);
-  long double x = a.type == ValueType::kInt ? (long double)a.i : (long double)a.d;
-  long double y = b.type == ValueType::kInt ? (long double)b.i : (long double)b.d;
-  return x < y ? -1 : (x > y ? 1 : 0);
-}
-
 int Rank(const Value& v) {
   switch (v.type) {
     case ValueType::kMissing: case ValueType::kNull: return 0;
@@ -92,7 +85,7 @@ int Collate(const Value& a, const Value& b) {
   if (ra != rb) return ra < rb ? -1 : 1;
   switch (ra) {
     case 1: return int(a.b) - int(b.b);
-    case 2: return CompareNum(a, b);
+    case 2: return CompareNumbers(a, b);
     case 3: {
       int c = a.s.compare(b.s);
       return c < 0 ? -1 : (c > 0 ? 1 : 0);
@@ -164,7 +157,7 @@ bool Matches(const Value& c, const Filter& f) {
     }
     case ValueType::kInt: case ValueType::kDouble:
       if (!f.has_num) return false;
-      cmp = CompareNum(c, f.num);
+      cmp = CompareNumbers(c, f.num);
       break;
     case ValueType::kBool:
       if (f.boolean < 0) return false;

@@ -113,13 +113,6 @@ size_t KeySpells(std::string_view key, const std::vector<std::string>& path, siz
   return 0;
 }
 
-uint64_t Fnv1a(std::string_view s, uint64_t h) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::optional<double> ParseIsoDate(std::string_view s, double* next) {
   int y = 0, mo = 1, d = 1, h = 0, mi = 0, sec = 0;
@@ -347,7 +340,7 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
   for (auto& f : def->fields_) (f.kind == FieldKind::kText ? def->text_ : def->numeric_).push_back(&f);
   canon += def->store_all_ ? "*" : "";
   for (auto& s : def->store_) canon += s + ",";
-  def->fingerprint_ = Fnv1a(canon);
+  def->fingerprint_ = Fnv1a64(canon);
   // The top-level fields read: each path's first component and its dotted
   // prefixes (a key may hold dots, KeySpells); none listed: whole documents.
   if (!def->store_all_) {

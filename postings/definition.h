@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "analyzers/analyzer.h"
+#include "common/fnv1a.h"
 #include "postings/search_index.h"
 
 namespace corvid::postings {
@@ -129,7 +130,7 @@ void WriteStoredFields(const rapidjson::Value& doc, const std::vector<std::strin
 // when it has a fraction of a second (a point). Query ranges round with it.
 std::optional<double> ParseIsoDate(std::string_view s, double* next = nullptr);
 
-// FNV-1a, used for definition fingerprints.
-uint64_t Fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull);
+// Definition fingerprints are FNV-1a 64 (common/fnv1a.h).
+using corvid::Fnv1a64;
 
 }  // namespace corvid::postings

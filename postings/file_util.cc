@@ -22,8 +22,6 @@ inline uint64_t Round(uint64_t acc, uint64_t in) {
   return acc * kP1;
 }
 
-Status Errno(const std::string& what) { return Status::IOError(what + ": " + std::strerror(errno)); }
-
 }  // namespace
 
 // Four accumulators over 32-byte stripes (XXH64's round function), then the
@@ -56,75 +54,17 @@ uint64_t Checksum64(const void* data, size_t n) {
   return h;
 }
 
-Status FsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return Errno("open " + dir);
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Errno("fsync " + dir);
-  return Status::Ok();
-}
-
-Status WriteFileAtomic(const std::string& dir, const std::string& name, std::string_view data) {
-  std::string tmp = dir + "/" + name + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("open " + tmp);
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t w = ::write(fd, data.data() + off, data.size() - off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      Status s = Errno("write " + tmp);
-      ::close(fd);
-      return s;
-    }
-    off += static_cast<size_t>(w);
-  }
-  if (::fdatasync(fd) != 0) {
-    Status s = Errno("fsync " + tmp);
-    ::close(fd);
-    return s;
-  }
-  ::close(fd);
-  std::string final_path = dir + "/" + name;
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return Errno("rename " + tmp);
-  return FsyncDir(dir);
-}
-
-Status ReadWholeFile(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT ? Status::NotFound(path) : Errno("open " + path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    return Errno("stat " + path);
-  }
-  out->resize(static_cast<size_t>(st.st_size));
-  size_t off = 0;
-  while (off < out->size()) {
-    ssize_t r = ::read(fd, out->data() + off, out->size() - off);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      ::close(fd);
-      return Errno("read " + path);
-    }
-    off += static_cast<size_t>(r);
-  }
-  ::close(fd);
-  return Status::Ok();
-}
-
 MappedFile::~MappedFile() {
   if (data_ != nullptr && size_ > 0) ::munmap(const_cast<char*>(data_), size_);
 }
 
 Result<MappedFile> MappedFile::Open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno("open " + path);
+  if (fd < 0) return ErrnoStatus("open " + path);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
-    return Errno("stat " + path);
+    return ErrnoStatus("stat " + path);
   }
   MappedFile m;
   m.size_ = static_cast<size_t>(st.st_size);
@@ -133,7 +73,7 @@ Result<MappedFile> MappedFile::Open(const std::string& path) {
     if (p == MAP_FAILED) {
       ::close(fd);
       m.size_ = 0;
-      return Errno("mmap " + path);
+      return ErrnoStatus("mmap " + path);
     }
     m.data_ = static_cast<const char*>(p);
   }

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/durable_file.h"
 #include "common/status.h"
 
 namespace corvid::postings {
@@ -100,9 +101,7 @@ T GetFixed(const char* p) {
 
 // Writes `data` to dir/name crash-safely: dir/name.tmp, fsync, rename over
 // dir/name, fsync dir. On error dir/name is unchanged.
-Status WriteFileAtomic(const std::string& dir, const std::string& name, std::string_view data);
-Status ReadWholeFile(const std::string& path, std::string* out);
-Status FsyncDir(const std::string& dir);
+// WriteFileAtomic, ReadWholeFile and FsyncDir: common/durable_file.h.
 
 // A read-only private memory map of a whole file. Movable, not copyable.
 class MappedFile {

@@ -9,6 +9,7 @@
 #include <cassert>
 #include <cstring>
 
+#include "common/varint.h"
 #include "storage/format.h"
 
 namespace corvid::storage::body {
@@ -33,26 +34,6 @@ ZSTD_CCtx* Cctx() {
 ZSTD_DCtx* Dctx() {
   thread_local std::unique_ptr<ZSTD_DCtx, DctxDeleter> d(ZSTD_createDCtx());
   return d.get();
-}
-
-void PutVarint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-// Reads a varint at *p (< end); false if it runs past end or is too long.
-bool GetVarint(const char*& p, const char* end, uint64_t& v) {
-  v = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
-    if (p == end) return false;
-    const auto b = static_cast<uint8_t>(*p++);
-    v |= uint64_t{b & 0x7fu} << shift;
-    if ((b & 0x80) == 0) return true;
-  }
-  return false;
 }
 
 // Appends one zstd frame of `text` (with the content checksum) to `out`,

@@ -707,22 +707,12 @@ std::optional<CollectionInfo> DocumentStore::Collection(std::string_view name) c
 
 uint64_t DocumentStore::LastEtag() const { return impl_->last_etag.load(std::memory_order_acquire); }
 
-uint64_t DocumentStore::WaitForEtagAfter(uint64_t after, std::chrono::steady_clock::time_point deadline) const {
-  std::unique_lock lock(impl_->signal_mu);
-  impl_->signal_cv.wait_until(lock, deadline, [&] { return impl_->last_etag.load() > after; });
-  return impl_->last_etag.load();
-}
-
 uint64_t DocumentStore::AddCommitListener(CommitListener listener) { return impl_->listeners.Add(std::move(listener)); }
 
 void DocumentStore::RemoveCommitListener(uint64_t handle) { impl_->listeners.Remove(handle); }
 
 void DocumentStore::Impl::Publish(uint64_t etag) {
-  {
-    std::lock_guard lock(signal_mu);  // orders the store before waiters' predicate checks
-    last_etag.store(etag, std::memory_order_release);
-  }
-  signal_cv.notify_all();
+  last_etag.store(etag, std::memory_order_release);
   listeners.Notify(etag);
 }
 

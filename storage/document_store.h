@@ -205,9 +205,6 @@ class DocumentStore {
   // The etag of the last durable write (0 for an empty store).
   uint64_t LastEtag() const;
 
-  // Blocks until LastEtag() > after or the deadline passes; returns
-  // LastEtag(). Woken by commits, never polls.
-  uint64_t WaitForEtagAfter(uint64_t after, std::chrono::steady_clock::time_point deadline) const;
 
   // Registers `listener`, called on the merger thread after every commit.
   // Listeners must be cheap and must not call back into the store's write

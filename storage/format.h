@@ -57,6 +57,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/fnv1a.h"
+
 namespace corvid::storage::format {
 
 inline constexpr uint32_t kFormatVersion = 2;
@@ -95,8 +97,7 @@ inline uint64_t GetLE(const char* p, int bytes) {
 
 // 64-bit FNV-1a with a murmur3 finalizer: stable forever (it is on disk).
 inline uint64_t IdHash(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  uint64_t h = Fnv1a64(s);
   h ^= h >> 33; h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull;
   h ^= h >> 33;

@@ -1,10 +1,14 @@
 // DocumentStore::Impl, shared by document_store.cc (open, reads) and
 // document_store_write.cc (the transaction merger). Internal to storage/.
 //
-// Guards: `queue_mu_` guards the write queue; `state_mu_` guards the
-// in-memory collection table and the commit signal; LMDB serializes writers
-// itself (only the merger thread writes). Locks are never held across an
-// LMDB commit (fsync).
+// Guards (each member says what it guards): `queue_mu` the write queue;
+// `collections_mu` the in-memory collection table (written by the merger
+// after a commit); `dicts_mu` and `samplers_mu` the compression
+// dictionaries and their samples; `log_mu` the cluster log position;
+// `stats_mu` the counters. LMDB serializes
+// writers itself (only the merger thread writes). The one lock held across
+// an LMDB commit (its fsync) is `commit_gate`, which only a backup's
+// snapshot (BeginSnapshotCopy) waits for.
 #pragma once
 
 #include <lmdb.h>
@@ -57,12 +61,6 @@ class ReadTxn {
   Status status_;
 };
 
-inline MDB_val ToVal(std::string_view s) {
-  return MDB_val{s.size(), const_cast<char*>(s.data())};
-}
-inline std::string_view FromVal(const MDB_val& v) {
-  return {static_cast<const char*>(v.mv_data), v.mv_size};
-}
 
 // A queued write request with its bodies already encoded (compressed).
 // A purge of tombstones (DocumentStore::PurgeTombstones), run by the
@@ -154,8 +152,6 @@ class DocumentStore::Impl {
   uint32_t next_collection = 1;  // merger thread only
 
   // The commit signal.
-  mutable std::mutex signal_mu;
-  mutable std::condition_variable signal_cv;
   std::atomic<uint64_t> last_etag{0};
   // Held by the merger from a commit until its etag is published, and by
   // BeginSnapshotCopy while the copy's read snapshot is taken: the copy's

@@ -19,6 +19,7 @@
 #include "postings/fuzzy.h"
 #include "postings/snapshot.h"
 
+using namespace corvid;
 using namespace corvid::postings;
 using Clock = std::chrono::steady_clock;
 

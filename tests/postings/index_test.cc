@@ -82,23 +82,23 @@ TEST_CASE("definition fingerprints: pinned, and an analyzer revision changes the
   const auto standard = Def(R"({"type":"search","collection":"a","fields":{"t":{}}})");
   const auto folding = Def(R"({"type":"search","collection":"a","fields":{"t":{"analyzer":"folding"}}})");
   CHECK(standard->Fingerprint() == 16432280050948639561ull);
-  CHECK(standard->Fingerprint() == Fnv1a("search|a|t:0:standard:1.000000:0;"));  // revision 1 adds nothing
+  CHECK(standard->Fingerprint() == Fnv1a64("search|a|t:0:standard:1.000000:0;"));  // revision 1 adds nothing
   CHECK(folding->Fingerprint() == 15574743535756568409ull);
-  CHECK(folding->Fingerprint() != Fnv1a("search|a|t:0:folding:1.000000:0;"));  // what revision 1 had
+  CHECK(folding->Fingerprint() != Fnv1a64("search|a|t:0:folding:1.000000:0;"));  // what revision 1 had
   // keyword 2 indexes "" (it made no term of it); a dotted path reads keys
   // holding dots: both rebuild the indexes they describe.
   CHECK(Def(R"({"type":"search","collection":"a","fields":{"t":{"analyzer":"keyword"}}})")->Fingerprint() !=
-        Fnv1a("search|a|t:0:keyword:1.000000:0;"));
+        Fnv1a64("search|a|t:0:keyword:1.000000:0;"));
   CHECK(Def(R"({"type":"search","collection":"a","fields":{"a.b":{}}})")->Fingerprint() !=
-        Fnv1a("search|a|a.b:0:standard:1.000000:0;"));
+        Fnv1a64("search|a|a.b:0:standard:1.000000:0;"));
   CHECK(Def(R"({"type":"search","collection":"a","fields":{"ab":{}}})")->Fingerprint() ==
-        Fnv1a("search|a|ab:0:standard:1.000000:0;"));
+        Fnv1a64("search|a|ab:0:standard:1.000000:0;"));
   // A number field holds integers beyond 2^53 exactly: its older segments,
   // which held doubles, rebuild. A date field's do not.
   CHECK(Def(R"({"type":"search","collection":"a","fields":{"n":{"type":"number"}}})")->Fingerprint() !=
-        Fnv1a("search|a|n:1::1.000000:0;"));
+        Fnv1a64("search|a|n:1::1.000000:0;"));
   CHECK(Def(R"({"type":"search","collection":"a","fields":{"n":{"type":"date"}}})")->Fingerprint() ==
-        Fnv1a("search|a|n:2::1.000000:0;"));
+        Fnv1a64("search|a|n:2::1.000000:0;"));
 }
 
 TEST_CASE("ISO-8601 dates", "[postings]") {

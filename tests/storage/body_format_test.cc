@@ -81,11 +81,6 @@ std::string Numbered(std::string_view prefix, uint64_t n) {
   return s;
 }
 
-uint64_t Fnv1a64(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 // ---------------------------------------------------------------------------
 // JSON text generators.

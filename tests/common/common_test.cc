@@ -1,0 +1,94 @@
+// The helpers every component shares (common/): fixed values for the ones
+// whose output is on disk, so that no refactoring changes a format.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "common/durable_file.h"
+#include "common/fnv1a.h"
+#include "common/log.h"
+#include "common/varint.h"
+
+using namespace corvid;
+
+TEST_CASE("Fnv1a64 keeps the values on disk") {
+  // Not the published FNV-1a vectors (its offset basis is one digit short,
+  // common/fnv1a.h): the values every store and fingerprint holds.
+  CHECK(Fnv1a64("") == 0x14650fb0739d0383ull);
+  CHECK(Fnv1a64("a") == 0x44bd8ad473cd9906ull);
+  CHECK(Fnv1a64("foobar") == 0x88fad7c0a8ff07f2ull);
+  // Continued: the hash of a concatenation.
+  CHECK(Fnv1a64("bar", Fnv1a64("foo")) == Fnv1a64("foobar"));
+  static_assert(Fnv1a64("") == kFnv1a64Offset);
+}
+
+TEST_CASE("WriteFileAtomic replaces a file whole; ReadWholeFile reads it") {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("corvid-common-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string got;
+  Status missing = ReadWholeFile(dir + "/f", &got);
+  CHECK(missing.code() == StatusCode::kNotFound);
+  CHECK(missing.message() == dir + "/f");  // callers compare it
+  REQUIRE(WriteFileAtomic(dir, "f", "first").ok());
+  REQUIRE(ReadWholeFile(dir + "/f", &got).ok());
+  CHECK(got == "first");
+  const std::string big(3 << 20, 'x');
+  REQUIRE(WriteFileAtomic(dir, "f", big).ok());
+  REQUIRE(ReadWholeFile(dir + "/f", &got).ok());
+  CHECK(got == big);
+  CHECK_FALSE(std::filesystem::exists(dir + "/f.tmp"));
+  REQUIRE(WriteFileAtomic(dir, "f", "").ok());
+  REQUIRE(ReadWholeFile(dir + "/f", &got).ok());
+  CHECK(got.empty());
+  // A directory that is not there: an error, nothing written.
+  CHECK_FALSE(WriteFileAtomic(dir + "/nowhere", "f", "x").ok());
+  CHECK(FsyncDir(dir).ok());
+  CHECK_FALSE(FsyncDir(dir + "/nowhere").ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("log levels and formats parse; RateLimit lets a burst through, then counts") {
+  logging::Level level;
+  logging::Format format;
+  CHECK(logging::ParseLevel("warn", level));
+  CHECK(level == logging::Level::kWarn);
+  CHECK_FALSE(logging::ParseLevel("loud", level));
+  CHECK(logging::ParseFormat("json", format));
+  CHECK(format == logging::Format::kJson);
+  CHECK_FALSE(logging::ParseFormat("xml", format));
+  logging::RateLimit limit(3, std::chrono::hours(1));
+  uint64_t suppressed = 99;
+  for (int i = 0; i < 3; ++i) {
+    CHECK(limit.Allow(suppressed));
+    CHECK(suppressed == 0);
+  }
+  for (int i = 0; i < 5; ++i) CHECK_FALSE(limit.Allow(suppressed));
+}
+
+TEST_CASE("varints are LEB128, up to 64 bits") {
+  std::string out;
+  PutVarint(out, 0);
+  PutVarint(out, 127);
+  PutVarint(out, 128);
+  PutVarint(out, 300);
+  PutVarint(out, UINT64_MAX);
+  CHECK(out == std::string("\x00\x7f\x80\x01\xac\x02", 6) + std::string(9, '\xff') + "\x01");
+  const char* p = out.data();
+  const char* end = out.data() + out.size();
+  for (uint64_t want : {uint64_t{0}, uint64_t{127}, uint64_t{128}, uint64_t{300}, UINT64_MAX}) {
+    uint64_t v = 1;
+    REQUIRE(GetVarint(p, end, v));
+    CHECK(v == want);
+  }
+  CHECK(p == end);
+  uint64_t v;
+  const std::string cut = "\x80\x80";
+  p = cut.data();
+  CHECK_FALSE(GetVarint(p, cut.data() + cut.size(), v));  // runs past the end
+  const std::string long_one(11, '\x80');
+  p = long_one.data();
+  CHECK_FALSE(GetVarint(p, long_one.data() + long_one.size(), v));  // more than 64 bits
+}
