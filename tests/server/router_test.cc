@@ -734,6 +734,13 @@ TEST_CASE("router: API key", "[server]") {
   CHECK(fx.Call("GET", "/health").status == 200);
   CHECK(fx.Call("HEAD", "/health").status == 200);
   CHECK(ErrorCode(fx.Call("POST", "/health")) == "unauthorized");  // only GET /health is open
+  // ... and the web console's files (API.md, Web console): they hold no data.
+  CHECK(fx.Call("GET", "/").status == 200);
+  CHECK(fx.Call("GET", "/ui/console.js").status == 200);
+  CHECK(ErrorCode(fx.Call("GET", "/ui/absent.js")) == "not_found");
+  CHECK(ErrorCode(fx.Call("POST", "/")) == "unauthorized");
+  CHECK(ErrorCode(fx.Call("GET", "/ui")) == "unauthorized");
+  CHECK(ErrorCode(fx.Call("GET", "/ui/a/b")) == "unauthorized");
   Response missing = fx.Call("GET", "/collections");
   CHECK(ErrorCode(missing) == "unauthorized");
   CHECK(missing.www_authenticate == "Bearer");
@@ -785,8 +792,12 @@ TEST_CASE("router: Admit decides from the header alone, before any body", "[serv
   CHECK(bad->status == 403);
   REQUIRE(fx.router->Admit("PUT", "/docs/c/1", &basic));
   CHECK(fx.router->Admit("PUT", "/docs/c/1", &basic)->status == 401);
-  // GET /health needs no key, however it is spelt; nothing else is open.
+  // GET /health needs no key, however it is spelt, and nor do the
+  // console's files; nothing else is open.
   CHECK_FALSE(fx.router->Admit("GET", "/health", nullptr));
+  CHECK_FALSE(fx.router->Admit("GET", "/", nullptr));
+  CHECK_FALSE(fx.router->Admit("GET", "/ui/console.css", nullptr));
+  CHECK(fx.router->Admit("PUT", "/ui/console.css", nullptr));
   CHECK_FALSE(fx.router->Admit("GET", "/%68ealth", nullptr));
   CHECK_FALSE(fx.router->Admit("HEAD", "/health", nullptr));
   CHECK(fx.router->Admit("POST", "/health", nullptr));
@@ -798,7 +809,7 @@ TEST_CASE("router: Admit decides from the header alone, before any body", "[serv
   m.has_authorization = true;
   m.authorization = right;
   const std::string text = fx.Call(m).body;
-  CHECK(text.find("corvid_requests_rejected_total{reason=\"unauthenticated\"} 6") != std::string::npos);
+  CHECK(text.find("corvid_requests_rejected_total{reason=\"unauthenticated\"} 7") != std::string::npos);
   CHECK(text.find("corvid_internal_errors_total{where=\"handler\"}") != std::string::npos);
 }
 
