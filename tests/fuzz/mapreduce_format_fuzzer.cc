@@ -1,5 +1,5 @@
 // mapreduce_format: the byte decoders of the map/reduce index's stored
-// formats that mapreduce/format.h exposes (GetVarint, GetNumberBody,
+// formats that mapreduce/format.h exposes (GetVarint from common/varint.h, GetNumberBody,
 // FromOrderedDoubleBits, GetBE64) on arbitrary bytes, with their encoders'
 // round trips. (The group-key decoder proper, DecodeComponent, is internal
 // to mapreduce/query.cc; the router target reaches it through /results.)
@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const char* p = begin; p < end;) {
     const char* at = p;
     uint64_t v = 0;
-    if (!fmt::GetVarint(p, end, &v)) break;
+    if (!fmt::GetVarint(p, end, v)) break;
     FUZZ_CHECK(p > at && p <= end);
     std::string again;
     fmt::PutVarint(again, v);
