@@ -277,8 +277,8 @@ async function indexPage(token) {
         el('td', {}, e.message), el('td', { class: 'muted' }, e.at || ''))))
       : el('p', { class: 'muted' }, 'No errors.'),
     el('h2', {}, 'Definition'), el('pre', { id: 'definition' }, JSON.stringify(data.definition, null, 2)),
-    data.replacing_definition || data.replacingDefinition ? el('h2', {}, 'Replacing with') : null,
-    data.replacing ? el('pre', {}, JSON.stringify(data.replacing.definition || data.replacingDefinition || {}, null, 2)) : null);
+    data.replacing ? el('h2', {}, 'Replacing with (building beside the current definition)') : null,
+    data.replacing ? el('pre', { id: 'replacing-definition' }, JSON.stringify(data.replacing.definition || {}, null, 2)) : null);
   poll(() => route(), data.state === 'indexing' || data.backlog > 0 ? 500 : 1000);
 }
 
