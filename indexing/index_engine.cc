@@ -95,6 +95,19 @@ Result<std::string> ReadFile(const fs::path& path) {
   return out;
 }
 
+// A version's definition.json, read and compiled (its text kept).
+struct LoadedDefinition {
+  std::string json;
+  CompiledDefinition def;
+};
+Result<LoadedDefinition> ReadDefinition(const fs::path& path) {
+  auto json = ReadFile(path);
+  if (!json.ok()) return json.status();
+  auto def = CompileDefinition(*json);
+  if (!def.ok()) return def.status();
+  return LoadedDefinition{std::move(*json), std::move(*def)};
+}
+
 bool SameJson(std::string_view a, std::string_view b) {
   rapidjson::Document da, db;
   da.Parse(a.data(), a.size());
@@ -628,16 +641,15 @@ class IndexEngine::Impl {
     // index out (its files are kept for the operator) instead of stopping
     // the server; PUT the definition again to rebuild it.
     const fs::path path = VersionDir(top, k) / "definition.json";
-    auto json = ReadFile(path);
-    auto def = json.ok() ? CompileDefinition(*json) : Result<CompiledDefinition>(json.status());
-    if (!def.ok()) {
+    auto loaded = ReadDefinition(path);
+    if (!loaded.ok()) {
       logging::Error("index.definition_damaged",
-                     path.string() + " is missing or damaged (" + def.status().ToString() +
+                     path.string() + " is missing or damaged (" + loaded.status().ToString() +
                          "); the index is left out until its definition is PUT again",
                      {{"index", name}});
-      return Status::InvalidArgument(def.status().message());
+      return Status::InvalidArgument(loaded.status().message());
     }
-    return MakeSlot(name, *json, std::move(*def), VersionDir(top, k));
+    return MakeSlot(name, loaded->json, std::move(loaded->def), VersionDir(top, k));
   }
 
   Status LoadAll() {
@@ -933,14 +945,13 @@ Status IndexEngine::Verify(const std::string& dir, VerifyReport& report) {
       const fs::path vdir = Impl::VersionDir(top, k);
       std::string label = "index " + name;
       if (k != 0 && (versions.size() > 1 || current != k)) label += " (v" + std::to_string(k) + (current == k ? ", current)" : ")");
-      auto json = ReadFile(vdir / "definition.json");
-      auto def = json.ok() ? CompileDefinition(*json) : Result<CompiledDefinition>(json.status());
-      if (!def.ok()) {
+      auto loaded = ReadDefinition(vdir / "definition.json");
+      if (!loaded.ok()) {
         report.damaged.push_back(label + ": " + (vdir / "definition.json").string() + " is missing or damaged (" +
-                                 def.status().ToString() + "); PUT the definition again to rebuild the index");
+                                 loaded.status().ToString() + "); PUT the definition again to rebuild the index");
         continue;
       }
-      if (Status s = def->verify((vdir / "state").string(), label, report); !s.ok()) return s;
+      if (Status s = loaded->def.verify((vdir / "state").string(), label, report); !s.ok()) return s;
     }
   }
   return Status::Ok();

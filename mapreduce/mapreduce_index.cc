@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cstring>
 #include <filesystem>
 
@@ -78,6 +79,17 @@ void EncodeDocRecord(const MappedDoc& mapped, size_t numeric, std::string* out) 
   }
 }
 
+// The state's named databases, in the order OpenImpl binds them.
+constexpr const char* kDbNames[] = {"meta", "rows", "docs", "minmax"};
+
+// Whether the state's meta says it is in this format, for this definition
+// (by fingerprint), and through which etag; false: fresh, foreign or stale.
+static bool StateMatches(MDB_txn* txn, MDB_dbi meta, uint64_t fingerprint, uint64_t* etag) {
+  uint64_t fmt = 0, fp = 0;
+  return GetMeta(txn, meta, "format", &fmt, 4) && fmt == format::kFormatVersion &&
+         GetMeta(txn, meta, "fingerprint", &fp, 8) && fp == fingerprint && GetMeta(txn, meta, "through_etag", etag, 8);
+}
+
 Result<std::unique_ptr<MapReduceIndex>> MapReduceIndex::Open(const std::string& dir,
                                                              std::shared_ptr<const Definition> definition) {
   auto impl = std::dynamic_pointer_cast<const DefinitionImpl>(definition);
@@ -111,19 +123,18 @@ Status MapReduceIndex::Verify(const std::string& dir, const Definition& definiti
   if (st.ok()) st = CheckLmdbFile(env, dir);
   if (st.ok()) st = LmdbFailure(mdb_txn_begin(env, nullptr, MDB_RDONLY, &g.txn), "txn_begin");
   // Every page of every database, as LMDB walks them.
-  uint64_t entries[4] = {0, 0, 0, 0};
+  uint64_t entries[std::size(kDbNames)] = {};
   MDB_dbi meta = 0;
-  const char* names[] = {"meta", "rows", "docs", "minmax"};
-  for (int i = 0; i < 4 && st.ok(); ++i) {
+  for (size_t i = 0; i < std::size(kDbNames) && st.ok(); ++i) {
     MDB_dbi dbi = 0;
-    st = LmdbFailure(mdb_dbi_open(g.txn, names[i], 0, &dbi), std::string("open db ") + names[i]);
+    st = LmdbFailure(mdb_dbi_open(g.txn, kDbNames[i], 0, &dbi), std::string("open db ") + kDbNames[i]);
     if (i == 0) meta = dbi;
     MDB_cursor* cur = nullptr;
     if (st.ok()) st = LmdbFailure(mdb_cursor_open(g.txn, dbi, &cur), "cursor");
     MDB_val k, v;
     if (st.ok()) {
       for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) ++entries[i];
-      if (rc != MDB_NOTFOUND) st = LmdbFailure(rc, std::string("walk db ") + names[i]);
+      if (rc != MDB_NOTFOUND) st = LmdbFailure(rc, std::string("walk db ") + kDbNames[i]);
     }
     if (cur) mdb_cursor_close(cur);
   }
@@ -131,10 +142,9 @@ Status MapReduceIndex::Verify(const std::string& dir, const Definition& definiti
     report.damaged.push_back(label + ": " + st.ToString());
     return Status::Ok();
   }
-  uint64_t fmt = 0, fp = 0, etag = 0;
+  uint64_t etag = 0;
   const auto* def = dynamic_cast<const DefinitionImpl*>(&definition);
-  if (!GetMeta(g.txn, meta, "format", &fmt, 4) || fmt != format::kFormatVersion || !GetMeta(g.txn, meta, "fingerprint", &fp, 8) ||
-      !def || fp != def->Fingerprint() || !GetMeta(g.txn, meta, "through_etag", &etag, 8)) {
+  if (!def || !StateMatches(g.txn, meta, def->Fingerprint(), &etag)) {
     report.notes.push_back(label + ": written in another format or for another definition; the server rebuilds it");
     return Status::Ok();
   }
@@ -190,19 +200,14 @@ Result<std::unique_ptr<MapReduceIndex>> MapReduceIndexImpl::OpenImpl(const std::
   TxnGuard g;
   int rc = mdb_txn_begin(idx->env_, nullptr, 0, &g.txn);
   if (rc) return LmdbFailure(rc, "txn_begin");
-  struct {
-    const char* name;
-    MDB_dbi* dbi;
-  } dbs[] = {{"meta", &idx->meta_}, {"rows", &idx->rows_}, {"docs", &idx->docs_}, {"minmax", &idx->minmax_}};
-  for (auto& d : dbs) {
-    rc = mdb_dbi_open(g.txn, d.name, MDB_CREATE, d.dbi);
-    if (rc) return LmdbFailure(rc, std::string("open db ") + d.name);
+  MDB_dbi* dbis[] = {&idx->meta_, &idx->rows_, &idx->docs_, &idx->minmax_};  // kDbNames' order
+  static_assert(std::size(dbis) == std::size(kDbNames));
+  for (size_t i = 0; i < std::size(kDbNames); ++i) {
+    rc = mdb_dbi_open(g.txn, kDbNames[i], MDB_CREATE, dbis[i]);
+    if (rc) return LmdbFailure(rc, std::string("open db ") + kDbNames[i]);
   }
-  uint64_t fmt = 0, fp = 0, etag = 0;
-  bool have_fmt = GetMeta(g.txn, idx->meta_, "format", &fmt, 4);
-  bool have_fp = GetMeta(g.txn, idx->meta_, "fingerprint", &fp, 8);
-  bool have_etag = GetMeta(g.txn, idx->meta_, "through_etag", &etag, 8);
-  if (!have_fmt || fmt != format::kFormatVersion || !have_fp || fp != def->Fingerprint() || !have_etag) {
+  uint64_t etag = 0;
+  if (!StateMatches(g.txn, idx->meta_, def->Fingerprint(), &etag)) {
     // Fresh, foreign or stale state: start over from etag 0.
     for (MDB_dbi dbi : {idx->rows_, idx->docs_, idx->minmax_, idx->meta_}) {
       rc = mdb_drop(g.txn, dbi, 0);

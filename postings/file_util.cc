@@ -54,31 +54,4 @@ uint64_t Checksum64(const void* data, size_t n) {
   return h;
 }
 
-MappedFile::~MappedFile() {
-  if (data_ != nullptr && size_ > 0) ::munmap(const_cast<char*>(data_), size_);
-}
-
-Result<MappedFile> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open " + path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    return ErrnoStatus("stat " + path);
-  }
-  MappedFile m;
-  m.size_ = static_cast<size_t>(st.st_size);
-  if (m.size_ > 0) {
-    void* p = ::mmap(nullptr, m.size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      ::close(fd);
-      m.size_ = 0;
-      return ErrnoStatus("mmap " + path);
-    }
-    m.data_ = static_cast<const char*>(p);
-  }
-  ::close(fd);
-  return m;
-}
-
 }  // namespace corvid::postings

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/durable_file.h"
+#include "common/mapped_file.h"
 #include "common/status.h"
 
 namespace corvid::postings {
@@ -99,25 +100,7 @@ T GetFixed(const char* p) {
   return v;
 }
 
-// Writes `data` to dir/name crash-safely: dir/name.tmp, fsync, rename over
-// dir/name, fsync dir. On error dir/name is unchanged.
-// WriteFileAtomic, ReadWholeFile and FsyncDir: common/durable_file.h.
-
-// A read-only private memory map of a whole file. Movable, not copyable.
-class MappedFile {
- public:
-  MappedFile() = default;
-  ~MappedFile();
-  MappedFile(MappedFile&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr; o.size_ = 0; }
-  MappedFile& operator=(MappedFile&&) = delete;
-  MappedFile(const MappedFile&) = delete;
-  static Result<MappedFile> Open(const std::string& path);
-  const char* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  const char* data_ = nullptr;
-  size_t size_ = 0;
-};
+// Crash-safe small files (WriteFileAtomic, ReadWholeFile, FsyncDir):
+// common/durable_file.h. MappedFile: common/mapped_file.h.
 
 }  // namespace corvid::postings

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -26,6 +27,43 @@
 #include "storage/document_store.h"
 
 namespace corvid::cli {
+
+std::string BarText(double fraction, int width) {
+  const int fill = std::clamp(int(std::clamp(fraction, 0.0, 1.0) * width), 0, width);
+  return std::string(size_t(fill), '#') + std::string(size_t(width - fill), '.');
+}
+
+ProgressLine::ProgressLine(std::string what, uint64_t total_bytes)
+    : what_(std::move(what)), total_(total_bytes), tty_(::isatty(2) == 1), start_(std::chrono::steady_clock::now()) {}
+
+void ProgressLine::Update(uint64_t bytes, uint64_t docs, bool final) {
+  if (!tty_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!final && now - last_ < std::chrono::milliseconds(100)) return;
+  last_ = now;
+  const double secs = std::chrono::duration<double>(now - start_).count();
+  const double mb = double(bytes) / 1e6;
+  std::string line = "\r" + what_;
+  char buf[160];
+  if (total_ > 0) {
+    const double frac = std::min(1.0, double(bytes) / double(total_));
+    const double eta = frac > 0 && frac < 1 ? secs * (1 - frac) / frac : 0;
+    std::snprintf(buf, sizeof buf, " [%s] %3d%% %.1f/%.1f MB, ETA %.0f s", BarText(frac, 28).c_str(), int(frac * 100), mb,
+                  double(total_) / 1e6, eta);
+  } else {
+    std::snprintf(buf, sizeof buf, " %.1f MB", mb);
+  }
+  line += buf;
+  std::snprintf(buf, sizeof buf, ", %.0f MB/s", secs > 0 ? mb / secs : 0.0);
+  line += buf;
+  if (docs > 0) {
+    std::snprintf(buf, sizeof buf, ", %.0f docs/s", secs > 0 ? double(docs) / secs : 0.0);
+    line += buf;
+  }
+  line += "   ";
+  if (final) line += "\n";
+  std::fputs(line.c_str(), stderr);
+}
 
 namespace {
 
@@ -119,8 +157,9 @@ void PrintTable(const std::vector<std::string>& header, const std::vector<std::v
 
 // ---- export ----------------------------------------------------------------
 
-// Finds, in one page of GET /docs/{c}, each result's id and the exact text
-// of its "doc" (SAX with offsets: numbers stay as the server wrote them).
+// Turns one page of GET /docs/{c} into NDJSON lines: each result's "doc"
+// exactly as the server wrote it (SAX with offsets, so numbers stay as
+// they are), with its id put first where the document has no "id".
 struct PageScan : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, PageScan> {
   rapidjson::StringStream* is = nullptr;
   const char* base = nullptr;
@@ -130,7 +169,8 @@ struct PageScan : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, PageScan> {
   size_t doc_start = 0;
   std::string entry_id, next;
   bool has_next = false;
-  std::vector<std::pair<std::string, std::string>> docs;  // (id, text with an "id")
+  std::string lines;  // the page's NDJSON
+  uint64_t docs = 0;
   bool Default() { return true; }
   bool Key(const char* s, rapidjson::SizeType n, bool) {
     key.assign(s, n);
@@ -157,16 +197,11 @@ struct PageScan : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, PageScan> {
   bool EndObject(rapidjson::SizeType) {
     if (depth == 4 && in_doc) {
       in_doc = false;
-      std::string text(base + doc_start, is->Tell() - doc_start);
-      if (!doc_has_id) {
-        rapidjson::StringBuffer sb;
-        rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-        w.String(entry_id.data(), rapidjson::SizeType(entry_id.size()));
-        std::string rest = text.substr(1);
-        const bool empty = rest.find_first_not_of(" \t\r\n") == rest.find('}');
-        text = "{\"id\":" + std::string(sb.GetString(), sb.GetSize()) + (empty ? "" : ",") + rest;
-      }
-      docs.emplace_back(entry_id, std::move(text));
+      const std::string_view text(base + doc_start, is->Tell() - doc_start);
+      if (doc_has_id) lines.append(text);
+      else AppendWithIdFirst(text, entry_id, lines);
+      lines.push_back('\n');
+      ++docs;
     }
     --depth;
     return true;
@@ -214,15 +249,12 @@ int Export(const Remote& remote, const std::string& collection, const std::strin
       std::fprintf(stderr, "corvid: export: the server's page is not JSON\n");
       return 1;
     }
-    for (auto& [id, text] : scan.docs) {
-      text.push_back('\n');
-      if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) {
-        std::fprintf(stderr, "corvid: export: writing failed\n");
-        return 1;
-      }
-      ++docs;
-      bytes += text.size();
+    if (std::fwrite(scan.lines.data(), 1, scan.lines.size(), out) != scan.lines.size()) {
+      std::fprintf(stderr, "corvid: export: writing failed\n");
+      return 1;
     }
+    docs += scan.docs;
+    bytes += scan.lines.size();
     if (!scan.has_next) break;
     after = scan.next;
   }
@@ -255,9 +287,7 @@ bool DrawStatus(const rapidjson::Document& d, bool redraw, int& lines_drawn) {
     auto str = [&](const char* k) { return ix.HasMember(k) && ix[k].IsString() ? std::string(ix[k].GetString()) : ""; };
     const std::string state = str("state");
     const double progress = std::clamp(num("progress"), 0.0, 1.0);
-    const int width = 24;
-    std::string bar(size_t(progress * width), '#');
-    bar.resize(width, '.');
+    const std::string bar = BarText(progress, 24);
     const uint64_t errors =
         ix.HasMember("errors") && ix["errors"].IsObject() && ix["errors"].HasMember("count") ? ix["errors"]["count"].GetUint64() : 0;
     std::snprintf(buf, sizeof buf, "%-20s %-9s %-8s [%s] %5.1f%%  %llu/%llu  %.0f docs/s  ETA %s  %llu errors",
@@ -346,24 +376,36 @@ int IndexCommand(const Remote& remote, const std::string& action, const std::str
   return 0;
 }
 
-int Search(const Remote& remote, const std::string& index, const std::string& query, int limit, bool json) {
+// GETs `target` for a command that prints a table: the answer parsed
+// when it holds the array `member`, else nullopt with `rc` set - 1 when
+// the call failed, 0 when the answer was printed as it is (--json, or an
+// answer the table cannot show).
+std::optional<rapidjson::Document> QueryForTable(const Remote& remote, const std::string& target, const char* member,
+                                                bool json, int& rc) {
+  rc = 1;
   auto c = ConnectOrSay(remote);
-  if (!c) return 1;
-  auto body = Call(*c, "GET", "/indexes/" + server::PercentEncode(index) + "/search?q=" + server::PercentEncode(query) +
-                                  "&limit=" + std::to_string(limit));
-  if (!body) return 1;
-  if (json) {
-    std::printf("%s\n", body->c_str());
-    return 0;
-  }
+  if (!c) return std::nullopt;
+  auto body = Call(*c, "GET", target);
+  if (!body) return std::nullopt;
+  rc = 0;
   rapidjson::Document d;
-  d.Parse(body->c_str());
-  if (d.HasParseError() || !d.IsObject() || !d.HasMember("hits")) {
+  if (!json) d.Parse(body->c_str());
+  if (json || d.HasParseError() || !d.IsObject() || !d.HasMember(member) || !d[member].IsArray()) {
     std::printf("%s\n", body->c_str());
-    return 0;
+    return std::nullopt;
   }
+  return d;
+}
+
+int Search(const Remote& remote, const std::string& index, const std::string& query, int limit, bool json) {
+  int rc;
+  auto d = QueryForTable(remote, "/indexes/" + server::PercentEncode(index) + "/search?q=" + server::PercentEncode(query) +
+                                     "&limit=" + std::to_string(limit),
+                         "hits", json, rc);
+  if (!d) return rc;
   std::vector<std::vector<std::string>> rows;
-  for (const auto& h : d["hits"].GetArray()) {
+  for (const auto& h : (*d)["hits"].GetArray()) {
+    if (!h.IsObject()) continue;
     std::vector<std::string> row{h.HasMember("id") ? Cell(h["id"]) : "", h.HasMember("score") ? Cell(h["score"]) : ""};
     std::string rest;
     auto add = [&](const std::string& k, const rapidjson::Value& v) { rest += (rest.empty() ? "" : " ") + k + "=" + Cell(v); };
@@ -380,31 +422,22 @@ int Search(const Remote& remote, const std::string& index, const std::string& qu
     rows.push_back(std::move(row));
   }
   PrintTable({"ID", "SCORE", "FIELDS"}, rows);
-  std::printf("%s of %s hits%s\n", std::to_string(rows.size()).c_str(), Cell(d["total"]).c_str(),
-              d.HasMember("stale") && d["stale"].IsTrue() ? " (stale: the index is still catching up)" : "");
+  std::printf("%s of %s hits%s\n", std::to_string(rows.size()).c_str(),
+              d->HasMember("total") ? Cell((*d)["total"]).c_str() : "?",
+              d->HasMember("stale") && (*d)["stale"].IsTrue() ? " (stale: the index is still catching up)" : "");
   return 0;
 }
 
 int Results(const Remote& remote, const std::string& index, int group_level, bool json) {
-  auto c = ConnectOrSay(remote);
-  if (!c) return 1;
   std::string target = "/indexes/" + server::PercentEncode(index) + "/results?limit=10000";
   if (group_level >= 0) target += "&groupLevel=" + std::to_string(group_level);
-  auto body = Call(*c, "GET", target);
-  if (!body) return 1;
-  if (json) {
-    std::printf("%s\n", body->c_str());
-    return 0;
-  }
-  rapidjson::Document d;
-  d.Parse(body->c_str());
-  if (d.HasParseError() || !d.IsObject() || !d.HasMember("rows") || !d["rows"].IsArray()) {
-    std::printf("%s\n", body->c_str());
-    return 0;
-  }
+  int rc;
+  auto d = QueryForTable(remote, target, "rows", json, rc);
+  if (!d) return rc;
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
-  for (const auto& r : d["rows"].GetArray()) {
+  for (const auto& r : (*d)["rows"].GetArray()) {
+    if (!r.IsObject()) continue;
     if (header.empty())
       for (const auto& m : r.GetObject()) header.emplace_back(m.name.GetString());
     std::vector<std::string> row;
@@ -418,36 +451,12 @@ int Results(const Remote& remote, const std::string& index, int group_level, boo
 
 // ---- backup, restore, verify -------------------------------------------------
 
-class Bar {
- public:
-  explicit Bar(std::string what) : what_(std::move(what)), tty_(::isatty(2) == 1) {}
-  void Update(uint64_t done, uint64_t total, bool final = false) {
-    if (!tty_) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (!final && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    const double secs = std::chrono::duration<double>(now - start_).count();
-    const double mb = double(done) / 1e6;
-    if (total > 0)
-      std::fprintf(stderr, "\r%s %3d%% %.1f MB, %.0f MB/s   ", what_.c_str(), int(100.0 * double(done) / double(total)),
-                   mb, secs > 0 ? mb / secs : 0.0);
-    else
-      std::fprintf(stderr, "\r%s %.1f MB, %.0f MB/s   ", what_.c_str(), mb, secs > 0 ? mb / secs : 0.0);
-    if (final) std::fputs("\n", stderr);
-  }
-
- private:
-  std::string what_;
-  bool tty_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_{};
-};
-
 int Backup(const Remote& remote, const std::string& file) {
   std::string url = remote.url;
   while (!url.empty() && url.back() == '/') url.pop_back();
   if (url.find("/admin/backup") == std::string::npos) url += "/admin/backup";
-  Bar bar("backing up");
-  auto got = server::DownloadToFile(url, remote.api_key, file, [&](uint64_t n) { bar.Update(n, 0); });
+  ProgressLine bar("backing up");
+  auto got = server::DownloadToFile(url, remote.api_key, file, [&](uint64_t n) { bar.Update(n); });
   if (!got.ok()) {
     std::fprintf(stderr, "\ncorvid: backup failed: %s\n", got.status().message().c_str());
     return 1;
@@ -470,14 +479,17 @@ int Backup(const Remote& remote, const std::string& file) {
 }
 
 int Restore(const std::string& from, const std::string& data) {
-  Bar bar("restoring");
-  auto info = storage::RestoreBackup(from, data, [&](uint64_t done, uint64_t total) { bar.Update(done, total); });
+  ProgressLine bar("restoring");
+  auto info = storage::RestoreBackup(from, data, [&](uint64_t done, uint64_t total) {
+    bar.SetTotal(total);
+    bar.Update(done);
+  });
   if (!info.ok()) {
     std::fprintf(stderr, "\ncorvid: restore from %s failed: %s\n(nothing was written to %s)\n", from.c_str(),
                  info.status().message().c_str(), data.c_str());
     return 1;
   }
-  bar.Update(info->file_bytes * 2, info->file_bytes * 2, true);
+  bar.Update(info->file_bytes * 2, 0, true);
   std::fprintf(stderr, "corvid: restored %zu files (%llu bytes of backup) up to etag %llu into %s\n", info->parts.size(),
                static_cast<unsigned long long>(info->file_bytes), static_cast<unsigned long long>(info->etag),
                data.c_str());

@@ -9,9 +9,7 @@
 // import after a failure rewrites the same documents. A bad record stops
 // the import with its line number, after every record before it was
 // written (exit 1).
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -35,47 +33,26 @@
 #include <thread>
 #include <vector>
 
+#include "common/mapped_file.h"
 #include "server/cli.h"
 
 namespace corvid::cli {
 
+void AppendWithIdFirst(std::string_view object, std::string_view id, std::string& out) {
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  w.String(id.data(), rapidjson::SizeType(id.size()));
+  const std::string_view rest = object.substr(object.find('{') + 1);
+  out += "{\"id\":";
+  out.append(sb.GetString(), sb.GetSize());
+  const size_t first = rest.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && rest[first] != '}') out.push_back(',');
+  out.append(rest);
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A read-only mapping of the whole file.
-class MappedFile {
- public:
-  ~MappedFile() {
-    if (data_ && size_) ::munmap(const_cast<char*>(data_), size_);
-  }
-  Status Open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::IOError("cannot open " + path + ": " + std::strerror(errno));
-    struct stat sb;
-    if (::fstat(fd, &sb) != 0) {
-      ::close(fd);
-      return Status::IOError("cannot stat " + path);
-    }
-    size_ = size_t(sb.st_size);
-    if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        ::close(fd);
-        return Status::IOError("cannot map " + path + ": " + std::strerror(errno));
-      }
-      ::madvise(p, size_, MADV_SEQUENTIAL);
-      data_ = static_cast<const char*>(p);
-    }
-    ::close(fd);
-    return Status::Ok();
-  }
-  std::string_view view() const { return {data_ ? data_ : "", size_}; }
-
- private:
-  const char* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 // Checks one record: a JSON object (valid UTF-8), and finds its top-level
 // `id_field`. SAX: nothing is built.
@@ -109,29 +86,20 @@ struct RecordCheck : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, RecordCheck
     }
     return true;
   }
-  bool StartObject() {
+  // An object or array opens or closes (a value of the id field: not a string).
+  bool Open() {
     at_id = false;
     ++depth;
     return true;
   }
-  bool EndObject(rapidjson::SizeType) {
+  bool Close() {
     --depth;
     return true;
   }
-  bool StartArray() {
-    at_id = false;
-    ++depth;
-    return true;
-  }
-  bool EndArray(rapidjson::SizeType) {
-    --depth;
-    return true;
-  }
-};
-
-// One record ready for a bulk body, or why it is bad.
-struct Prepared {
-  std::string error;  // empty: good
+  bool StartObject() { return Open(); }
+  bool StartArray() { return Open(); }
+  bool EndObject(rapidjson::SizeType) { return Close(); }
+  bool EndArray(rapidjson::SizeType) { return Close(); }
 };
 
 // Whether the record visibly opens with a string "id" as its first key
@@ -159,9 +127,11 @@ bool IdFirst(std::string_view r) {
 }
 
 // Appends `record` (one JSON object's text) to `out` as a bulk line,
-// giving it an "id" when it needs one. `scratch` is a reused buffer.
-Prepared AppendRecord(std::string_view record, const ImportOptions& o, const std::string& generated_id,
-                      std::string& scratch, std::string& out) {
+// giving it an "id" when it needs one (`<file_hash>-<line>` when it has
+// none); returns why it is bad, or "" when it went in. `scratch` is a
+// reused buffer.
+std::string AppendRecord(std::string_view record, const ImportOptions& o, std::string_view file_hash, uint64_t line,
+                         std::string& scratch, std::string& out) {
   if (o.id_field == "id" && record.find('\n') == std::string_view::npos && IdFirst(record)) {
     out.append(record);
     out.push_back('\n');
@@ -174,34 +144,20 @@ Prepared AppendRecord(std::string_view record, const ImportOptions& o, const std
   rapidjson::StringStream ss(scratch.c_str());
   const auto ok = reader.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseStopWhenDoneFlag>(ss, check);
   if (ok.IsError()) {
-    return {std::string("not valid JSON (") + rapidjson::GetParseError_En(ok.Code()) + " at byte " +
-            std::to_string(ok.Offset()) + ")"};
+    return std::string("not valid JSON (") + rapidjson::GetParseError_En(ok.Code()) + " at byte " +
+           std::to_string(ok.Offset()) + ")";
   }
   for (size_t i = ss.Tell(); i < scratch.size(); ++i)
-    if (!std::isspace(static_cast<unsigned char>(scratch[i]))) return {"more than one JSON value on the line"};
-  const size_t open = record.find_first_not_of(" \t\r\n");
-  if (open == std::string_view::npos || record[open] != '{') return {"not a JSON object"};
-  if (check.has_id && !check.id_is_string) return {"its \"" + o.id_field + "\" field is not a string"};
-  if (check.has_id && (check.id.empty() || check.id.size() > 512)) return {"its id must be 1 to 512 bytes"};
-  auto append_id = [&](std::string_view id) {
-    rapidjson::StringBuffer sb;
-    rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-    w.String(id.data(), rapidjson::SizeType(id.size()));
-    out += "{\"id\":";
-    out.append(sb.GetString(), sb.GetSize());
-    std::string_view rest = record.substr(open + 1);
-    const size_t first = rest.find_first_not_of(" \t\r\n");
-    if (first != std::string_view::npos && rest[first] != '}') out.push_back(',');
-    out.append(rest);
-  };
+    if (!std::isspace(static_cast<unsigned char>(scratch[i]))) return "more than one JSON value on the line";
+  if (record.find_first_not_of(" \t\r\n") == std::string_view::npos || record[record.find_first_not_of(" \t\r\n")] != '{')
+    return "not a JSON object";
+  if (check.has_id && !check.id_is_string) return "its \"" + o.id_field + "\" field is not a string";
+  if (check.has_id && (check.id.empty() || check.id.size() > 512)) return "its id must be 1 to 512 bytes";
+  if (o.id_field != "id" && check.has_plain_id) return "it has an \"id\" field beside --id-field " + o.id_field;
   const size_t before = out.size();
-  if (o.id_field == "id") {
-    if (check.has_id) out.append(record);
-    else append_id(generated_id);
-  } else {
-    if (check.has_plain_id) return {"it has an \"id\" field beside --id-field " + o.id_field};
-    append_id(check.has_id ? std::string_view(check.id) : std::string_view(generated_id));
-  }
+  if (o.id_field == "id" && check.has_id) out.append(record);
+  else if (check.has_id) AppendWithIdFirst(record, check.id, out);
+  else AppendWithIdFirst(record, std::string(file_hash) + "-" + std::to_string(line), out);
   // One line in the bulk body: a record spanning lines (an array element)
   // keeps its text, which may hold newlines only between tokens.
   for (size_t i = before; i < out.size(); ++i)
@@ -321,44 +277,31 @@ struct Batch {
   size_t file_pos = 0;  // bytes of the file consumed once this batch is in
 };
 
-class Progress {
- public:
-  Progress(uint64_t total) : total_(total), tty_(::isatty(2) == 1) {}
-  void Update(uint64_t bytes, uint64_t docs, bool final = false) {
-    if (!tty_) return;
-    const auto now = Clock::now();
-    if (!final && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    const double secs = std::chrono::duration<double>(now - start_).count();
-    const double frac = total_ ? double(bytes) / double(total_) : 1.0;
-    const int width = 28;
-    std::string bar(size_t(std::clamp(int(frac * width), 0, width)), '#');
-    bar.resize(width, ' ');
-    const double rate = secs > 0 ? double(docs) / secs : 0;
-    const double eta = frac > 0 && frac < 1 ? secs * (1 - frac) / frac : 0;
-    std::fprintf(stderr, "\rimporting [%s] %3d%% %.1f/%.1f MB, %.0f docs/s, ETA %.0f s   ", bar.c_str(),
-                 int(frac * 100), double(bytes) / 1e6, double(total_) / 1e6, rate, eta);
-    if (final) std::fputs("\n", stderr);
-  }
-
- private:
-  uint64_t total_;
-  bool tty_;
-  Clock::time_point start_ = Clock::now(), last_{};
-};
+// The line of a bulk a 4xx answer names ({"error": {"line", "message"}}),
+// or 0; `why` gets the message without the server's own "line N: ".
+uint64_t RefusedLine(const std::string& body, std::string& why) {
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("error") || !d["error"].IsObject()) return 0;
+  const auto& e = d["error"];
+  if (!e.HasMember("line") || !e["line"].IsUint64()) return 0;
+  why = e.HasMember("message") && e["message"].IsString() ? e["message"].GetString() : body;
+  if (why.starts_with("line ") && why.find(": ") != std::string::npos) why = why.substr(why.find(": ") + 2);
+  return e["line"].GetUint64();
+}
 
 }  // namespace
 
 int Import(const ImportOptions& o, server::HttpClient& client) {
-  MappedFile file;
-  if (Status s = file.Open(o.file); !s.ok()) {
-    std::fprintf(stderr, "corvid: import: %s\n", s.message().c_str());
+  auto file = MappedFile::Open(o.file);
+  if (!file.ok()) {
+    std::fprintf(stderr, "corvid: import: %s\n", file.status().message().c_str());
     return 1;
   }
-  const std::string_view text = file.view();
+  if (file->size() > 0) ::madvise(const_cast<char*>(file->data()), file->size(), MADV_SEQUENTIAL);
+  const std::string_view text = file->view();
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(XXH3_64bits(text.data(), text.size())));
-  auto generated = [&](uint64_t line) { return std::string(hash) + "-" + std::to_string(line); };
   const std::string target = "/docs/" + server::PercentEncode(o.collection) + "/_bulk";
 
   // The sender: one batch in flight while the next one is prepared.
@@ -368,9 +311,10 @@ int Import(const ImportOptions& o, server::HttpClient& client) {
   bool done_adding = false;
   std::string send_error;       // set by the sender: stops everything
   uint64_t sent_docs = 0, sent_bytes = 0;
-  std::optional<Batch> rejected;  // a batch the server refused as bad input
-  std::string rejected_body;
-  Progress progress(text.size());
+  std::optional<Batch> rejected;  // a batch the server refused for one of its lines
+  uint64_t rejected_line = 0;     // that line, in the batch (from 1)
+  std::string rejected_why;
+  ProgressLine progress("importing", text.size());
   std::thread sender([&] {
     for (;;) {
       Batch b;
@@ -386,9 +330,10 @@ int Import(const ImportOptions& o, server::HttpClient& client) {
       std::lock_guard lock(mu);
       if (!r.ok()) {
         send_error = r.status().message();
-      } else if (r->status >= 400 && r->status < 500 && r->body.find("\"line\":") != std::string::npos) {
-        rejected = std::move(b);  // a record the server refused (400, 413): it names its line
-        rejected_body = r->body;
+      } else if (auto line = r->status >= 400 && r->status < 500 ? RefusedLine(r->body, rejected_why) : 0;
+                 line >= 1 && line <= b.lines.size()) {
+        rejected = std::move(b);  // a record the server refused (400, 413), naming its line
+        rejected_line = line;
       } else if (r->status != 200) {
         send_error = "the server answered " + std::to_string(r->status) + ": " + r->body;
       } else {
@@ -421,9 +366,9 @@ int Import(const ImportOptions& o, server::HttpClient& client) {
   Batch batch;
   std::string scratch;
   auto add = [&](std::string_view record, uint64_t line) {
-    Prepared p = AppendRecord(record, o, IdFirst(record) ? std::string() : generated(line), scratch, batch.body);
-    if (!p.error.empty()) {
-      bad = "line " + std::to_string(line) + ": " + p.error;
+    const std::string error = AppendRecord(record, o, hash, line, scratch, batch.body);
+    if (!error.empty()) {
+      bad = "line " + std::to_string(line) + ": " + error;
       return false;
     }
     batch.lines.push_back(line);
@@ -518,27 +463,25 @@ int Import(const ImportOptions& o, server::HttpClient& client) {
   if (rejected) {
     // The server named a line of the batch: the records before it are
     // sent again on their own, so that everything before it is written.
-    uint64_t in_batch = 0;
-    const size_t at = rejected_body.find("\"line\":");
-    if (at != std::string::npos) in_batch = std::strtoull(rejected_body.c_str() + at + 7, nullptr, 10);
-    const uint64_t file_line = in_batch >= 1 && in_batch <= rejected->lines.size() ? rejected->lines[in_batch - 1] : 0;
-    if (in_batch > 1 && in_batch <= rejected->lines.size()) {
+    const uint64_t file_line = rejected->lines[rejected_line - 1];
+    bool resent = true;
+    if (rejected_line > 1) {
       size_t cut = 0;
-      for (uint64_t i = 1; i < in_batch; ++i) cut = rejected->body.find('\n', cut) + 1;
+      for (uint64_t i = 1; i < rejected_line; ++i) cut = rejected->body.find('\n', cut) + 1;
       auto r = client.Request("POST", target, std::string_view(rejected->body).substr(0, cut), "application/x-ndjson");
-      if (r.ok() && r->status == 200) sent_docs += in_batch - 1;
+      resent = r.ok() && r->status == 200;
+      if (resent) sent_docs += rejected_line - 1;
     }
-    // The server's message, without its own "line N: " (a line of the batch).
-    std::string why = rejected_body;
-    rapidjson::Document d;
-    d.Parse(rejected_body.c_str());
-    if (!d.HasParseError() && d.IsObject() && d.HasMember("error") && d["error"].IsObject() &&
-        d["error"].HasMember("message") && d["error"]["message"].IsString()) {
-      why = d["error"]["message"].GetString();
-      if (why.rfind("line ", 0) == 0 && why.find(": ") != std::string::npos) why = why.substr(why.find(": ") + 2);
+    if (!resent) {
+      std::fprintf(stderr, "corvid: import of %s stopped at line %llu: %s (the server refused it); sending the %llu "
+                   "records before it in its batch failed too: %llu documents were written\n",
+                   o.file.c_str(), static_cast<unsigned long long>(file_line), rejected_why.c_str(),
+                   static_cast<unsigned long long>(rejected_line - 1), static_cast<unsigned long long>(sent_docs));
+      return 1;
     }
-    std::fprintf(stderr, "corvid: import of %s stopped at %s%s (the server refused it); the %llu documents before it were written\n",
-                 o.file.c_str(), file_line ? ("line " + std::to_string(file_line) + ": ").c_str() : "", why.c_str(),
+    std::fprintf(stderr, "corvid: import of %s stopped at line %llu: %s (the server refused it); the %llu documents "
+                 "before it were written\n",
+                 o.file.c_str(), static_cast<unsigned long long>(file_line), rejected_why.c_str(),
                  static_cast<unsigned long long>(sent_docs));
     return 1;
   }

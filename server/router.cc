@@ -146,13 +146,17 @@ Response Unauthorized(std::string_view message) {
   return r;
 }
 
-// GET /health and the console's static files (GET /, /ui/...): the routes
-// that need no key (API.md, Server; HEAD is handled as GET). The console's
-// files hold no data; every call it makes sends the key.
-bool IsHealth(const Target& t, std::string_view method) {
+// The web console's static files: GET / and GET /ui/<file>.
+bool IsConsoleFile(const Target& t) {
+  return t.segments.empty() || (t.segments.size() == 2 && t.segments[0] == "ui");
+}
+
+// GET /health and the console's files: the routes that need no key
+// (API.md, Server; HEAD is handled as GET). The console's files hold no
+// data; every call it makes sends the key.
+bool IsOpenRoute(const Target& t, std::string_view method) {
   if (method != "GET" && method != "HEAD") return false;
-  return (t.segments.size() == 1 && t.segments[0] == "health") || t.segments.empty() ||
-         (t.segments.size() == 2 && t.segments[0] == "ui");
+  return (t.segments.size() == 1 && t.segments[0] == "health") || IsConsoleFile(t);
 }
 
 // GET / and GET /ui/<file>: the web console (console_assets.h).
@@ -196,7 +200,7 @@ bool ReadKeyMay(const Target& t, std::string_view method) {
 // constant time.
 std::optional<Response> Authorize(const RouterOptions& o, const std::string* authorization, const Target* t,
                                   std::string_view method) {
-  if (o.api_key.empty() || (t && IsHealth(*t, method))) return std::nullopt;
+  if (o.api_key.empty() || (t && IsOpenRoute(*t, method))) return std::nullopt;
   if (!authorization) return Unauthorized("missing Authorization: Bearer <key>");
   std::optional<std::string_view> token = BearerToken(*authorization);
   if (!token) return Unauthorized("expected Authorization: Bearer <key>");
@@ -313,7 +317,7 @@ void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
                                  "query parameter '" + k + "' is not valid UTF-8 (byte " + std::to_string(bad) +
                                      " of its percent-decoded value)"));
   }
-  if (seg.empty() || (seg.size() == 2 && seg[0] == "ui")) {
+  if (IsConsoleFile(t)) {
     if (m != "GET") return reply(MethodNotAllowed("GET"));
     return reply(ConsoleFile(seg.empty() ? std::string_view("index.html") : std::string_view(seg[1])));
   }

@@ -282,15 +282,40 @@ async function indexPage(token) {
   poll(() => route(), data.state === 'indexing' || data.backlog > 0 ? 500 : 1000);
 }
 
+// ---- Query pages ------------------------------------------------------------------------------
+// The indexes of `type`, the one the hash names (else the first) and its
+// definition; null when the page changed meanwhile or there is none (then
+// the page says so).
+async function pickIndex(token, type, title) {
+  const all = (await api('/admin/indexes')).indexes.filter((i) => i.type === type);
+  if (token !== pageToken) return null;
+  if (!all.length) {
+    show(el('h1', {}, title), el('p', { class: 'muted' }, `No ${type} index yet.`));
+    return null;
+  }
+  const name = params().get('index') || all[0].name;
+  const def = (await api('/indexes/' + enc(name))).definition || {};
+  return token === pageToken ? { all, name, def } : null;
+}
+
+// Goes to `page` with the current parameters changed: each key of
+// `changes` replaced by its value (an array: repeated), or dropped when
+// empty.
+function navigate(page, changes) {
+  const n = params();
+  for (const [k, v] of Object.entries(changes)) {
+    n.delete(k);
+    for (const x of [].concat(v)) if (x !== '' && x !== null && x !== undefined) n.append(k, x);
+  }
+  setHash(page, n);
+}
+
 // ---- Search ---------------------------------------------------------------------------------
 async function search(token) {
   const p = params();
-  const all = (await api('/admin/indexes')).indexes.filter((i) => i.type === 'search');
-  if (token !== pageToken) return;
-  if (!all.length) return show(el('h1', {}, 'Search'), el('p', { class: 'muted' }, 'No search index yet.'));
-  const name = p.get('index') || all[0].name;
-  const def = (await api('/indexes/' + enc(name))).definition || {};
-  if (token !== pageToken) return;
+  const picked = await pickIndex(token, 'search', 'Search');
+  if (!picked) return;
+  const { all, name, def } = picked;
   const textFields = Object.entries(def.fields || {})
     .filter(([, f]) => (f.type || 'text') === 'text' && f.analyzer !== 'keyword').map(([k]) => k);
   const facetFields = Object.entries(def.fields || {}).filter(([, f]) => f.facet).map(([k]) => k);
@@ -299,14 +324,7 @@ async function search(token) {
   const limit = Number(p.get('limit') || 10);
   const offset = Number(p.get('offset') || 0);
   const filters = p.getAll('filter');
-  const go = (changes) => {
-    const n = new URLSearchParams(p);
-    for (const [k, v] of Object.entries(changes)) {
-      n.delete(k);
-      for (const x of [].concat(v)) if (x !== '' && x !== null && x !== undefined) n.append(k, x);
-    }
-    setHash('search', n);
-  };
+  const go = (changes) => navigate('search', changes);
   const qInput = el('input', { class: 'grow', id: 'q', value: q, placeholder: 'query (Lucene syntax): fox AND title:"red fox"' });
   const sortInput = el('input', { id: 'sort', value: sort, placeholder: 'sort (e.g. -score)', size: 14 });
   const select = el('select', { id: 'search-index', onchange: () => go({ index: select.value, offset: 0, filter: [] }) },
@@ -350,20 +368,13 @@ async function search(token) {
 // ---- Map/reduce -----------------------------------------------------------------------------
 async function results(token) {
   const p = params();
-  const all = (await api('/admin/indexes')).indexes.filter((i) => i.type === 'mapreduce');
-  if (token !== pageToken) return;
-  if (!all.length) return show(el('h1', {}, 'Map/Reduce'), el('p', { class: 'muted' }, 'No map/reduce index yet.'));
-  const name = p.get('index') || all[0].name;
-  const def = (await api('/indexes/' + enc(name))).definition || {};
-  if (token !== pageToken) return;
+  const picked = await pickIndex(token, 'mapreduce', 'Map/Reduce');
+  if (!picked) return;
+  const { all, name, def } = picked;
   const groups = def.groupBy || [];
   const level = p.has('groupLevel') ? Number(p.get('groupLevel')) : groups.length;
   const sort = p.get('sort') || '';
-  const go = (changes) => {
-    const n = new URLSearchParams(p);
-    for (const [k, v] of Object.entries(changes)) { n.delete(k); if (v !== '' && v !== null && v !== undefined) n.set(k, v); }
-    setHash('results', n);
-  };
+  const go = (changes) => navigate('results', changes);
   const q = new URLSearchParams({ limit: 1000 });
   if (level < groups.length) q.set('groupLevel', level);
   if (sort) q.set('sort', sort);
