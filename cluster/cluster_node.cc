@@ -6,6 +6,7 @@
 
 #include <nats/nats.h>
 #include <rapidjson/document.h>
+#include <xxhash.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -22,6 +24,7 @@
 #include <unordered_map>
 
 #include "cluster/log_entry.h"
+#include "common/durable_file.h"
 #include "common/faults.h"
 #include "indexing/index_engine.h"
 
@@ -137,6 +140,21 @@ struct Connection {
     return info;
   }
 
+  // The fingerprint of log entry `seq` as the stream's leader holds it
+  // (JetStream's non-direct get is answered by the leader only); nullopt
+  // when it does not answer or does not hold the entry.
+  std::optional<uint64_t> LeaderFingerprint(const ClusterOptions& o, uint64_t seq) const {
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = 1000;
+    natsMsg* msg = nullptr;
+    jsErrCode jerr = jsErrCode(0);
+    if (js_GetMsg(&msg, js, o.stream.c_str(), seq, &jo, &jerr) != NATS_OK || !msg) return std::nullopt;
+    const uint64_t fp = EntryFingerprint(std::string_view(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg))));
+    natsMsg_Destroy(msg);
+    return fp;
+  }
+
   // One node's heartbeat from its bucket entry; nullopt if unreadable.
   static std::optional<PeerInfo> ParsePeer(kvEntry* e) {
     if (kvEntry_Operation(e) != kvOp_Put) return std::nullopt;
@@ -178,6 +196,11 @@ constexpr int64_t kHeartbeatMs = 1000;
 
 }  // namespace
 
+uint64_t EntryFingerprint(std::string_view entry) {
+  const uint64_t h = XXH3_64bits(entry.data(), entry.size());
+  return h == 0 ? 1 : h;
+}
+
 Status ValidateOptions(const ClusterOptions& o) {
   if (o.nats_urls.empty()) return Status::InvalidArgument("--nats needs at least one nats://HOST:PORT");
   for (const auto& u : o.nats_urls)
@@ -193,13 +216,15 @@ Status ValidateOptions(const ClusterOptions& o) {
   return Status::Ok();
 }
 
-Result<Probe> ProbeCluster(const ClusterOptions& options) {
+Result<Probe> ProbeCluster(const ClusterOptions& options, uint64_t check_seq) {
   Connection c;
   if (Status s = c.Open(options, nullptr, nullptr); !s.ok()) return s;
   auto log = c.ReadLog(options);
   if (!log.ok()) return log.status();
   Probe p;
   p.log = *log;
+  if (check_seq > 0 && log->from_leader && check_seq >= log->first_seq && check_seq <= log->last_seq)
+    p.checked_fingerprint = c.LeaderFingerprint(options, check_seq).value_or(0);
   if (auto peers = c.ReadPeers()) p.peers = std::move(*peers);
   return p;
 }
@@ -219,9 +244,14 @@ class ClusterNode::Impl {
     log_ = *log;
     const storage::LogPosition pos = store_.GetLogPosition();
     applied_seq_ = pos.applied;
-    // The log lost entries this node applied (a leaderless answer is not
-    // taken for that: the membership loop looks again).
-    if (pos.applied > log_.last_seq && log_.from_leader) diverged_ = true;
+    fp_seq_ = pos.applied;
+    fp_hash_ = pos.applied_hash;
+    // Marked diverged (by this process before, or by the bootstrap for lack
+    // of a peer to install from): no writes until a snapshot is in.
+    std::error_code ec;
+    if (!options_.data_dir.empty() &&
+        std::filesystem::exists(std::filesystem::path(options_.data_dir) / kDivergedMarker, ec))
+      diverged_ = true;
     applier_ = std::thread([this] { RunGuarded([this] { ApplierLoop(); }); });
     sweeper_ = std::thread([this] { RunGuarded([this] { SweeperLoop(); }); });
     membership_ = std::thread([this] { RunGuarded([this] { MembershipLoop(); }); });
@@ -263,8 +293,8 @@ class ClusterNode::Impl {
   // it goes as chunks and a commit entry.
   void Publish(EntryType type, const std::function<void(std::string&)>& encode, Done done) {
     if (diverged_.load()) {
-      return done({Status::Unavailable("this node has diverged from the log (it applied entries the log no longer "
-                                       "holds); it takes writes again once it installs a peer's snapshot at restart"),
+      return done({Status::Unavailable("this node has diverged from the log (its store holds entries the log does "
+                                       "not); it takes writes again once it has installed a peer's snapshot"),
                    {}, 0});
     }
     if (natsConnection_Status(conn_.nc) != NATS_CONN_STATUS_CONNECTED)
@@ -556,6 +586,7 @@ class ClusterNode::Impl {
         applied_before = applied_seq_;
       }
       auto log = conn_.ReadLog(options_);
+      bool past_end = false;
       if (log.ok()) {
         std::lock_guard l(mu_);
         seen_last_seq_ = std::max(seen_last_seq_, log->last_seq);
@@ -563,11 +594,13 @@ class ClusterNode::Impl {
         // between leaders, nor one former leader answering before it hears
         // of the next).
         if (log->from_leader) past_end_ = applied_before > log->last_seq ? past_end_ + 1 : 0;
-        if (past_end_ >= 5 && !diverged_.exchange(true))
-          logging::Error("cluster.diverged",
-                         "this node applied log entries the log no longer holds; it refuses writes until it installs a peer's snapshot at restart",
-                         {{"node", options_.node_id}, {"applied_seq", applied_before}, {"log_last_seq", log->last_seq}});
+        past_end = past_end_ >= 5;
       }
+      if (past_end)
+        Diverge("it applied log entries the log no longer holds",
+                "applied_seq " + std::to_string(applied_before) + ", the log's last " + std::to_string(log->last_seq));
+      if (log.ok() && log->from_leader) CheckAgainstLeader(*log);
+      if (diverged_.load()) ReinstallWhenPossible(peers);
       // Until the next heartbeat: the bucket's changes.
       const auto next = Clock::now() + std::chrono::milliseconds(kHeartbeatMs);
       if (!watcher) {
@@ -603,6 +636,60 @@ class ClusterNode::Impl {
     }
     lock.unlock();
     if (watcher) kvWatcher_Destroy(watcher);
+  }
+
+  // ---- Divergence: this node's store no longer follows the log ----
+
+  // Stops taking writes and leaves a mark in the data directory, so that
+  // even a restart installs a peer's snapshot (docs/cluster.md).
+  void Diverge(const std::string& why, const std::string& detail) {
+    if (diverged_.exchange(true)) return;
+    logging::Error("cluster.diverged", "this node diverged from the log (" + why + "); it refuses writes until it has installed a peer's snapshot",
+                   {{"node", options_.node_id}, {"detail", detail}});
+    if (options_.data_dir.empty()) return;
+    if (Status s = WriteFileAtomic(options_.data_dir, kDivergedMarker, why + ": " + detail + "\n"); !s.ok())
+      logging::Error("cluster.diverged", "cannot leave the divergence mark in the data directory: " + s.message(),
+                     {{"node", options_.node_id}});
+  }
+
+  // Compares the last entry this node applied with the stream leader's copy
+  // of it. A mismatch five times in a row (a leader deposed while stopped
+  // can answer for a moment with its own, unreplicated copy) means this
+  // node applied entries the log does not hold: a replica that served its
+  // consumer diverged (nats-server 2.9 after a stopped leader resumes), or
+  // a data directory from another cluster.
+  void CheckAgainstLeader(const LogInfo& log) {
+    uint64_t seq, fp;
+    {
+      std::lock_guard lock(mu_);
+      seq = fp_seq_;
+      fp = fp_hash_;
+    }
+    if (fp == 0 || seq < std::max<uint64_t>(log.first_seq, 1) || seq > log.last_seq) return;
+    const std::optional<uint64_t> theirs = conn_.LeaderFingerprint(options_, seq);
+    if (!theirs) return;
+    if (*theirs == fp) {
+      mismatches_ = 0;
+      return;
+    }
+    logging::Warn("cluster.entry_mismatch", "the log's leader holds another entry where this node applied one",
+                  {{"node", options_.node_id}, {"seq", seq}, {"in_a_row", int64_t(mismatches_ + 1)}});
+    if (++mismatches_ >= 5)
+      Diverge("the log's leader holds other entries than the ones it applied", "entry " + std::to_string(seq));
+  }
+
+  // Once diverged, the node restarts itself through the bootstrap (the
+  // server's on_diverged) as soon as an active peer can give it a snapshot.
+  void ReinstallWhenPossible(const std::map<std::string, PeerInfo>& peers) {
+    if (reinstall_requested_ || !options_.on_diverged) return;
+    for (const auto& [id, p] : peers) {
+      if (id == options_.node_id || p.state != "active" || p.url.empty() || NowMs() - p.at_ms > kPeerStaleMs) continue;
+      reinstall_requested_ = true;
+      logging::Warn("cluster.reinstalling", "restarting to install a snapshot from an active peer",
+                    {{"node", options_.node_id}, {"peer", id}});
+      options_.on_diverged();
+      return;
+    }
   }
 
   // ---- The applier ----
@@ -668,6 +755,19 @@ class ClusterNode::Impl {
       {
         std::lock_guard lock(mu_);
         if (stopping_) break;
+      }
+      if (diverged_.load()) {
+        // Entries applied on a store that disagrees with the log would be
+        // wrong too: nothing is read until a snapshot replaces the store.
+        if (sub_) {
+          natsSubscription_Unsubscribe(sub_);
+          natsSubscription_Destroy(sub_);
+          sub_ = nullptr;
+        }
+        subscribed_ = false;
+        std::unique_lock lock(mu_);
+        cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; });
+        continue;
       }
       if (rewind_.load()) {
         Rewind();
@@ -746,9 +846,8 @@ class ClusterNode::Impl {
             continue;
           }
           // A new consumer starts past it too: the log no longer holds it.
-          if (!diverged_.exchange(true))
-            logging::Error("cluster.diverged", "log entries this node never applied are gone from the log; it refuses writes until it installs a peer's snapshot at restart",
-                           {{"node", options_.node_id}, {"expected", expected}, {"seq", seq}});
+          Diverge("log entries this node never applied are gone from the log",
+                  "expected " + std::to_string(expected) + ", received " + std::to_string(seq));
         }
         gap_at_ = 0;
         {
@@ -785,19 +884,24 @@ class ClusterNode::Impl {
     return r;
   }
 
-  void MarkApplied(uint64_t seq, int64_t ts_ms) {
+  void MarkApplied(uint64_t seq, int64_t ts_ms, uint64_t fp) {
     std::lock_guard lock(mu_);
     applied_seq_ = std::max(applied_seq_, seq);
     last_applied_ts_ms_ = ts_ms;
+    if (seq >= fp_seq_) {
+      fp_seq_ = seq;
+      fp_hash_ = fp;
+    }
   }
 
   void Apply(uint64_t seq, int64_t ts_ms, std::string_view data) {
+    const uint64_t fp = EntryFingerprint(data);
     EntryHeader h;
     std::string_view payload;
     if (Status s = DecodeHeader(data, h, payload); !s.ok()) {
       // Every node reads the same bytes and skips them alike.
       logging::Warn("cluster.entry_skipped", "log entry skipped: " + s.message(), {{"node", options_.node_id}, {"seq", seq}});
-      return MarkApplied(seq, ts_ms);
+      return MarkApplied(seq, ts_ms, fp);
     }
     const bool mine = h.origin == options_.node_id;
     const std::string bulk_key = h.origin + "/" + std::to_string(h.request_id);
@@ -813,7 +917,7 @@ class ClusterNode::Impl {
       if (b.chunks.empty()) b.first_seq = seq;
       b.deadline_ms = h.deadline_ms;
       b.chunks[index].assign(bytes);
-      if (seq > replay_below_) MarkApplied(seq, ts_ms);
+      if (seq > replay_below_) MarkApplied(seq, ts_ms, fp);
       return;
     }
     if (seq <= replay_below_) {  // applied before a restart: only its chunks mattered
@@ -831,7 +935,7 @@ class ClusterNode::Impl {
       if (mine)
         Resolve(h.request_id, {Status::Unavailable("the entry reached the log after its deadline: it is not applied"),
                                {}, 0});
-      return MarkApplied(seq, ts_ms);
+      return MarkApplied(seq, ts_ms, fp);
     }
     storage::WriteRequest request;
     Status decoded;
@@ -857,26 +961,27 @@ class ClusterNode::Impl {
         break;
       }
       case EntryType::kIndexPut:
-      case EntryType::kIndexDelete: return ApplyIndex(seq, ts_ms, h, payload, mine);
+      case EntryType::kIndexDelete: return ApplyIndex(seq, ts_ms, fp, h, payload, mine);
       default: decoded = Status::Corruption("unexpected entry type");
     }
     if (!decoded.ok()) {
       logging::Warn("cluster.entry_skipped", "log entry skipped: " + decoded.message(), {{"node", options_.node_id}, {"seq", seq}});
       if (mine) Resolve(h.request_id, {Status::Internal(decoded.message()), {}, 0});
-      return MarkApplied(seq, ts_ms);
+      return MarkApplied(seq, ts_ms, fp);
     }
-    SubmitToStore(std::move(request), seq, ts_ms, mine ? std::optional<uint64_t>(h.request_id) : std::nullopt);
+    SubmitToStore(std::move(request), seq, ts_ms, fp, mine ? std::optional<uint64_t>(h.request_id) : std::nullopt);
   }
 
-  void SubmitToStore(storage::WriteRequest request, uint64_t seq, int64_t ts_ms, std::optional<uint64_t> mine) {
-    request.log = storage::LogPosition{seq, ResumeAfter(seq)};
+  void SubmitToStore(storage::WriteRequest request, uint64_t seq, int64_t ts_ms, uint64_t fp,
+                     std::optional<uint64_t> mine) {
+    request.log = storage::LogPosition{seq, ResumeAfter(seq), fp};
     {
       std::unique_lock lock(mu_);
       // Bounded: the merger takes what is queued in one transaction.
       cv_.wait(lock, [&] { return in_flight_ < 20000 || stopping_; });
       ++in_flight_;
     }
-    store_.Submit(std::move(request), [this, seq, ts_ms, mine](storage::WriteResult r) {
+    store_.Submit(std::move(request), [this, seq, ts_ms, fp, mine](storage::WriteResult r) {
       if (IsLocalFailure(r.status.code())) {
         // Not this entry's own outcome: read the log again from the
         // store's position (the request stays parked until then).
@@ -884,7 +989,7 @@ class ClusterNode::Impl {
         logging::Error("cluster.apply_failed", "applying a log entry failed on this node; retrying",
                        {{"node", options_.node_id}, {"seq", seq}, {"error", r.status.message()}});
       } else {
-        MarkApplied(seq, ts_ms);
+        MarkApplied(seq, ts_ms, fp);
         if (mine) Resolve(*mine, {Status::Ok(), std::move(r), 0});
       }
       std::lock_guard lock(mu_);
@@ -893,7 +998,8 @@ class ClusterNode::Impl {
     });
   }
 
-  void ApplyIndex(uint64_t seq, int64_t ts_ms, const EntryHeader& h, std::string_view payload, bool mine) {
+  void ApplyIndex(uint64_t seq, int64_t ts_ms, uint64_t fp, const EntryHeader& h, std::string_view payload,
+                  bool mine) {
     std::string name, definition;
     Applied a;
     if (Status s = DecodeIndexPayload(payload, h.type, name, definition); !s.ok()) {
@@ -909,7 +1015,7 @@ class ClusterNode::Impl {
     }
     if (mine) Resolve(h.request_id, std::move(a));
     // Recorded, so that a restart does not define it again.
-    SubmitToStore(storage::WriteRequest{}, seq, ts_ms, std::nullopt);
+    SubmitToStore(storage::WriteRequest{}, seq, ts_ms, fp, std::nullopt);
   }
 
   const ClusterOptions options_;
@@ -928,6 +1034,9 @@ class ClusterNode::Impl {
   uint64_t in_flight_ = 0;                 // guarded by mu_: entries submitted, not answered
   bool connected_ = false, caught_up_ = false;  // guarded by mu_
   int past_end_ = 0;                       // guarded by mu_: refreshes that found applied > the log's last
+  uint64_t fp_seq_ = 0, fp_hash_ = 0;      // guarded by mu_: the last entry applied and its fingerprint
+  int mismatches_ = 0;                     // membership thread: leader checks that disagreed in a row
+  bool reinstall_requested_ = false;       // membership thread
   uint64_t next_seq_ = 1;                  // guarded by mu_: the next entry the applier expects
   uint64_t gap_at_ = 0;                    // applier only: the entry whose absence was retried once
   Clock::time_point last_msg_at_{};        // guarded by mu_: when the applier last received an entry

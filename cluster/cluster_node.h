@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -46,7 +47,21 @@ struct ClusterOptions {
   std::string subject = "corvid.log";
   std::string bucket = "corvid_nodes";
   size_t chunk_bytes = size_t{512} << 10;  // a log message's payload at most
+  // Not options a user gives: where a diverged node leaves its mark (the
+  // data directory: a restart then installs a peer's snapshot), and what
+  // it calls once it has diverged while a peer it can install from is
+  // active (the server restarts itself through the bootstrap).
+  std::string data_dir;
+  std::function<void()> on_diverged;
 };
+
+// The file a node writes into its data directory once it knows its store
+// disagrees with the log; its next start installs a peer's snapshot.
+inline constexpr const char* kDivergedMarker = "cluster-diverged";
+
+// The fingerprint of a log entry (XXH3-64 of its bytes; never 0), which
+// the store records for the last entry it applied.
+uint64_t EntryFingerprint(std::string_view entry);
 
 // Validates the options a user gives (node id, URLs, replicas, timeout).
 Status ValidateOptions(const ClusterOptions& options);
@@ -74,11 +89,14 @@ struct LogInfo {
 
 // Before the store opens: connects, creates the log and the membership
 // bucket if they do not exist yet, and reads both.
+// `check_seq` (0: none) is an entry whose fingerprint the stream's leader
+// is asked for: the last one the local store applied.
 struct Probe {
   LogInfo log;
   std::vector<PeerInfo> peers;
+  uint64_t checked_fingerprint = 0;  // 0: not asked, or not in the log
 };
-Result<Probe> ProbeCluster(const ClusterOptions& options);
+Result<Probe> ProbeCluster(const ClusterOptions& options, uint64_t check_seq = 0);
 
 class ClusterNode {
  public:

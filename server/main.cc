@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <map>
@@ -21,6 +22,7 @@
 #include <thread>
 
 #include "cluster/cluster_node.h"
+#include "common/durable_file.h"
 #include "common/log.h"
 #include "common/memory_budget.h"
 #include "common/version.h"
@@ -96,23 +98,14 @@ int Fail(const std::string& message) {
 }
 
 // Cluster mode: before the store opens, a node with an empty store (while a
-// peer has data), one behind the log's first entry, or one that applied
-// entries the log no longer holds installs a peer's snapshot (the backup
-// format) and continues from the log position it records. Returns an exit
-// code, 0 to go on.
+// peer has data), one behind the log's first entry, or one whose store
+// disagrees with the log (it applied entries the log no longer holds, its
+// last entry differs from the leader's copy, or it left the divergence
+// mark while running) installs a peer's snapshot (the backup format) and
+// continues from the log position it records. Returns an exit code, 0 to
+// go on.
 int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std::string& data_dir) {
   namespace fs = std::filesystem;
-  // NATS may be starting beside us: try for half a minute.
-  corvid::Result<corvid::cluster::Probe> probe = corvid::Status::Unavailable("not tried");
-  for (int attempt = 0; attempt < 60; ++attempt) {
-    probe = corvid::cluster::ProbeCluster(options);
-    if (probe.ok()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-  if (!probe.ok()) {
-    corvid::logging::Error("server.start_failed", "cannot reach the cluster's log: " + probe.status().message());
-    return 1;
-  }
   uint64_t last_etag = 0;
   corvid::storage::LogPosition pos;
   {
@@ -124,8 +117,22 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
     last_etag = (*store)->LastEtag();
     pos = (*store)->GetLogPosition();
   }
+  // NATS may be starting beside us: try for half a minute.
+  corvid::Result<corvid::cluster::Probe> probe = corvid::Status::Unavailable("not tried");
+  for (int attempt = 0; attempt < 60; ++attempt) {
+    probe = corvid::cluster::ProbeCluster(options, pos.applied_hash != 0 ? pos.applied : 0);
+    if (probe.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  if (!probe.ok()) {
+    corvid::logging::Error("server.start_failed", "cannot reach the cluster's log: " + probe.status().message());
+    return 1;
+  }
   const auto& log = probe->log;
-  const bool diverged = pos.applied > log.last_seq && log.from_leader;
+  std::error_code marker_ec;
+  const bool marked = fs::exists(fs::path(data_dir) / corvid::cluster::kDivergedMarker, marker_ec);
+  const bool differs = probe->checked_fingerprint != 0 && probe->checked_fingerprint != pos.applied_hash;
+  const bool diverged = (pos.applied > log.last_seq && log.from_leader) || marked || differs;
   const bool behind = log.messages > 0 && std::max<uint64_t>(pos.resume, 1) < log.first_seq;
   const corvid::cluster::PeerInfo* peer = nullptr;
   for (const auto& p : probe->peers) {
@@ -136,9 +143,24 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
   }
   const bool fresh = last_etag == 0 && pos.applied == 0 && peer && peer->applied_etag > 0;
   if (!diverged && !behind && !fresh) return 0;
-  const char* why = diverged ? "it applied log entries the log no longer holds"
+  const char* why = marked    ? "it diverged from the log while running"
+                    : differs ? "its last applied log entry differs from the log's"
+                    : diverged ? "it applied log entries the log no longer holds"
                     : behind ? "the log no longer holds the entries after its position"
                              : "it is new";
+  if (!peer && diverged) {
+    // Serves reads and refuses writes (the mark makes the node start so);
+    // it installs a snapshot once a peer is active (ClusterNode).
+    if (!marked) {
+      if (auto s = corvid::WriteFileAtomic(data_dir, corvid::cluster::kDivergedMarker, std::string(why) + "\n"); !s.ok()) {
+        corvid::logging::Error("server.start_failed", "cannot leave the divergence mark: " + s.message());
+        return 1;
+      }
+    }
+    corvid::logging::Warn("cluster.diverged", std::string("this node needs a peer's snapshot (") + why +
+                                                  ") and no active peer is listed yet: it refuses writes until one is");
+    return 0;
+  }
   if (!peer) {
     corvid::logging::Error("server.start_failed", std::string("this node needs a snapshot (") + why + ") but no active peer is listed");
     return 1;
@@ -326,64 +348,84 @@ int main(int argc, char** argv) {
                  {"slow_ms", options.router.slow_ms},
                  {"cluster", cluster_mode},
                  {"node_id", cluster_options.node_id}});
+  std::atomic<bool> reinstall{false};
+  std::atomic<corvid::server::HttpServer*> live{nullptr};
   if (cluster_mode) {
     cluster_options.api_key = options.router.api_key;
     if (auto s = corvid::cluster::ValidateOptions(cluster_options); !s.ok()) return Fail(s.message());
-    if (int rc = BootstrapIfNeeded(cluster_options, data_dir); rc != 0) return rc;
+    cluster_options.data_dir = data_dir;
+    // A node that finds its store diverged from the log serves no more:
+    // it stops, installs a peer's snapshot through the bootstrap below and
+    // serves again, in this process.
+    cluster_options.on_diverged = [&reinstall, &live] {
+      reinstall = true;
+      if (auto* s = live.load()) s->Stop();
+    };
   }
-  {
-    // LMDB creates a missing data.mdb: a store whose file was deleted must
-    // not come back empty under indexes built from it.
-    std::error_code ec;
-    const std::filesystem::path indexes = data_dir + "/indexes";
-    if (!std::filesystem::exists(data_dir + "/store/data.mdb", ec) && std::filesystem::is_directory(indexes, ec) &&
-        std::filesystem::directory_iterator(indexes, ec) != std::filesystem::directory_iterator()) {
-      logging::Error("server.start_failed", "cannot open the store in " + data_dir + ": " + data_dir +
-                                                "/store/data.mdb is missing, but indexes built from it are there "
-                                                "(restore a backup, or move " + indexes.string() + " away to start empty)");
+  for (;;) {
+    reinstall = false;
+    if (cluster_mode)
+      if (int rc = BootstrapIfNeeded(cluster_options, data_dir); rc != 0) return rc;
+    {
+      // LMDB creates a missing data.mdb: a store whose file was deleted must
+      // not come back empty under indexes built from it.
+      std::error_code ec;
+      const std::filesystem::path indexes = data_dir + "/indexes";
+      if (!std::filesystem::exists(data_dir + "/store/data.mdb", ec) && std::filesystem::is_directory(indexes, ec) &&
+          std::filesystem::directory_iterator(indexes, ec) != std::filesystem::directory_iterator()) {
+        logging::Error("server.start_failed", "cannot open the store in " + data_dir + ": " + data_dir +
+                                                  "/store/data.mdb is missing, but indexes built from it are there "
+                                                  "(restore a backup, or move " + indexes.string() + " away to start empty)");
+        return 1;
+      }
+    }
+    corvid::storage::StoreOptions store_options;
+    store_options.slow_commit_ms = options.router.slow_ms;
+    auto store = corvid::storage::DocumentStore::Open(data_dir + "/store", store_options);
+    if (!store.ok()) {
+      logging::Error("server.start_failed", "cannot open the store in " + data_dir + ": " + store.status().ToString());
       return 1;
     }
-  }
-  corvid::storage::StoreOptions store_options;
-  store_options.slow_commit_ms = options.router.slow_ms;
-  auto store = corvid::storage::DocumentStore::Open(data_dir + "/store", store_options);
-  if (!store.ok()) {
-    logging::Error("server.start_failed", "cannot open the store in " + data_dir + ": " + store.status().ToString());
-    return 1;
-  }
-  auto engine = corvid::indexing::IndexEngine::Open(data_dir + "/indexes", **store, engine_options);
-  if (!engine.ok()) {
-    logging::Error("server.start_failed", "cannot open the indexes in " + data_dir + ": " + engine.status().ToString());
-    return 1;
-  }
-  std::unique_ptr<corvid::cluster::ClusterNode> cluster;
-  if (cluster_mode) {
-    auto started = corvid::cluster::ClusterNode::Start(cluster_options, **store, engine->get());
-    if (!started.ok()) {
-      logging::Error("server.start_failed", "cannot join the cluster: " + started.status().message());
+    auto engine = corvid::indexing::IndexEngine::Open(data_dir + "/indexes", **store, engine_options);
+    if (!engine.ok()) {
+      logging::Error("server.start_failed", "cannot open the indexes in " + data_dir + ": " + engine.status().ToString());
       return 1;
     }
-    cluster = std::move(*started);
-    options.router.cluster = cluster.get();
+    std::unique_ptr<corvid::cluster::ClusterNode> cluster;
+    if (cluster_mode) {
+      auto started = corvid::cluster::ClusterNode::Start(cluster_options, **store, engine->get());
+      if (!started.ok()) {
+        logging::Error("server.start_failed", "cannot join the cluster: " + started.status().message());
+        return 1;
+      }
+      cluster = std::move(*started);
+      options.router.cluster = cluster.get();
+    }
+    auto server = corvid::server::HttpServer::Create(**store, engine->get(), options);
+    if (!server.ok()) {
+      logging::Error("server.start_failed", server.status().ToString());
+      return 1;
+    }
+    live = server->get();
+    if (reinstall) (*server)->Stop();  // diverged before the server existed
+    std::printf("corvid listening on %s\n", (*server)->LocalEndpoint().c_str());
+    std::fflush(stdout);
+    logging::Info("server.listening", "serving HTTP" + std::string(options.tls_cert_file.empty() ? "" : "S"),
+                  {{"endpoint", (*server)->LocalEndpoint()}});
+    (*server)->Run();
+    live = nullptr;
+    // The applier stops first (it writes to the store and defines indexes).
+    cluster.reset();
+    options.router.cluster = nullptr;
+    // Index workers stop first (they read the store); then the store closes:
+    // its merger drains and answers any queued write (into the stopped I/O
+    // context) before the server's objects go away.
+    engine->reset();
+    store->reset();
+    server->reset();
+    if (!reinstall) break;
+    logging::Warn("server.restarting", "stopped serving to install a peer's snapshot; serving again once it is in");
   }
-  auto server = corvid::server::HttpServer::Create(**store, engine->get(), options);
-  if (!server.ok()) {
-    logging::Error("server.start_failed", server.status().ToString());
-    return 1;
-  }
-  std::printf("corvid listening on %s\n", (*server)->LocalEndpoint().c_str());
-  std::fflush(stdout);
-  logging::Info("server.listening", "serving HTTP" + std::string(options.tls_cert_file.empty() ? "" : "S"),
-                {{"endpoint", (*server)->LocalEndpoint()}});
-  (*server)->Run();
-  // The applier stops first (it writes to the store and defines indexes).
-  cluster.reset();
-  // Index workers stop first (they read the store); then the store closes:
-  // its merger drains and answers any queued write (into the stopped I/O
-  // context) before the server's objects go away.
-  engine->reset();
-  store->reset();
-  server->reset();
   logging::Info("server.stopped", "shut down cleanly");
   return 0;
 }

@@ -57,10 +57,13 @@ struct WriteOp {
 // Where a replicated store stands in its cluster's write log (cluster/):
 // every entry up to `applied` is in the store (or was skipped), and a
 // restart reads the log again from `resume` (<= applied + 1: a bulk's
-// chunks before its commit entry are read again).
+// chunks before its commit entry are read again). `applied_hash` is the
+// fingerprint of entry `applied` as the log held it (0: not recorded), so
+// a node can tell whether its log and the cluster's still agree.
 struct LogPosition {
   uint64_t applied = 0;
   uint64_t resume = 0;
+  uint64_t applied_hash = 0;
 };
 
 // A request is applied atomically: all of its ops or none.

@@ -13,6 +13,8 @@
 //                  "purged_max"  -> u64 the highest etag of a purged tombstone
 //                  "log_applied" -> u64 cluster mode: the last log entry applied
 //                  "log_resume"  -> u64 cluster mode: where a restart reads the log from
+//                  "log_hash"    -> u64 cluster mode: XXH3-64 of entry log_applied's
+//                                   bytes (checked against the log's copy)
 //   "collections"  u32 number    -> u64 live documents | u64 tombstones | name
 //                  (names are up to 512 bytes, over LMDB's key limit, so
 //                  the number is the key and the name index lives in memory)

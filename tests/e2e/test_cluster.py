@@ -75,6 +75,17 @@ test every Corvid node is stopped with SIGTERM and must exit 0.
    the same /changes feed and the same documents (collection listing), the
    new node has every acknowledged write with its etag, answers the same
    search as n1 under minEtag, and /admin/cluster lists four active nodes.
+6. A store that disagrees with the log: a cluster A writes 30 documents and
+   stops; n3's data directory is kept. In a new cluster B, n1 starts on a
+   copy of it alone: it applied entries past B's (empty) log, so it shows
+   `diverged`, answers a PUT 503 `unavailable` and still serves reads. Then
+   n2 and n3 start empty and 60 other documents are written through them:
+   n1 installs a peer's snapshot by itself, in the same process (its stderr
+   says so), and every node then has the same /changes feed and the same
+   documents, none of A's, and all are `active`. Finally n1 is stopped and
+   started again on A's directory: its last applied entry (30) is in B's log
+   but holds other bytes there, so it bootstraps at start ("differs from the
+   log's") and converges again.
 
 Seed: $CORVID_SEED (default random, printed).
 Run: python3 tests/e2e/test_cluster.py --binary build/corvid
@@ -418,6 +429,19 @@ class Cluster:
             if node.running():
                 node.stop(signal.SIGTERM, timeout=30, expect_code=0)
 
+    def report_divergence(self):
+        """Prints the nodes' divergence lines (a node that diverged and
+        reinstalled a snapshot converges, so the tests would not see it)."""
+        for node in self.nodes:
+            try:
+                with open(node.stderr_path, 'rb') as f:
+                    text = f.read().decode('utf-8', 'replace')
+            except OSError:
+                continue
+            for line in text.splitlines():
+                if 'cluster.diverged' in line or 'cluster.entry_mismatch' in line:
+                    print('    %s: %s' % (node.node_id, line[:300]), file=sys.stderr)
+
     def diag(self):
         parts = []
         for node in self.nodes:
@@ -481,6 +505,7 @@ class ClusterTest(unittest.TestCase):
                   % (name, nodes, time.monotonic() - started), file=sys.stderr)
             yield cl
             cl.stop_nodes_cleanly()
+            cl.report_divergence()
         except BaseException:
             print('\n==== %s failed; process logs:\n%s\n' % (name, cl.diag()), file=sys.stderr)
             raise
@@ -1361,6 +1386,94 @@ class ClusterTest(unittest.TestCase):
             self.assert_cluster_view(cl, cl.nodes, last, timeout=15)
             for x in clients:
                 x.close()
+
+    # -- 6 ------------------------------------------------------------------
+    def test_6_store_disagreeing_with_the_log(self):
+        keep = tempfile.mkdtemp(prefix='corvid-diverged-')
+        try:
+            self._diverged_node(keep)
+        finally:
+            shutil.rmtree(keep, ignore_errors=True)
+
+    def _diverged_node(self, keep):
+        coll = 'div'
+        old_dir = os.path.join(keep, 'a-n3')
+        with self.cluster('diverged-a') as cl:
+            c = cl.client(0)
+            last = 0
+            for k in range(30):
+                last = self.put_ok(c, coll, 'a-%d' % k, compact({'from': 'A', 'k': k}),
+                                   statuses=(201,))
+            c.close()
+            cl.wait_converged(30, at_least=last)
+            cl.stop_nodes_cleanly()
+            shutil.copytree(cl.nodes[2].data_dir, old_dir)
+
+        def with_old_store(node):
+            shutil.rmtree(node.data_dir)
+            shutil.copytree(old_dir, node.data_dir)
+
+        def stderr_of(node):
+            with open(node.stderr_path, 'rb') as f:
+                return f.read().decode('utf-8', 'replace')
+
+        def state_of(client, node_id):
+            view = client.get('/admin/cluster').json
+            return {e['nodeId']: e['state'] for e in view['nodes']}.get(node_id)
+
+        with self.cluster('diverged-b', nodes=0) as cl:
+            n1 = cl.add_node(start=False)
+            with_old_store(n1)
+            n1.start()
+            c1 = n1.client(timeout=30)
+            deadline = time.monotonic() + 20
+            while state_of(c1, 'n1') != 'diverged' and time.monotonic() < deadline:
+                time.sleep(0.2)
+            self.assertEqual(state_of(c1, 'n1'), 'diverged', c1.get('/admin/cluster').describe())
+            resp = c1.put(doc_path(coll, 'refused'), compact({'x': 1}))
+            self.assertEqual((resp.status, err_code(resp)), (503, 'unavailable'), resp.describe())
+            resp = c1.get(doc_path(coll, 'a-0'))  # reads go on from its own copy
+            self.assertEqual(resp.status, 200, resp.describe())
+
+            cl.add_node()
+            cl.add_node()
+            acked = {}
+            for k in range(60):
+                x = cl.client(1 + k % 2)
+                body = compact({'from': 'B', 'k': k})
+                acked['b-%d' % k] = (body, self.put_ok(x, coll, 'b-%d' % k, body,
+                                                        statuses=(201,)))
+                x.close()
+            last = cl.wait_converged(60, at_least=max(e for _, e in acked.values()))
+            self.assertTrue(n1.running(), 'n1 exited instead of reinstalling:\n' + n1.stderr_tail())
+            err = stderr_of(n1)
+            self.assertIn('cluster.reinstalling', err)
+            self.assertIn('bootstrapping from', err)
+            c1.close()
+
+            def check_same(last):
+                clients = [cl.client(i) for i in range(3)]
+                feeds = [x.all_changes(0) for x in clients]
+                self.assertTrue(feeds[0] == feeds[1] == feeds[2], 'change feeds differ')
+                docs = [listing(x, coll) for x in clients]
+                self.assertTrue(docs[0] == docs[1] == docs[2], 'listings differ')
+                self.assertEqual(sorted(d[0] for d in docs[0]), sorted(acked))
+                for doc_id, (body, etag) in acked.items():
+                    resp = clients[0].get(doc_path(coll, doc_id))
+                    self.assertEqual((resp.status, resp.body, etag_of(resp)), (200, body, etag))
+                for x in clients:
+                    self.assertEqual(x.get(doc_path(coll, 'a-0')).status, 404)
+                    x.close()
+                self.assert_cluster_view(cl, cl.nodes, last, timeout=20)
+
+            check_same(last)
+
+            # At start: its last applied entry is in B's log with other bytes.
+            n1.stop(signal.SIGTERM, timeout=30, expect_code=0)
+            with_old_store(n1)
+            n1.start()
+            self.assertIn("differs from the log's", stderr_of(n1))
+            check_same(cl.wait_converged(60, at_least=last))
 
 
 if __name__ == '__main__':

@@ -35,13 +35,15 @@ TEST_CASE("the log position is committed with the writes and survives a reopen",
     CHECK(store->GetLogPosition().resume == 3);
     // A request with no ops records only the position (an index entry).
     WriteRequest empty;
-    empty.log = LogPosition{9, 10};
+    empty.log = LogPosition{9, 10, 0xfeedface12345678};
     CHECK(store->Write(std::move(empty)).status.ok());
     CHECK(store->LastEtag() == 1);
   }
   auto store = OpenStore(dir);
   CHECK(store->GetLogPosition().applied == 9);
   CHECK(store->GetLogPosition().resume == 10);
+  // The applied entry's fingerprint, compared with the log's at a start.
+  CHECK(store->GetLogPosition().applied_hash == 0xfeedface12345678);
   CHECK(store->LastEtag() == 1);
 }
 
