@@ -1,6 +1,7 @@
 // The `corvid` commands but `serve` (cli.h). Every command that talks to a
-// server takes --url (or CORVID_URL, default http://127.0.0.1:8080) and
-// --api-key (or CORVID_API_KEY). Exit status: 0 done, 1 failed (the
+// server takes --url (or CORVID_URL, default http://127.0.0.1:8080),
+// --api-key (or CORVID_API_KEY), and for https:// --cacert (or
+// CORVID_CACERT) and --insecure. Exit status: 0 done, 1 failed (the
 // server's error is printed), 2 usage (CLI11's message).
 #include "server/cli.h"
 
@@ -70,6 +71,7 @@ namespace {
 struct Remote {
   std::string url = "http://127.0.0.1:8080";
   std::string api_key;
+  server::TlsTrust trust;  // for https:// URLs
 };
 
 // CORVID_URL and CORVID_API_KEY are read here rather than with CLI11's
@@ -78,12 +80,17 @@ struct Remote {
 void AddRemote(CLI::App* cmd, Remote& r) {
   if (const char* url = std::getenv("CORVID_URL"); url && *url) r.url = url;
   if (const char* key = std::getenv("CORVID_API_KEY"); key && *key) r.api_key = key;
-  cmd->add_option("--url", r.url, "the server, http://HOST:PORT (default: $CORVID_URL, else http://127.0.0.1:8080)");
+  cmd->add_option("--url", r.url, "the server, http[s]://HOST:PORT (default: $CORVID_URL, else http://127.0.0.1:8080)");
   cmd->add_option("--api-key", r.api_key, "the server's API key or a read key (default: $CORVID_API_KEY)");
+  if (const char* ca = std::getenv("CORVID_CACERT"); ca && *ca) r.trust.ca_file = ca;
+  cmd->add_option("--cacert", r.trust.ca_file,
+                  "https: also trust the certificates in this PEM file (default: $CORVID_CACERT; the system's CAs "
+                  "are always trusted)");
+  cmd->add_flag("-k,--insecure", r.trust.insecure, "https: do not verify the server's certificate");
 }
 
 std::unique_ptr<server::HttpClient> ConnectOrSay(const Remote& r) {
-  auto c = server::HttpClient::Connect(r.url, r.api_key);
+  auto c = server::HttpClient::Connect(r.url, r.api_key, r.trust);
   if (!c.ok()) {
     std::fprintf(stderr, "corvid: %s\n", c.status().message().c_str());
     return nullptr;
@@ -456,7 +463,7 @@ int Backup(const Remote& remote, const std::string& file) {
   while (!url.empty() && url.back() == '/') url.pop_back();
   if (url.find("/admin/backup") == std::string::npos) url += "/admin/backup";
   ProgressLine bar("backing up");
-  auto got = server::DownloadToFile(url, remote.api_key, file, [&](uint64_t n) { bar.Update(n); });
+  auto got = server::DownloadToFile(url, remote.api_key, file, [&](uint64_t n) { bar.Update(n); }, remote.trust);
   if (!got.ok()) {
     std::fprintf(stderr, "\ncorvid: backup failed: %s\n", got.status().message().c_str());
     return 1;

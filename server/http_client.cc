@@ -5,10 +5,14 @@
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <openssl/ssl.h>
 #include <cctype>
 #include <cerrno>
+#include <limits>
 #include <optional>
 #include <cstring>
 
@@ -21,15 +25,24 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
+namespace ssl = asio::ssl;
+
+// Boost 1.74's body_limit(boost::none) compares a Content-Length with an
+// empty optional and refuses every such answer: no limit is the largest.
+constexpr uint64_t kNoBodyLimit = std::numeric_limits<uint64_t>::max();
+
 struct Url {
   std::string host, port, target;
+  bool tls = false;
 };
 
 Result<Url> ParseUrl(const std::string& url) {
-  const std::string scheme = "http://";
-  if (url.rfind(scheme, 0) != 0) return Status::InvalidArgument("--url must start with http:// (got '" + url + "')");
-  std::string rest = url.substr(scheme.size());
   Url u;
+  u.tls = url.rfind("https://", 0) == 0;
+  if (!u.tls && url.rfind("http://", 0) != 0)
+    return Status::InvalidArgument("--url must start with http:// or https:// (got '" + url + "')");
+  std::string rest = url.substr(u.tls ? 8 : 7);
+  const std::string default_port = u.tls ? "443" : "80";
   const size_t slash = rest.find('/');
   std::string authority = rest.substr(0, slash);
   u.target = slash == std::string::npos ? "/" : rest.substr(slash);
@@ -37,20 +50,68 @@ Result<Url> ParseUrl(const std::string& url) {
     const size_t close = authority.find(']');
     if (close == std::string::npos) return Status::InvalidArgument("bad host in '" + url + "'");
     u.host = authority.substr(1, close - 1);
-    u.port = close + 1 < authority.size() && authority[close + 1] == ':' ? authority.substr(close + 2) : "80";
+    u.port = close + 1 < authority.size() && authority[close + 1] == ':' ? authority.substr(close + 2) : default_port;
   } else {
     const size_t colon = authority.rfind(':');
     u.host = authority.substr(0, colon);
-    u.port = colon == std::string::npos ? "80" : authority.substr(colon + 1);
+    u.port = colon == std::string::npos ? default_port : authority.substr(colon + 1);
   }
   if (u.host.empty() || u.port.empty()) return Status::InvalidArgument("bad host in '" + url + "'");
   return u;
 }
 
+// A connection, plain or TLS; `With(f)` calls f with the stream to use.
+class Stream {
+ public:
+  // Connects (and does the TLS handshake, verifying the server's
+  // certificate); throws what Asio throws.
+  Stream(asio::io_context& ioc, const Url& u, const TlsTrust& trust) {
+    tcp::resolver resolver(ioc);
+    if (!u.tls) {
+      plain_.emplace(ioc);
+      plain_->connect(resolver.resolve(u.host, u.port));
+      plain_->socket().set_option(tcp::no_delay(true));
+      return;
+    }
+    ctx_ = std::make_unique<ssl::context>(ssl::context::tls_client);
+    ctx_->set_default_verify_paths();
+    if (!trust.ca_file.empty()) ctx_->load_verify_file(trust.ca_file);
+    ctx_->set_verify_mode(trust.insecure ? ssl::verify_none : ssl::verify_peer);
+    tls_.emplace(ioc, *ctx_);
+    if (!trust.insecure) tls_->set_verify_callback(ssl::host_name_verification(u.host));
+    // SNI, for a name (not an address).
+    beast::error_code ec;
+    asio::ip::make_address(u.host, ec);
+    if (ec) SSL_set_tlsext_host_name(tls_->native_handle(), u.host.c_str());
+    beast::get_lowest_layer(*tls_).connect(resolver.resolve(u.host, u.port));
+    beast::get_lowest_layer(*tls_).socket().set_option(tcp::no_delay(true));
+    tls_->handshake(ssl::stream_base::client);
+  }
+
+  template <class F>
+  decltype(auto) With(F&& f) {
+    if (tls_) return f(*tls_);
+    return f(*plain_);
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    if (tls_) tls_->shutdown(ignored);
+    beast::tcp_stream& lowest = tls_ ? beast::get_lowest_layer(*tls_) : *plain_;
+    lowest.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  }
+
+ private:
+  std::optional<beast::tcp_stream> plain_;
+  std::unique_ptr<ssl::context> ctx_;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls_;
+};
+
 }  // namespace
 
 Result<DownloadResult> DownloadToFile(const std::string& url, const std::string& bearer_token,
-                                      const std::string& path, const std::function<void(uint64_t)>& progress) {
+                                      const std::string& path, const std::function<void(uint64_t)>& progress,
+                                      const TlsTrust& trust) {
   auto u = ParseUrl(url);
   if (!u.ok()) return u.status();
   DownloadResult out;
@@ -64,19 +125,17 @@ Result<DownloadResult> DownloadToFile(const std::string& url, const std::string&
   };
   try {
     asio::io_context ioc;
-    tcp::resolver resolver(ioc);
-    beast::tcp_stream stream(ioc);
-    stream.connect(resolver.resolve(u->host, u->port));
+    Stream stream(ioc, *u, trust);
     http::request<http::empty_body> req(http::verb::get, u->target, 11);
     req.set(http::field::host, u->host);
     req.set(http::field::user_agent, "corvid");
     if (!bearer_token.empty()) req.set(http::field::authorization, "Bearer " + bearer_token);
-    http::write(stream, req);
+    stream.With([&](auto& s) { http::write(s, req); });
 
     beast::flat_buffer buffer;
     http::response_parser<http::buffer_body> parser;
-    parser.body_limit(boost::none);
-    http::read_header(stream, buffer, parser);
+    parser.body_limit(kNoBodyLimit);
+    stream.With([&](auto& s) { http::read_header(s, buffer, parser); });
     out.status = int(parser.get().result_int());
     for (const auto& f : parser.get()) {
       std::string name(f.name_string());
@@ -93,7 +152,7 @@ Result<DownloadResult> DownloadToFile(const std::string& url, const std::string&
       parser.get().body().data = buf.data();
       parser.get().body().size = buf.size();
       beast::error_code ec;
-      http::read(stream, buffer, parser, ec);
+      stream.With([&](auto& s) { http::read(s, buffer, parser, ec); });
       if (ec && ec != http::error::need_buffer) {
         return fail("the answer was cut short after " + std::to_string(out.bytes) + " bytes: " + ec.message());
       }
@@ -116,8 +175,7 @@ Result<DownloadResult> DownloadToFile(const std::string& url, const std::string&
       ::close(fd);
       fd = -1;
     }
-    beast::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream.Close();
   } catch (const std::exception& e) {
     return fail(url + ": " + e.what());
   }
@@ -127,17 +185,15 @@ Result<DownloadResult> DownloadToFile(const std::string& url, const std::string&
 struct HttpClient::Impl {
   Url url;
   std::string bearer;
+  TlsTrust trust;
   asio::io_context ioc;
-  std::optional<beast::tcp_stream> stream;
+  std::optional<Stream> stream;
   beast::flat_buffer buffer;
 
   void Open() {
     stream.reset();
     buffer.clear();
-    tcp::resolver resolver(ioc);
-    stream.emplace(ioc);
-    stream->connect(resolver.resolve(url.host, url.port));
-    stream->socket().set_option(tcp::no_delay(true));
+    stream.emplace(ioc, url, trust);
   }
 
   HttpResponse Send(std::string_view method, std::string_view target, std::string_view body,
@@ -152,10 +208,10 @@ struct HttpClient::Impl {
       req.body().assign(body.data(), body.size());
       req.prepare_payload();
     }
-    http::write(*stream, req);
+    stream->With([&](auto& s) { http::write(s, req); });
     http::response_parser<http::string_body> parser;
-    parser.body_limit(boost::none);
-    http::read(*stream, buffer, parser);
+    parser.body_limit(kNoBodyLimit);
+    stream->With([&](auto& s) { http::read(s, buffer, parser); });
     auto& res = parser.get();
     HttpResponse out;
     out.status = int(res.result_int());
@@ -170,12 +226,14 @@ HttpClient::HttpClient(std::unique_ptr<Impl> impl, std::string base_url)
     : impl_(std::move(impl)), base_url_(std::move(base_url)) {}
 HttpClient::~HttpClient() = default;
 
-Result<std::unique_ptr<HttpClient>> HttpClient::Connect(const std::string& base_url, std::string bearer_token) {
+Result<std::unique_ptr<HttpClient>> HttpClient::Connect(const std::string& base_url, std::string bearer_token,
+                                                        const TlsTrust& trust) {
   auto u = ParseUrl(base_url);
   if (!u.ok()) return u.status();
   auto impl = std::make_unique<Impl>();
   impl->url = *u;
   impl->bearer = std::move(bearer_token);
+  impl->trust = trust;
   try {
     impl->Open();
   } catch (const std::exception& e) {

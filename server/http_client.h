@@ -1,5 +1,6 @@
-// A small blocking HTTP/1.1 client for the command line (`corvid backup`).
-// Beast stays in the .cc file.
+// A small blocking HTTP/1.1 client for the command line and a cluster
+// node's bootstrap: http:// and https:// (OpenSSL, the peer's certificate
+// verified). Beast stays in the .cc file.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,14 @@
 
 namespace corvid::server {
 
+// Which https:// servers are trusted: those whose certificate chains to
+// the system's CAs or to a certificate in `ca_file` (PEM), for the host
+// name (or IP address) in the URL. `insecure` skips the check (curl -k).
+struct TlsTrust {
+  std::string ca_file;
+  bool insecure = false;
+};
+
 struct DownloadResult {
   int status = 0;
   uint64_t bytes = 0;                         // of the body, written to the file
@@ -20,12 +29,13 @@ struct DownloadResult {
   std::string error_body;                      // a non-2xx answer's body (at most 64 KiB)
 };
 
-// GETs `url` (http://HOST[:PORT]/PATH) and streams a 2xx body into `path`
+// GETs `url` (http[s]://HOST[:PORT]/PATH) and streams a 2xx body into `path`
 // (created, fsynced); `progress(bytes so far)` is called as it arrives.
 // A body cut short (a chunked body without its last chunk, or fewer bytes
 // than Content-Length) is an error, and the file is removed.
 Result<DownloadResult> DownloadToFile(const std::string& url, const std::string& bearer_token,
-                                      const std::string& path, const std::function<void(uint64_t)>& progress);
+                                      const std::string& path, const std::function<void(uint64_t)>& progress,
+                                      const TlsTrust& trust = {});
 
 struct HttpResponse {
   int status = 0;
@@ -33,13 +43,14 @@ struct HttpResponse {
   std::string content_type;
 };
 
-// One keep-alive connection to a server (`--url http://HOST:PORT`), for
+// One keep-alive connection to a server (`--url http[s]://HOST:PORT`), for
 // the command line's requests; it reconnects once when the server closed
 // an idle connection.
 class HttpClient {
  public:
-  // `base_url`: http://HOST[:PORT] (a trailing path is ignored).
-  static Result<std::unique_ptr<HttpClient>> Connect(const std::string& base_url, std::string bearer_token);
+  // `base_url`: http[s]://HOST[:PORT] (a trailing path is ignored).
+  static Result<std::unique_ptr<HttpClient>> Connect(const std::string& base_url, std::string bearer_token,
+                                                     const TlsTrust& trust = {});
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <map>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -104,7 +105,8 @@ int Fail(const std::string& message) {
 // mark while running) installs a peer's snapshot (the backup format) and
 // continues from the log position it records. Returns an exit code, 0 to
 // go on.
-int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std::string& data_dir) {
+int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std::string& data_dir,
+                      const std::string& tls_cert_file) {
   namespace fs = std::filesystem;
   uint64_t last_etag = 0;
   corvid::storage::LogPosition pos;
@@ -172,7 +174,13 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
   std::error_code ec;
   fs::remove_all(fresh_dir, ec);
   const auto start = std::chrono::steady_clock::now();
-  auto got = corvid::server::DownloadToFile(peer->url + "/admin/backup", options.api_key, file, [](uint64_t) {});
+  // An https:// peer is trusted through the system's CAs and $CORVID_CACERT,
+  // else this node's own certificate file (one self-signed certificate
+  // for the cluster, or a chain file that holds the cluster's CA).
+  corvid::server::TlsTrust trust;
+  if (const char* ca = std::getenv("CORVID_CACERT"); ca && *ca) trust.ca_file = ca;
+  else trust.ca_file = tls_cert_file;
+  auto got = corvid::server::DownloadToFile(peer->url + "/admin/backup", options.api_key, file, [](uint64_t) {}, trust);
   if (!got.ok() || got->status != 200) {
     corvid::logging::Error("server.start_failed", "bootstrap: fetching the snapshot failed: " +
                                                       (got.ok() ? std::to_string(got->status) + " " + got->error_body
@@ -365,7 +373,7 @@ int main(int argc, char** argv) {
   for (;;) {
     reinstall = false;
     if (cluster_mode)
-      if (int rc = BootstrapIfNeeded(cluster_options, data_dir); rc != 0) return rc;
+      if (int rc = BootstrapIfNeeded(cluster_options, data_dir, options.tls_cert_file); rc != 0) return rc;
     {
       // LMDB creates a missing data.mdb: a store whose file was deleted must
       // not come back empty under indexes built from it.

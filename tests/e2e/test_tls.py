@@ -12,6 +12,10 @@ verifying the certificate:
   and counted in corvid_requests_rejected_total{reason="tls_handshake"},
   and the server goes on serving;
 - --read-key over HTTPS: reads 200, writes 403;
+- the `corvid` command line over https://: `status`, `import`, `export`
+  and `backup` trusting the certificate with --cacert (or $CORVID_CACERT),
+  refused with a verification error without it (exit 1), accepted with
+  --insecure;
 - a certificate that cannot be loaded, a key that does not match it, or
   only one of the two flags: `corvid serve` exits non-zero naming the file;
 - SIGTERM with idle TLS connections open exits 0 (tearDownClass).
@@ -179,6 +183,46 @@ class HttpsTest(TlsCase):
         finally:
             other.close()
         self.assertStatus(self.c.get('/health'), 200)
+
+    def test_command_line_over_https(self):
+        url = 'https://127.0.0.1:%d' % self.server.port
+        coll = self.coll()
+
+        def corvid(*args, env=None):
+            full = dict(os.environ)
+            full.pop('CORVID_CACERT', None)
+            full.update(env or {})
+            return subprocess.run([binary_path()] + list(args), capture_output=True, text=True,
+                                  timeout=120, env=full)
+
+        # Not trusted: refused, and the message says why.
+        proc = corvid('status', '--once', '--url', url)
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.assertIn('certificate verify failed', proc.stderr)
+        # Trusted through --cacert, $CORVID_CACERT, or not checked (-k).
+        for args, env in ((['--cacert', self.cert], None), ([], {'CORVID_CACERT': self.cert}),
+                          (['--insecure'], None)):
+            proc = corvid('status', '--once', '--url', url, *args, env=env)
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            self.assertNotIn('certificate', proc.stderr)
+        lines = os.path.join(self.cert_dir, 'cli.ndjson')
+        with open(lines, 'w') as f:
+            for k in range(500):
+                f.write(json.dumps({'id': 'c%03d' % k, 'n': k}) + '\n')
+        proc = corvid('import', lines, '--collection', coll, '--url', url, '--cacert', self.cert)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        proc = corvid('export', coll, '--url', url, '--cacert', self.cert)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        exported = [json.loads(line) for line in proc.stdout.splitlines()]
+        self.assertEqual(sorted(d['n'] for d in exported), list(range(500)))
+        path = os.path.join(self.cert_dir, 'cli-backup.corvid')
+        proc = corvid('backup', '--url', url, '-o', path, '--cacert', self.cert)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        target = os.path.join(self.cert_dir, 'cli-restored')
+        proc = corvid('restore', '--from', path, '--data', target)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        proc = corvid('verify', '--data', target)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
 
 
 class HttpsReadKeyTest(TlsCase):
