@@ -745,6 +745,16 @@ class IndexEngine::Impl {
     return it == replacements_.end() ? nullptr : it->second.slot;
   }
 
+  // Both versions of `name` as of one instant (a switch in between would
+  // pair the old version with no replacement).
+  std::pair<std::shared_ptr<IndexSlot>, std::shared_ptr<IndexSlot>> FindWithReplacement(std::string_view name) const {
+    std::lock_guard lock(mu_);
+    auto it = slots_.find(name);
+    if (it == slots_.end()) return {};
+    auto rt = replacements_.find(name);
+    return {it->second, rt == replacements_.end() ? nullptr : rt->second.slot};
+  }
+
   // Either version of `name` moved (a worker thread, no lock held). Query
   // waits hear the etag of the version that answers queries, never the
   // replacement's; the replacement's progress may make it ready to switch.
@@ -1062,9 +1072,9 @@ IndexProgress WithReplacement(IndexProgress p, const std::shared_ptr<IndexSlot>&
 }  // namespace
 
 Result<IndexProgress> IndexEngine::Progress(std::string_view name) const {
-  auto slot = impl_->Find(name);
+  auto [slot, replacing] = impl_->FindWithReplacement(name);
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
-  return WithReplacement(slot->Progress(), impl_->FindReplacement(name));
+  return WithReplacement(slot->Progress(), replacing);
 }
 
 std::vector<IndexProgress> IndexEngine::AllProgress() const {
