@@ -54,9 +54,10 @@ ErrorLog::ErrorLog(std::filesystem::path path) : path_(std::move(path)) {
     if (!d.HasMember("etag") || !d["etag"].IsUint64() || !d.HasMember("id") || !d["id"].IsString() ||
         !d.HasMember("message") || !d["message"].IsString() || !d.HasMember("at") || !d["at"].IsInt64())
       continue;
-    // Unix milliseconds within +-10^13 (years 1653-2286): beyond, the time
-    // point would overflow; such a line is damaged.
-    if (d["at"].GetInt64() > 10'000'000'000'000 || d["at"].GetInt64() < -10'000'000'000'000) continue;
+    // Unix milliseconds within +-9*10^12 (years 1684-2255): beyond, the
+    // nanosecond time point would overflow (int64 holds 9.22*10^12 ms);
+    // such a line is damaged.
+    if (d["at"].GetInt64() > 9'000'000'000'000 || d["at"].GetInt64() < -9'000'000'000'000) continue;
     RecordedError e;
     e.etag = d["etag"].GetUint64();
     e.id = d["id"].GetString();
