@@ -6,9 +6,9 @@
 
 #include <nats/nats.h>
 #include <rapidjson/document.h>
-#include <xxhash.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -171,7 +171,6 @@ struct Connection {
     p.applied_seq = num("appliedSeq");
     p.lag_ms = int64_t(num("lagMs"));
     p.at_ms = int64_t(num("atMs"));
-    p.age_ms = NowMs() - p.at_ms;
     return p;
   }
 
@@ -195,6 +194,23 @@ struct Connection {
 constexpr int64_t kHeartbeatMs = 1000;
 
 }  // namespace
+
+namespace {
+constexpr const char* kDivergedMarker = "cluster-diverged";
+}  // namespace
+
+Status MarkDiverged(const std::string& data_dir, std::string_view why) {
+  return WriteFileAtomic(data_dir, kDivergedMarker, std::string(why) + "\n");
+}
+
+bool IsMarkedDiverged(const std::string& data_dir) {
+  std::error_code ec;
+  return std::filesystem::exists(std::filesystem::path(data_dir) / kDivergedMarker, ec);
+}
+
+bool CanGiveSnapshot(const PeerInfo& p, std::string_view self_id) {
+  return p.node_id != self_id && p.state == "active" && !p.url.empty() && NowMs() - p.at_ms <= kPeerStaleMs;
+}
 
 uint64_t EntryFingerprint(std::string_view entry) {
   const uint64_t h = XXH3_64bits(entry.data(), entry.size());
@@ -244,14 +260,10 @@ class ClusterNode::Impl {
     log_ = *log;
     const storage::LogPosition pos = store_.GetLogPosition();
     applied_seq_ = pos.applied;
-    fp_seq_ = pos.applied;
-    fp_hash_ = pos.applied_hash;
+    applied_fp_ = pos.applied_hash;
     // Marked diverged (by this process before, or by the bootstrap for lack
     // of a peer to install from): no writes until a snapshot is in.
-    std::error_code ec;
-    if (!options_.data_dir.empty() &&
-        std::filesystem::exists(std::filesystem::path(options_.data_dir) / kDivergedMarker, ec))
-      diverged_ = true;
+    if (!options_.data_dir.empty() && IsMarkedDiverged(options_.data_dir)) diverged_ = true;
     applier_ = std::thread([this] { RunGuarded([this] { ApplierLoop(); }); });
     sweeper_ = std::thread([this] { RunGuarded([this] { SweeperLoop(); }); });
     membership_ = std::thread([this] { RunGuarded([this] { MembershipLoop(); }); });
@@ -647,7 +659,7 @@ class ClusterNode::Impl {
     logging::Error("cluster.diverged", "this node diverged from the log (" + why + "); it refuses writes until it has installed a peer's snapshot",
                    {{"node", options_.node_id}, {"detail", detail}});
     if (options_.data_dir.empty()) return;
-    if (Status s = WriteFileAtomic(options_.data_dir, kDivergedMarker, why + ": " + detail + "\n"); !s.ok())
+    if (Status s = MarkDiverged(options_.data_dir, why + ": " + detail); !s.ok())
       logging::Error("cluster.diverged", "cannot leave the divergence mark in the data directory: " + s.message(),
                      {{"node", options_.node_id}});
   }
@@ -662,8 +674,8 @@ class ClusterNode::Impl {
     uint64_t seq, fp;
     {
       std::lock_guard lock(mu_);
-      seq = fp_seq_;
-      fp = fp_hash_;
+      seq = applied_seq_;
+      fp = applied_fp_;
     }
     if (fp == 0 || seq < std::max<uint64_t>(log.first_seq, 1) || seq > log.last_seq) return;
     const std::optional<uint64_t> theirs = conn_.LeaderFingerprint(options_, seq);
@@ -683,7 +695,7 @@ class ClusterNode::Impl {
   void ReinstallWhenPossible(const std::map<std::string, PeerInfo>& peers) {
     if (reinstall_requested_ || !options_.on_diverged) return;
     for (const auto& [id, p] : peers) {
-      if (id == options_.node_id || p.state != "active" || p.url.empty() || NowMs() - p.at_ms > kPeerStaleMs) continue;
+      if (!CanGiveSnapshot(p, options_.node_id)) continue;
       reinstall_requested_ = true;
       logging::Warn("cluster.reinstalling", "restarting to install a snapshot from an active peer",
                     {{"node", options_.node_id}, {"peer", id}});
@@ -736,6 +748,7 @@ class ClusterNode::Impl {
     {
       std::lock_guard lock(mu_);
       applied_seq_ = pos.applied;
+      applied_fp_ = pos.applied_hash;
     }
     replay_below_ = pos.applied;
     store_.ResetLogFence();
@@ -886,12 +899,11 @@ class ClusterNode::Impl {
 
   void MarkApplied(uint64_t seq, int64_t ts_ms, uint64_t fp) {
     std::lock_guard lock(mu_);
-    applied_seq_ = std::max(applied_seq_, seq);
-    last_applied_ts_ms_ = ts_ms;
-    if (seq >= fp_seq_) {
-      fp_seq_ = seq;
-      fp_hash_ = fp;
+    if (seq >= applied_seq_) {
+      applied_seq_ = seq;
+      applied_fp_ = fp;
     }
+    last_applied_ts_ms_ = ts_ms;
   }
 
   void Apply(uint64_t seq, int64_t ts_ms, std::string_view data) {
@@ -1028,13 +1040,12 @@ class ClusterNode::Impl {
   bool stopping_ = false;                  // guarded by mu_
   uint64_t next_request_ = 0;              // guarded by mu_
   std::map<uint64_t, Pending> pending_;    // guarded by mu_
-  uint64_t applied_seq_ = 0;               // guarded by mu_
+  uint64_t applied_seq_ = 0, applied_fp_ = 0;  // guarded by mu_: the last entry applied, its fingerprint
   uint64_t seen_last_seq_ = 0;             // guarded by mu_
   int64_t last_applied_ts_ms_ = 0;         // guarded by mu_
   uint64_t in_flight_ = 0;                 // guarded by mu_: entries submitted, not answered
   bool connected_ = false, caught_up_ = false;  // guarded by mu_
   int past_end_ = 0;                       // guarded by mu_: refreshes that found applied > the log's last
-  uint64_t fp_seq_ = 0, fp_hash_ = 0;      // guarded by mu_: the last entry applied and its fingerprint
   int mismatches_ = 0;                     // membership thread: leader checks that disagreed in a row
   bool reinstall_requested_ = false;       // membership thread
   uint64_t next_seq_ = 1;                  // guarded by mu_: the next entry the applier expects

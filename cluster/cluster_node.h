@@ -55,9 +55,12 @@ struct ClusterOptions {
   std::function<void()> on_diverged;
 };
 
-// The file a node writes into its data directory once it knows its store
-// disagrees with the log; its next start installs a peer's snapshot.
-inline constexpr const char* kDivergedMarker = "cluster-diverged";
+// The mark a node leaves in its data directory once it knows its store
+// disagrees with the log (the file "cluster-diverged", saying why); while
+// it is there the node refuses writes, and its next start installs a
+// peer's snapshot, which replaces the directory and the mark with it.
+Status MarkDiverged(const std::string& data_dir, std::string_view why);
+bool IsMarkedDiverged(const std::string& data_dir);
 
 // The fingerprint of a log entry (XXH3-64 of its bytes; never 0), which
 // the store records for the last entry it applied.
@@ -74,9 +77,12 @@ struct PeerInfo {
   std::string node_id, url, state;
   uint64_t applied_etag = 0, applied_seq = 0;
   int64_t lag_ms = 0;
-  int64_t at_ms = 0;   // its last heartbeat (unix ms, its clock)
-  int64_t age_ms = 0;  // since its last heartbeat, when this was read
+  int64_t at_ms = 0;  // its last heartbeat (unix ms, its clock)
 };
+
+// Whether `p` can give node `self_id` a snapshot now: another node,
+// active, with a URL, and heard from within kPeerStaleMs.
+bool CanGiveSnapshot(const PeerInfo& p, std::string_view self_id);
 
 struct LogInfo {
   uint64_t first_seq = 0, last_seq = 0, messages = 0;

@@ -23,7 +23,6 @@
 #include <thread>
 
 #include "cluster/cluster_node.h"
-#include "common/durable_file.h"
 #include "common/log.h"
 #include "common/memory_budget.h"
 #include "common/version.h"
@@ -131,16 +130,13 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
     return 1;
   }
   const auto& log = probe->log;
-  std::error_code marker_ec;
-  const bool marked = fs::exists(fs::path(data_dir) / corvid::cluster::kDivergedMarker, marker_ec);
+  const bool marked = corvid::cluster::IsMarkedDiverged(data_dir);
   const bool differs = probe->checked_fingerprint != 0 && probe->checked_fingerprint != pos.applied_hash;
   const bool diverged = (pos.applied > log.last_seq && log.from_leader) || marked || differs;
   const bool behind = log.messages > 0 && std::max<uint64_t>(pos.resume, 1) < log.first_seq;
   const corvid::cluster::PeerInfo* peer = nullptr;
   for (const auto& p : probe->peers) {
-    if (p.node_id == options.node_id || p.state != "active" || p.url.empty() ||
-        p.age_ms > corvid::cluster::kPeerStaleMs)
-      continue;
+    if (!corvid::cluster::CanGiveSnapshot(p, options.node_id)) continue;
     if (!peer || p.applied_etag > peer->applied_etag) peer = &p;
   }
   const bool fresh = last_etag == 0 && pos.applied == 0 && peer && peer->applied_etag > 0;
@@ -154,7 +150,7 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
     // Serves reads and refuses writes (the mark makes the node start so);
     // it installs a snapshot once a peer is active (ClusterNode).
     if (!marked) {
-      if (auto s = corvid::WriteFileAtomic(data_dir, corvid::cluster::kDivergedMarker, std::string(why) + "\n"); !s.ok()) {
+      if (auto s = corvid::cluster::MarkDiverged(data_dir, why); !s.ok()) {
         corvid::logging::Error("server.start_failed", "cannot leave the divergence mark: " + s.message());
         return 1;
       }
