@@ -611,7 +611,7 @@ class ClusterNode::Impl {
       if (past_end)
         Diverge("it applied log entries the log no longer holds",
                 "applied_seq " + std::to_string(applied_before) + ", the log's last " + std::to_string(log->last_seq));
-      if (log.ok() && log->from_leader) CheckAgainstLeader(*log);
+      if (log.ok() && log->from_leader && !diverged_.load()) CheckAgainstLeader(*log);  // once diverged, nothing to learn
       if (diverged_.load()) ReinstallWhenPossible(peers);
       // Until the next heartbeat: the bucket's changes.
       const auto next = Clock::now() + std::chrono::milliseconds(kHeartbeatMs);
