@@ -232,19 +232,16 @@ Result<std::shared_ptr<const DefinitionImpl>> DefinitionImpl::CompileImpl(std::s
     def->unwind_args_ = std::move(used);
   }
 
-  // The top-level fields the maps read: each field path's first component,
-  // and its dotted prefixes (a key may hold dots). A definition that reads
-  // none still needs an object: it asks for the empty name.
+  // The top-level fields the maps read: each field path's first component
+  // (the store adds the dotted keys that start with it, DecodeFields; not
+  // every dotted prefix here, which a deep path would make quadratic). A
+  // definition that reads none still needs an object: it asks for the
+  // empty name.
   {
     std::set<std::string> names;
     for (const auto& m : def->maps_) {
       VisitNodes(*m, [&](Node& n) {
-        if (n.kind != NodeKind::kField || n.path.empty()) return;
-        std::string prefix;
-        for (const auto& part : n.path) {
-          prefix += prefix.empty() ? part : "." + part;
-          names.insert(prefix);
-        }
+        if (n.kind == NodeKind::kField && !n.path.empty()) names.insert(n.path.front());
       });
     }
     if (names.empty()) names.insert("");

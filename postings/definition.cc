@@ -341,19 +341,15 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
   canon += def->store_all_ ? "*" : "";
   for (auto& s : def->store_) canon += s + ",";
   def->fingerprint_ = Fnv1a64(canon);
-  // The top-level fields read: each path's first component and its dotted
-  // prefixes (a key may hold dots, KeySpells); none listed: whole documents.
+  // The top-level fields read: each path's first component (the store adds
+  // the dotted keys that start with it, KeySpells and DecodeFields); none
+  // listed: whole documents.
   if (!def->store_all_) {
     std::set<std::string> names;
-    auto add = [&](const std::vector<std::string>& path) {
-      std::string prefix;
-      for (const auto& part : path) {
-        prefix += prefix.empty() ? part : "." + part;
-        names.insert(prefix);
-      }
-    };
-    for (const auto& f : def->fields_) add(f.path);
-    for (const auto& sp : def->store_split_) add(sp);
+    for (const auto& f : def->fields_)
+      if (!f.path.empty()) names.insert(f.path.front());
+    for (const auto& sp : def->store_split_)
+      if (!sp.empty()) names.insert(sp.front());
     if (names.empty()) names.insert("");
     def->read_fields_.assign(names.begin(), names.end());
   }

@@ -234,11 +234,19 @@ void UnescapeKey(std::string_view raw, std::string& out) {
   }
 }
 
+// Whether the top-level key `raw` (escaped as stored) is one a reader of
+// `names` wants: a name itself, or a dotted key whose first component is
+// one ({"author.name": x} for "author", KeySpells in postings/definition.h).
 bool KeyIn(std::string_view raw, std::span<const std::string> names) {
-  if (raw.find('\\') == std::string_view::npos) return std::binary_search(names.begin(), names.end(), raw);
+  auto in = [&](std::string_view key) {
+    if (std::binary_search(names.begin(), names.end(), key)) return true;
+    const size_t dot = key.find('.');
+    return dot != std::string_view::npos && std::binary_search(names.begin(), names.end(), key.substr(0, dot));
+  };
+  if (raw.find('\\') == std::string_view::npos) return in(raw);
   thread_local std::string decoded;
   UnescapeKey(raw, decoded);
-  return std::binary_search(names.begin(), names.end(), decoded);
+  return in(decoded);
 }
 
 // A structured body's header, parsed: its frames; its directory is walked
@@ -439,13 +447,12 @@ Result<uint64_t> DecodedSize(uint8_t flags, std::string_view stored, std::span<c
     if (Status st = ParseStructured(stored, s, Parse::kFramesOnly); !st.ok()) return st;
     if (names.empty()) return s.text_size;
     uint64_t size = 2, last = UINT64_MAX;
-    size_t found = 0;
     ForEachField(s, [&](const FieldEntry& e) {
       if (!KeyIn(e.key, names)) return true;
       if (e.frame != last) size += s.frames[e.frame].raw;
       last = e.frame;
       size += e.key.size() + 4;
-      return ++found < names.size();  // a key is in a document once
+      return true;  // several keys may match one name ("a", "a.b")
     });
     return size;
   }
@@ -506,7 +513,6 @@ Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLook
   out.clear();
   out.push_back('{');
   Status status;
-  size_t found = 0;
   ForEachField(s, [&](const FieldEntry& e) {
     if (!KeyIn(e.key, names)) return true;
     if (e.frame != decoded) {
@@ -521,7 +527,7 @@ Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLook
     out.append(e.key);
     out.append("\":");
     out.append(frame, e.offset, e.length);
-    return ++found < names.size();  // a key is in a document once
+    return true;  // several keys may match one name ("a", "a.b")
   });
   if (!status.ok()) return status;
   out.push_back('}');

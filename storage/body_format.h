@@ -93,11 +93,13 @@ Status DecodeWhole(uint8_t flags, std::string_view stored, const DictionaryLooku
 // What DecodeFields(names) will decode, from the stored bytes' headers (no
 // decompression): the text's size, or for a structured body and a non-empty
 // `names` the size of the frames holding those fields. An estimate for
-// sizing a batch: it reads the directory only as far as the fields and
-// leaves the header's checksum to the decode that follows.
+// sizing a batch: it reads the directory (not the frames) and leaves the
+// header's checksum to the decode that follows.
 Result<uint64_t> DecodedSize(uint8_t flags, std::string_view stored, std::span<const std::string> names);
 
-// The top-level fields whose names are in `names` (sorted, unescaped), as
+// The top-level fields whose names are in `names` (sorted, unescaped), and
+// the dotted keys whose first component is ("a.b" for "a": a key may stand
+// for several levels, KeySpells in postings/definition.h), as
 // one JSON object text in document order (a projection: what an index
 // that reads only those fields needs). A structured body decompresses
 // only the frames holding them; a whole body is decoded and returned

@@ -1355,6 +1355,32 @@ class LimitsTest(CorvidTestCase):
                 self.assertRawError(out, 400, 'too_deep')
         self.assertAbsent('lim', 'deep')
 
+    def test_deep_field_path_in_a_definition_costs_its_size(self):
+        # A path of 100,000 components (200 KB of definition) was once
+        # expanded into every dotted prefix: 10 GB and minutes for one
+        # request (the hostile stream's 'a.' * 5000 took 0.8 s under ASan).
+        path = 'a.' * 100000 + 'b'
+        definitions = (
+            {'type': 'mapreduce', 'collection': 'deep', 'map': {'m': path}, 'groupBy': ['m'],
+             'reduce': {'c': 'count()'}},
+            {'type': 'search', 'collection': 'deep', 'fields': {path: {'analyzer': 'standard'}}})
+        rss_before = rss_kib(self.server.proc.pid)
+        for n, definition in enumerate(definitions):
+            with self.subTest(type=definition['type']):
+                body = json.dumps(definition).encode()
+                t0 = time.monotonic()
+                out = self.send(request(b'PUT', b'/indexes/deep%d' % n, auth_headers(KEY)
+                                        + [b'Content-Type: application/json'], body))
+                elapsed = time.monotonic() - t0
+                self.assertTrue(out.replies, 'no answer: ' + out.describe())
+                self.assertIn(out.replies[0].status, (200, 201), out.describe())
+                self.assertLess(elapsed, 5.0, 'a %d-byte definition took %.1f s' % (len(body), elapsed))
+        grown = rss_kib(self.server.proc.pid) - rss_before
+        print('\ndeep field paths: RSS grew %d KiB' % grown)
+        self.assertLess(grown, 64 * 1024, 'two 200 KB definitions grew RSS by %d KiB' % grown)
+        for n in range(len(definitions)):
+            self.assertIn(self.c.delete('/indexes/deep%d' % n).status, (200, 204))
+
     # -- the key is checked from the head, before the body is read ----------------------
     def test_unauthenticated_body_not_read(self):
         cases = ((None, 401, b'PUT', b'/docs/lim/u', b'Content-Length: %d' % (DOC_LIMIT - 10)),

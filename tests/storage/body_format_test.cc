@@ -568,10 +568,15 @@ std::vector<std::string> RandomNames(std::mt19937_64& rng, const GenDoc& doc) {
   return names;
 }
 
+// The members a projection on `names` holds (body_format.h): a name's own
+// key and the dotted keys whose first component is the name.
 std::vector<const Member*> Selected(const GenDoc& doc, const std::vector<std::string>& names) {
   std::vector<const Member*> out;
-  for (const auto& m : doc.members)
-    if (std::binary_search(names.begin(), names.end(), m.name)) out.push_back(&m);
+  for (const auto& m : doc.members) {
+    const std::string first = m.name.substr(0, m.name.find('.'));
+    if (std::binary_search(names.begin(), names.end(), m.name) || std::binary_search(names.begin(), names.end(), first))
+      out.push_back(&m);
+  }
   return out;
 }
 
@@ -941,6 +946,10 @@ TEST_CASE("names that match only after unescaping, and look-alike prefixes", "[b
       {"sl\\/ash", "sl/ash", "8"},
       {"t\\tab", "t\tab", "9"},
       {"", "", "10"},
+      {"a.b", "a.b", "11"},  // dotted keys: a reader of "a" may be reading a.b through them
+      {"a\\u002eb.c", "a.b.c", "12"},
+      {"ab.c", "ab.c", "13"},
+      {".a", ".a", "14"},
       {"pad", "pad", StringValue(rng, 20000)},
   };
   const GenDoc doc = Assemble(rng, members, false);
@@ -965,7 +974,9 @@ TEST_CASE("names that match only after unescaping, and look-alike prefixes", "[b
   expect({"a\"b"});
   expect({"\\u00e9"});
   expect({"é"});  // matches nothing: the key \\u00e9 is a backslash and text
-  expect({"a"});
+  expect({"a"});  // a, a.b, a.b.c (escaped), not ab.c nor .a
+  expect({"a.b"});  // the key itself only
+  expect({""});  // the empty key and .a
   expect({"ab"});
   expect({"abc"});
   expect({"a", "abc"});
