@@ -12,7 +12,7 @@
 // galloping search. Only the band |i - j| <= max_edits of a row is
 // computed; cells outside it are > max_edits by definition.
 //
-// Code points are decoded exactly as EditDistance (searcher.cc) decodes
+// Code points are decoded exactly as the test's EditDistance oracle decodes
 // them — the lead byte alone fixes the length, a truncated sequence keeps
 // the bits it has — so malformed UTF-8 compares the same way. A code point
 // whose nominal length runs past the end of its term is never treated as
@@ -25,7 +25,7 @@
 namespace corvid::postings {
 namespace {
 
-// Decodes the code point at s[i] the way EditDistance does; returns its
+// Decodes the code point at s[i] (the header above says how); returns its
 // nominal length (which may run past the end of s).
 inline size_t DecodeAt(std::string_view s, size_t i, uint32_t& cp) {
   const unsigned char c = static_cast<unsigned char>(s[i]);

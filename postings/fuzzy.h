@@ -15,7 +15,8 @@ namespace corvid::postings {
 // Calls on_match(i) for every term index i of segment `seg`, field `field`,
 // whose OSA distance to `query` is <= max_edits (0..2), in increasing i.
 // The set is exactly { i : EditDistance(seg.term(field, i), query,
-// max_edits) <= max_edits } (snapshot.h): insertions, deletions,
+// max_edits) <= max_edits } (the oracle in tests/postings/fuzzy_test.cc):
+// insertions, deletions,
 // substitutions and adjacent transpositions over code points, decoded as
 // EditDistance decodes them (malformed UTF-8 included). Thread-safe (reads
 // only); allocates only O(longest term × query length) scratch.

@@ -108,12 +108,12 @@ class SearchIndexImpl final : public SearchIndex {
   Result<StateSnapshot> SnapshotFiles() const override;
   // Blocks until the merge thread finds nothing to merge (or is stopped).
   void WaitForMerges();
-
- private:
   std::shared_ptr<const Snapshot> Current() const {
     std::lock_guard<std::mutex> l(snap_mu_);
     return snap_;
   }
+
+ private:
   // Requires commit_mu_, or no merge thread yet.
   void Publish(std::shared_ptr<const Snapshot> s) {
     uint64_t disk = 0, mem = 0;
@@ -731,6 +731,10 @@ Status SearchIndexImpl::Clear() {
 }  // namespace
 
 void WaitForMerges(SearchIndex& index) { static_cast<SearchIndexImpl&>(index).WaitForMerges(); }
+
+std::shared_ptr<const Snapshot> CurrentSnapshot(const SearchIndex& index) {
+  return static_cast<const SearchIndexImpl&>(index).Current();
+}
 
 void SetMergeCommitHookForTesting(std::function<void()> hook) {
   std::lock_guard<std::mutex> l(merge_hook_mu);

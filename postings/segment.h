@@ -2,7 +2,9 @@
 // accumulates documents in memory (the mutable segment) and serializes them
 // to a segment file; Segment memory-maps such a file and serves postings,
 // field lengths, numeric columns and ids straight from the map (zero-copy;
-// roaring bitmaps are "frozen" views into the file). Layout: segment.cc.
+// roaring bitmaps are "frozen" views into the file). The builder is in
+// segment_builder.cc, its encoder in segment_encoder.cc, the reader in
+// segment.cc; the format is documented in segment_format.h.
 #pragma once
 
 #include <roaring/roaring.h>
@@ -21,6 +23,7 @@
 #include "common/status.h"
 #include "postings/file_util.h"
 #include "postings/pairs.h"
+#include "postings/roaring_layout.h"
 
 namespace corvid::postings {
 
@@ -77,7 +80,7 @@ struct BlockMax {
 };
 #pragma pack(pop)
 // A term's posting list as Segment::entry decodes it from the list's
-// header (the layout is at the top of segment.cc): doc_freq term
+// header (the layout is in segment_format.h): doc_freq term
 // frequencies, tf_width bytes each, in doc order, at tfs_off; then the
 // positions (pos_len bytes: per posting, tf varints of position deltas,
 // the first from 0). Short lists (doc_freq <= kShortList) then have their
@@ -125,14 +128,7 @@ struct NumEntry {
 };
 #pragma pack(pop)
 
-// Appends the frozen roaring serialization of `docs` (ascending, no
-// repeats), run-optimized, exactly as roaring_bitmap_frozen_serialize
-// writes it; the caller aligns `out` (frozen views need 32 bytes). Small
-// single-container bitmaps (every batch term in fewer than 4097 documents)
-// are written directly, without building a bitmap.
-void AppendFrozenBitmap(std::string& out, std::span<const uint32_t> docs);
-
-// A short list's doc numbers (segment.cc has the format): chunks of equal
+// A short list's doc numbers (segment_format.h has the format): chunks of equal
 // high 16 bits, each a (key, count) pair of varints, then the low 16 bits
 // of every doc number at an even file offset.
 struct ShortDocs {
@@ -148,75 +144,6 @@ inline ShortDocs ParseShortDocs(const uint8_t* p, const char* file_base) {
   p += (p - reinterpret_cast<const uint8_t*>(file_base)) % 2;
   d.lows = reinterpret_cast<const uint16_t*>(p);
   return d;
-}
-
-// Whether ForEachFrozen reads this CRoaring's frozen layout exactly as the
-// library does: checked once per process on arrays, runs, bitsets and
-// several chunks (segment.cc), so that another library version falls back
-// to the library's view instead of misreading.
-bool FrozenReaderAgrees();
-
-// Calls f(value) for every value of a frozen roaring bitmap (written by
-// roaring_bitmap_frozen_serialize, `len` bytes at `buf`), in order, read
-// straight from its bytes: no view is built and nothing is allocated, which
-// matters to queries that read hundreds of short lists (a prefix's
-// expansion). The layout, from the end: u32 header (containers << 15 |
-// cookie), u8 type per container (1 bitset, 2 array, 3 run), u16 count per
-// container (bitset and array: cardinality - 1; run: runs), u16 key per
-// container; from the start, the containers' data in three zones: bitsets
-// (1024 u64 each), runs (u16 start, u16 length - 1), arrays (u16 each).
-//
-// ForEachFrozenContainer is the same walk with the bitset containers handed
-// whole to bitset(key, words): key the container's high bits (<< 16),
-// words its 1024 u64 (unaligned bytes).
-template <typename F, typename B>
-void ForEachFrozenContainer(const char* buf, size_t len, F&& f, B&& bitset) {
-  uint32_t header;
-  std::memcpy(&header, buf + len - 4, 4);
-  const uint32_t n = header >> 15;
-  const uint8_t* types = reinterpret_cast<const uint8_t*>(buf + len - 4 - n);
-  const char* counts = buf + len - 4 - 3 * size_t{n};
-  const char* keys = counts - 2 * size_t{n};
-  auto u16 = [](const char* p) {
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return uint32_t{v};
-  };
-  size_t bitsets = 0, run_bytes = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    bitsets += types[i] == 1;
-    if (types[i] == 3) run_bytes += 4 * size_t{u16(counts + 2 * i)};
-  }
-  const char* bitset_zone = buf;
-  const char* run_zone = buf + 8192 * bitsets;
-  const char* array_zone = run_zone + run_bytes;
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t key = u16(keys + 2 * i) << 16, count = u16(counts + 2 * i);
-    if (types[i] == 2) {
-      for (uint32_t j = 0; j <= count; ++j) f(key | u16(array_zone + 2 * j));
-      array_zone += 2 * (size_t{count} + 1);
-    } else if (types[i] == 3) {
-      for (uint32_t r = 0; r < count; ++r) {
-        const uint32_t start = key | u16(run_zone + 4 * r), last = start + u16(run_zone + 4 * r + 2);
-        for (uint32_t v = start; v <= last; ++v) f(v);
-      }
-      run_zone += 4 * size_t{count};
-    } else {
-      bitset(key, bitset_zone);
-      bitset_zone += 8192;
-    }
-  }
-}
-
-template <typename F>
-void ForEachFrozen(const char* buf, size_t len, F&& f) {
-  ForEachFrozenContainer(buf, len, f, [&f](uint32_t key, const char* words) {
-    for (uint32_t w = 0; w < 1024; ++w) {
-      uint64_t word;
-      std::memcpy(&word, words + 8 * w, 8);
-      for (; word != 0; word &= word - 1) f(key | (w * 64 + static_cast<uint32_t>(std::countr_zero(word))));
-    }
-  });
 }
 
 // Term frequencies of one posting list, indexed by rank (doc order).
@@ -501,9 +428,6 @@ class Segment {
   TfArray Tfs(const TermEntry& e) const {
     return TfArray{reinterpret_cast<const uint8_t*>(base() + e.tfs_off), e.tf_width};
   }
-  // Decodes the positions of posting `rank` (0-based in doc order) of
-  // term i into `out` (absolute positions).
-  void Positions(uint32_t f, uint32_t i, uint32_t rank, std::vector<uint32_t>& out) const;
   const uint8_t* PositionsStart(uint32_t f, uint32_t i) const { return PositionsStart(entry(f, i)); }
   const uint8_t* PositionsStart(const TermEntry& e) const {
     return reinterpret_cast<const uint8_t*>(base() + e.tfs_off + uint64_t{e.doc_freq} * e.tf_width);

@@ -1,9 +1,81 @@
-// What the segment file's two writers share: the in-memory batch encoder
-// (SegmentBuilder::Encode, segment.cc) and the streaming merger
-// (segment_merger.cc) write the same format, whose layout is documented at
-// the top of segment.cc; the reader (Segment::Open) checks it. Internal to
-// postings/: the header, the footer's checksum, the id filter, and the
-// short posting list encoder both writers use.
+// The segment file's format, and what its two writers share: the in-memory
+// batch encoder (SegmentBuilder::Encode, segment_encoder.cc) and the
+// streaming merger (segment_merger.cc) write it; the reader (Segment::Open,
+// segment.cc) checks it. Internal to postings/: the header, the footer's
+// checksum, the id filter, term keys, and the short posting list encoder
+// both writers use.
+//
+// Segment file format, version 8 (all integers little-endian; every section
+// and every frozen roaring bitmap starts at a 32-byte aligned offset, which
+// frozen views require; posting lists are otherwise unaligned). Two
+// writers produce it: SegmentBuilder::Encode (a batch, in memory) and the
+// streaming merger, which writes the sections in another order; readers
+// find every section through the directory.
+//
+//   Header, 64 bytes:
+//     0  char[8] magic "CVDSEG01"
+//     8  u32 format version (8; 7 had no id order or id filter and the
+//            home-made Checksum64 over every byte, 6 no stored fields, 5 a fixed skip
+//            stride of 16, 4 a skip table entry per 64 postings,
+//            3 a 40-byte entry per term and a
+//            frozen bitmap for every list, 2 56-byte entries and a skip
+//            table and block maxima for every term, 1 no pair sections)
+//    12  u32 roaring tag (major*10000 + minor*100 + revision of CRoaring that
+//            wrote the frozen bitmaps; a different one is "unknown")
+//    16  u64 definition fingerprint
+//    24  u32 doc_count, u32 text_field_count, u32 numeric_field_count, u32 0
+//    40  u64 directory offset
+//    48  u64 file length
+//    56  u64 0
+//   Ids: u32 offsets[doc_count + 1] into a blob of the concatenated document ids.
+//   Stored fields, when the definition's "store" lists paths: u64
+//     offsets[doc_count + 1] into a blob of the documents' stored-field
+//     objects (JSON text, as a hit's "fields" renders them), back to back.
+//   Id order: u32 doc numbers[doc_count], ordered by id (bytewise).
+//   Id filter: blocks of 64 bytes, a blocked Bloom filter of the ids
+//     (segment_format.h has the hash and the bits).
+//   Per text field (definition order of text fields, sorted by path):
+//     u32 lengths[doc_count]          tokens of each document in the field
+//     u32 term_offsets[T + 1], blob   the T terms, sorted bytewise
+//     u64 list_offsets[T]             where each term's posting list starts
+//     per term, its posting list (unaligned, back to back):
+//       header, varints: doc_freq, pos_len, max_tf, min_len (the smallest
+//         field length among its documents), last_doc, and for a long list
+//         (doc_freq > 64) bitmap_len;
+//       term frequencies in doc order, u8 each if max_tf < 256, else u32;
+//       positions (pos_len bytes): per posting, tf varints of position
+//         deltas (the first from 0);
+//       short list (doc_freq <= 64, one block; most terms): the doc
+//         numbers by chunks of equal high 16 bits: varint chunk count, per
+//         chunk varints (high 16 bits, postings in it); a zero byte if
+//         needed to reach an even file offset; u16 low 16 bits per doc
+//         (Segment::Postings points roaring array containers at them);
+//       long list: skip table, u32 per stride of postings (1, 2, 4, 8
+//         or 16: SkipShift of doc_freq and pos_len, segment.h), the byte
+//         offset of the first one's positions in the positions;
+//         BlockMax per block of 64 postings {u32 last_doc, u32 max_tf,
+//         u32 min_len, u32 0};
+//         zeros to the next 32-byte boundary; the frozen roaring bitmap of
+//         the doc numbers (bitmap_len bytes).
+//     A short list costs no alignment, no bitmap header and no fixed-size
+//     entry: W3's many-fields batches have ~950k lists of ~2.6 postings,
+//     and format 3 spent 40 + ~16 + 9 bytes on each of them.
+//     The common-word pair section (format in pairs.h).
+//   Per numeric (number/date) field: f64 column[doc_count] (the double of
+//     the document's smallest value, NaN when it has none); NumEntry[m]
+//     {f64 value, u32 doc, i32 residual} sorted by (value, residual, doc),
+//     one per value of every document (Number, segment.h: the residual is
+//     what an integer beyond 2^53 differs from its double by, else 0).
+//   Directory: u64 ids_offsets_off, u64 ids_blob_off, u64
+//     stored_offsets_off, u64 stored_blob_off (both 0: none), u64
+//     id_order_off, u64 id_filter_off, u64 id_filter_blocks; per text field
+//     {u64 lengths_off, u64 sum_len, u32 docs_with_tokens, u32 term_count,
+//      u64 term_offsets_off, u64 term_blob_off, u64 list_offsets_off,
+//      u64 pairs_off (the field's common-word pair section, pairs.h)};
+//     per numeric field {u64 column_off, u64 sorted_off, u64 sorted_count}.
+//   Footer, 16 bytes: u64 checksum, char[8] "CVDSEGND". The checksum is
+//     XXH3-64 over 16 bytes: the header's XXH3-64, then the XXH3-64 of
+//     every byte from the header's end to the footer (FileChecksum).
 #pragma once
 
 #include <xxhash.h>
@@ -19,6 +91,15 @@
 #include "postings/segment.h"
 
 namespace corvid::postings::segment_format {
+
+// A name's first 8 bytes as a big-endian integer, zero-padded: a strictly
+// smaller key means a bytewise smaller name (equal keys decide nothing).
+inline uint64_t TermKey(std::string_view name) {
+  uint64_t key = 0;
+  for (size_t b = 0; b < 8; ++b) key = key << 8 | (b < name.size() ? static_cast<uint8_t>(name[b]) : 0);
+  return key;
+}
+
 
 inline constexpr char kMagic[8] = {'C', 'V', 'D', 'S', 'E', 'G', '0', '1'};
 inline constexpr char kFooterMagic[8] = {'C', 'V', 'D', 'S', 'E', 'G', 'N', 'D'};

@@ -46,15 +46,13 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& reques
 // words and text range bounds.
 std::string NormalizeMultiTermText(const FieldDef& field, std::string_view text);
 
-// Optimal-string-alignment edit distance (insertions, deletions,
-// substitutions, adjacent transpositions) over Unicode code points, or
-// max+1 if it exceeds `max`.
-uint32_t EditDistance(std::string_view a, std::string_view b, uint32_t max);
 
 // For tests (search_index.cc). Blocks until `index`'s merge thread finds
 // nothing left to merge (merges run in the background after each batch).
 // `index` must come from SearchIndex::Open.
 void WaitForMerges(SearchIndex& index);
+// For tests: the snapshot searches of `index` (from SearchIndex::Open) read now.
+std::shared_ptr<const Snapshot> CurrentSnapshot(const SearchIndex& index);
 // When set, every merge calls `hook` on its merge thread after writing the
 // merged segment and before committing it, so a test can apply batches
 // while a merge is in flight. Empty: none. Process-wide.

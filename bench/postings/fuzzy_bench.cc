@@ -18,6 +18,7 @@
 #include "postings/file_util.h"
 #include "postings/fuzzy.h"
 #include "postings/snapshot.h"
+#include "tests/postings/edit_distance.h"
 
 using namespace corvid;
 using namespace corvid::postings;
@@ -74,7 +75,7 @@ int main(int argc, char** argv) {
       for (const auto& q : queries) {
         std::vector<uint32_t> scanned, walked;
         for (uint32_t i = 0; i < seg.term_count(0); ++i)
-          if (EditDistance(seg.term(0, i), q, max) <= max) scanned.push_back(i);
+          if (testing::EditDistance(seg.term(0, i), q, max) <= max) scanned.push_back(i);
         ForEachFuzzyTerm(seg, 0, q, max, [&](uint32_t i) { walked.push_back(i); });
         std::sort(walked.begin(), walked.end());
         if (scanned != walked) {
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
       size_t scan_matches = 0, walk_matches = 0;
       auto t0 = Clock::now();
       for (const auto& q : queries)
-        for (uint32_t i = 0; i < seg.term_count(0); ++i) scan_matches += EditDistance(seg.term(0, i), q, max) <= max;
+        for (uint32_t i = 0; i < seg.term_count(0); ++i) scan_matches += testing::EditDistance(seg.term(0, i), q, max) <= max;
       const double scan = MicrosPerQuery(t0, queries.size());
       constexpr int kReps = 5;
       t0 = Clock::now();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "postings/snapshot.h"
+#include "tests/postings/edit_distance.h"
 #include "tests/postings/test_util.h"
 
 namespace corvid::postings {
@@ -32,7 +33,7 @@ std::shared_ptr<const Segment> BuildSegment(const TempDir& dir, const std::vecto
 std::vector<uint32_t> Scan(const Segment& seg, std::string_view q, uint32_t max) {
   std::vector<uint32_t> out;
   for (uint32_t i = 0; i < seg.term_count(0); ++i)
-    if (EditDistance(seg.term(0, i), q, max) <= max) out.push_back(i);
+    if (testing::EditDistance(seg.term(0, i), q, max) <= max) out.push_back(i);
   return out;
 }
 

@@ -23,6 +23,7 @@
 
 #include "postings/file_util.h"
 #include "postings/pairs.h"
+#include "postings/posting_cursor.h"
 #include "postings/segment.h"
 #include "postings/segment_merger.h"
 #include "tests/postings/test_util.h"
@@ -552,8 +553,8 @@ void CompareSegments(const Segment& a, const Segment& b, uint32_t nt, uint32_t n
       const TfArray ta = a.Tfs(ea), tb = b.Tfs(eb);
       for (uint32_t r = 0; r < ea.doc_freq; ++r) {
         diffs.Eq(ta[r], tb[r], [&] { return ts + " tf of rank " + std::to_string(r); });
-        a.Positions(f, i, r, pa);
-        b.Positions(f, i, r, pb);
+        PositionReader(a, f, i).Decode(r, pa);
+        PositionReader(b, f, i).Decode(r, pb);
         diffs.Eq(pa, pb, [&] { return ts + " positions of rank " + std::to_string(r); });
       }
       BlockMax wa, wb;
@@ -710,7 +711,7 @@ void CheckExpected(const Segment& s, const Corpus& c, const Expected& x, Diffs& 
           return " of rank " + std::to_string(r) + " (doc " + std::to_string(postings[r].doc) + ")";
         };
         diffs.Eq(tfs[r], static_cast<uint32_t>(postings[r].positions.size()), [&] { return ts + " tf" + rs(); });
-        s.Positions(f, i, r, got);
+        PositionReader(s, f, i).Decode(r, got);
         diffs.Eq(got, postings[r].positions, [&] { return ts + " positions" + rs(); });
       }
       BlockMax whole;

@@ -1,7 +1,7 @@
-// RankCursor (postings/rank_cursor.h) against roaring_bitmap_rank and
+// RankCursor (postings/roaring_layout.h) against roaring_bitmap_rank and
 // roaring_bitmap_contains, on bitmaps with array, bitset and run containers
 // across several 65536-document chunks, heap-allocated and frozen views.
-#include "postings/rank_cursor.h"
+#include "postings/roaring_layout.h"
 
 #include <catch2/catch.hpp>
 #include <random>

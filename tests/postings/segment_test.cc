@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "postings/posting_cursor.h"
 #include "postings/segment.h"
 #include "tests/postings/test_util.h"
 
@@ -65,7 +66,7 @@ TEST_CASE("segment round trip", "[postings]") {
   std::vector<uint32_t> pos;
   for (uint32_t r = 0; r < 300; ++r) {
     CHECK(tfs[r] == (r % 7) + 1);
-    s.Positions(0, 0, r, pos);
+    PositionReader(s, 0, 0).Decode(r, pos);
     REQUIRE(pos.size() == (r % 7) + 1);
     for (uint32_t k = 0; k < pos.size(); ++k) CHECK(pos[k] == 2 * k);
   }
@@ -88,7 +89,7 @@ TEST_CASE("segment round trip", "[postings]") {
   const uint32_t width = s.entry(1, z).tf_width;
   CHECK(width == 4);
   CHECK(s.Tfs(1, z)[0] == 300);
-  s.Positions(1, z, 0, pos);
+  PositionReader(s, 1, z).Decode(0, pos);
   CHECK(pos.size() == 300);
   CHECK(pos[299] == 299);
   CHECK(s.column(0)[4] == 996.0);
@@ -307,7 +308,7 @@ TEST_CASE("fields share the builder's dictionary; each encodes only its own term
         for (const auto& [doc, positions] : docs) {
           CHECK(got[rank] == doc);
           CHECK(tfs[rank] == positions.size());
-          s.Positions(f, i, rank, pos);
+          PositionReader(s, f, i).Decode(rank, pos);
           CHECK(pos == positions);
           ++rank;
         }
@@ -499,7 +500,7 @@ TEST_CASE("posting lists read back alike on both sides of the short-list bound",
     const BlockMax* blocks = s.Blocks(0, i, whole);
     for (uint32_t r = 0; r < w.docs.size(); ++r) {
       REQUIRE(tfs[r] == w.tfs[r]);
-      s.Positions(0, i, r, pos);
+      PositionReader(s, 0, i).Decode(r, pos);
       REQUIRE(pos.size() == w.tfs[r]);
       CHECK(pos.back() == 3 * (w.tfs[r] - 1) + r % 5);
       const BlockMax bm_r = blocks[r / kPostingBlock];  // a copy: BlockMax is packed

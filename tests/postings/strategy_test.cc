@@ -1,0 +1,292 @@
+// Every scoring strategy of postings/search/strategy.h on its own, against
+// the exhaustive scorer on the same segments: random corpora (a stop word
+// in every body, Zipf-distributed common words, rare words that prefixes
+// expand to; several segments, deletes in some), and random queries of each
+// strategy's shape. Per segment, a strategy's top-k must be the head of the
+// exhaustive ranking (the same documents, bit-identical scores, ties by id),
+// with and without a searchAfter key, and the planner must pick the
+// strategy the shape calls for. RunSearch is tested whole by oracle_test.cc;
+// here a strategy that went wrong cannot hide behind another.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "postings/query_parser.h"
+#include "postings/search/compiler.h"
+#include "postings/search/strategy.h"
+#include "postings/snapshot.h"
+#include "tests/postings/test_util.h"
+
+namespace corvid::postings {
+namespace {
+
+using namespace search;
+using testing::Store;
+using testing::TempDir;
+
+constexpr const char* kDef = R"({"type": "search", "collection": "c",
+  "fields": {"title": {"analyzer": "standard", "boost": 2}, "body": {"analyzer": "standard"}}})";
+
+// w0 in every body (a stop word: its bound is below 1/1000 of a rare
+// word's); w1..w39 Zipf-like; x<n> rare (x1* expands to x1, x10.., x100..).
+std::string Common(std::mt19937_64& rng) {
+  const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+  return "w" + std::to_string(1 + static_cast<int>(39 * u * u * u));
+}
+
+std::string Rare(std::mt19937_64& rng) { return "x" + std::to_string(rng() % 1500); }
+
+std::string Text(std::mt19937_64& rng, size_t lo, size_t hi) {
+  std::string out;
+  const size_t n = lo + rng() % (hi - lo + 1);
+  for (size_t i = 0; i < n; ++i) {
+    if (!out.empty()) out += ' ';
+    out += rng() % 8 == 0 ? Rare(rng) : Common(rng);
+  }
+  return out;
+}
+
+struct Corpus {
+  TempDir dir;
+  Store store;
+  std::unique_ptr<SearchIndex> idx;
+  std::shared_ptr<const Snapshot> snap;
+};
+
+// Batches of `per_batch` documents, then deletes of about a tenth of them,
+// then one more batch (a segment without deletes).
+void Build(Corpus& c, std::mt19937_64& rng, const std::vector<size_t>& batches) {
+  auto def = SearchDefinition::Compile(kDef);
+  REQUIRE(def.ok());
+  auto idx = SearchIndex::Open(c.dir.path(), *def);
+  REQUIRE(idx.ok());
+  c.idx = std::move(idx).value();
+  size_t next = 0;
+  std::vector<std::string> ids;
+  auto add = [&](size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const std::string id = "d" + std::to_string(next++);
+      const std::string json = R"({"title": ")" + Text(rng, 1, 6) + R"(", "body": "w0 )" + Text(rng, 4, 60) + "\"}";
+      c.store.Put(id, json);
+      ids.push_back(id);
+    }
+    REQUIRE(c.store.Flush(*c.idx).ok());
+  };
+  for (size_t i = 0; i + 1 < batches.size(); ++i) add(batches[i]);
+  for (const std::string& id : ids)
+    if (rng() % 10 == 0) c.store.Delete(id);
+  REQUIRE(c.store.Flush(*c.idx).ok());
+  add(batches.back());
+  WaitForMerges(*c.idx);
+  c.snap = CurrentSnapshot(*c.idx);
+  REQUIRE(c.snap->segments.size() >= 2);
+}
+
+CompiledQuery CompileText(const Snapshot& snap, const std::string& q) {
+  auto parsed = ParseQuery(q, DefaultOperator::kOr);
+  REQUIRE(parsed.ok());
+  auto compiled = Compile(snap, **parsed);
+  REQUIRE(compiled.ok());
+  return std::move(compiled).value();
+}
+
+// Segment k's final matches (the query's, less the deleted documents).
+struct Final {
+  SegEval ev;
+  Bitmap bm;
+  std::vector<uint32_t> docs;
+  Final(const Snapshot& snap, const CompiledQuery& q, size_t k) : ev(snap.segments[k], q.nodes) {
+    const roaring_bitmap_t* matches = Eval(*q.root, k, ev);
+    bm.reset(roaring_bitmap_andnot(matches, snap.segments[k].deleted.get()));
+    docs.resize(roaring_bitmap_get_cardinality(bm.get()));
+    roaring_bitmap_to_uint32_array(bm.get(), docs.data());
+  }
+};
+
+// Every final match of segment k scored by Score, best first (ties by id),
+// only those strictly after `after` when given.
+std::vector<TopEntry> Exhaustive(const Snapshot& snap, const CompiledQuery& q, size_t k, const TopEntry* after) {
+  Final f(snap, q, k);
+  Norms norms(snap);
+  std::vector<double> scores(f.docs.size(), 0.0);
+  Score(*q.root, f.bm.get(), k, norms, f.ev, f.docs, scores);
+  const Segment& seg = *snap.segments[k].segment;
+  std::vector<TopEntry> out;
+  for (size_t j = 0; j < f.docs.size(); ++j) {
+    const TopEntry e{scores[j], static_cast<uint32_t>(k), f.docs[j], seg.id(f.docs[j])};
+    if (after == nullptr || Better(*after, e)) out.push_back(e);
+  }
+  std::sort(out.begin(), out.end(), Better);
+  return out;
+}
+
+// The strategy `s` over segment k; nullopt when it declined (kLeafTopK).
+std::optional<std::vector<TopEntry>> Run(Strategy s, const Plan& plan, const Snapshot& snap, const CompiledQuery& q,
+                                         size_t k, size_t want, const TopEntry* after) {
+  TopK top(want, after);
+  Norms norms(snap);
+  Final f(snap, q, k);
+  const SegmentState& state = snap.segments[k];
+  // As RunSearch does: without deletes or prohibited clauses every
+  // document the flat terms reach is a match, and none is checked.
+  const roaring_bitmap_t* check = state.deleted_count > 0 || plan.flat_has_not ? f.bm.get() : nullptr;
+  switch (s) {
+    case Strategy::kExhaustive:
+      FAIL("the reference is not a strategy under test");
+      break;
+    case Strategy::kDisjunction:
+      DisjunctionSegment(plan.flat, k, snap, norms, check, top);
+      break;
+    case Strategy::kConjunction:
+      ConjunctionSegment(plan.conj, k, snap, norms, f.bm.get(), top);
+      break;
+    case Strategy::kAccumulate: {
+      std::vector<const roaring_bitmap_t*> drop;
+      if (state.deleted_count > 0) drop.push_back(state.deleted.get());
+      SegEval ev(state, q.nodes);
+      for (const auto& [occ, c] : q.root->clauses)
+        if (occ == Occur::kMustNot) drop.push_back(Eval(*c, k, ev));
+      CHECK(AccumulateSegment(plan.flat, k, snap, norms, nullptr, drop, top) == f.docs.size());
+      break;
+    }
+    case Strategy::kLeafTopK:
+      if (!ScoreLeafTopK(*q.root, k, norms, f.ev, f.bm.get(), f.docs, want, top)) return std::nullopt;
+      break;
+  }
+  return std::move(top).Sorted();
+}
+
+// MaxScore alone (DisjunctionSegment often narrows first).
+std::vector<TopEntry> RunMaxScore(const Plan& plan, const Snapshot& snap, const CompiledQuery& q, size_t k,
+                                  size_t want, const TopEntry* after) {
+  TopK top(want, after);
+  Norms norms(snap);
+  Final f(snap, q, k);
+  MaxScoreSegment(plan.flat, k, snap, norms, f.bm.get(), top);
+  return std::move(top).Sorted();
+}
+
+void ExpectHead(const std::vector<TopEntry>& got, const std::vector<TopEntry>& all, size_t want) {
+  REQUIRE(got.size() == std::min(want, all.size()));
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("rank " << i);
+    CHECK(got[i].id == all[i].id);
+    CHECK(got[i].score == all[i].score);  // bit-identical: summed in Score's order
+  }
+}
+
+std::string Disjunction(std::mt19937_64& rng) {
+  std::string q;
+  const size_t n = 1 + rng() % 6;
+  for (size_t i = 0; i < n; ++i) {
+    const int r = static_cast<int>(rng() % 10);
+    q += (r == 0 ? "title:" : "") + (r == 1 ? Rare(rng) : r == 2 ? std::string("w0") : Common(rng)) + " ";
+  }
+  if (rng() % 3 == 0) q += "-" + Common(rng);
+  return q;
+}
+
+std::string Conjunction(std::mt19937_64& rng) {
+  std::string q = "+" + Common(rng) + " +" + (rng() % 3 == 0 ? Rare(rng) : Common(rng));
+  if (rng() % 2 == 0) q += " " + Common(rng);
+  if (rng() % 3 == 0) q += " +title:" + Common(rng);
+  if (rng() % 3 == 0) q += " -" + Common(rng);
+  return q;
+}
+
+std::string Accumulation(std::mt19937_64& rng) {
+  std::string q = "x" + std::to_string(1 + rng() % 9) + "*";
+  if (rng() % 2 == 0) q += " " + Common(rng);
+  if (rng() % 3 == 0) q += " -" + Common(rng);
+  return q;
+}
+
+std::string LeafPhrase(std::mt19937_64& rng) {
+  // A stop word beside a rarer one: the stop word is the light term.
+  std::string q = "\"w0 " + Common(rng) + "\"~" + std::to_string(rng() % 40);
+  if (rng() % 3 == 0) q = "body:" + q;
+  return q;
+}
+
+TEST_CASE("each scoring strategy ranks as the exhaustive scorer does", "[postings]") {
+  const uint64_t seed = GENERATE(1u, 2u);
+  std::mt19937_64 rng(seed);
+  Corpus c;
+  Build(c, rng, {6000, 3000, 1500});
+  const Snapshot& snap = *c.snap;
+  struct Shape {
+    Strategy strategy;
+    std::string (*make)(std::mt19937_64&);
+  };
+  const Shape shapes[] = {{Strategy::kDisjunction, Disjunction},
+                          {Strategy::kConjunction, Conjunction},
+                          {Strategy::kAccumulate, Accumulation},
+                          {Strategy::kLeafTopK, LeafPhrase}};
+  std::map<Strategy, int> compared, with_after;
+  int leaf_declined = 0;
+  for (const Shape& shape : shapes) {
+    for (int qi = 0; qi < 40; ++qi) {
+      const std::string text = shape.make(rng);
+      const CompiledQuery q = CompileText(snap, text);
+      const Plan plan = PlanSearch(*q.root, /*by_score=*/true);
+      INFO("seed " << seed << ", query " << text << ", planned " << StrategyName(plan.strategy));
+      REQUIRE(plan.strategy == shape.strategy);
+      CHECK(PlanSearch(*q.root, /*by_score=*/false).strategy == Strategy::kExhaustive);
+      for (size_t k = 0; k < snap.segments.size(); ++k) {
+        const std::vector<TopEntry> all = Exhaustive(snap, q, k, nullptr);
+        for (size_t want : {size_t{1}, size_t{10}, size_t{100}}) {
+          INFO("segment " << k << " (" << snap.segments[k].deleted_count << " deleted), k " << want);
+          const auto got = Run(shape.strategy, plan, snap, q, k, want, nullptr);
+          if (!got) {
+            ++leaf_declined;
+            continue;
+          }
+          ExpectHead(*got, all, want);
+          if (!all.empty()) ++compared[shape.strategy];
+          if (shape.strategy == Strategy::kDisjunction) ExpectHead(RunMaxScore(plan, snap, q, k, want, nullptr), all, want);
+          // The next page: the hits strictly after one of these.
+          if (all.size() < 2) continue;
+          const TopEntry after = all[rng() % std::min(all.size() - 1, want)];
+          const std::vector<TopEntry> rest = Exhaustive(snap, q, k, &after);
+          const auto page = Run(shape.strategy, plan, snap, q, k, want, &after);
+          if (!page) continue;
+          ExpectHead(*page, rest, want);
+          ++with_after[shape.strategy];
+          if (shape.strategy == Strategy::kDisjunction) ExpectHead(RunMaxScore(plan, snap, q, k, want, &after), rest, want);
+        }
+      }
+    }
+  }
+  // Each strategy was compared where it had something to rank; the leaf
+  // top-k (which declines when no term is light) applied.
+  for (const Shape& shape : shapes) {
+    INFO(StrategyName(shape.strategy) << ": " << compared[shape.strategy] << " compared, "
+                                      << with_after[shape.strategy] << " after a key; leaf declined " << leaf_declined);
+    CHECK(compared[shape.strategy] >= 50);
+    CHECK(with_after[shape.strategy] >= 20);
+  }
+}
+
+TEST_CASE("the planner picks by shape", "[postings]") {
+  std::mt19937_64 rng(7);
+  Corpus c;
+  Build(c, rng, {300, 100});
+  const std::pair<const char*, Strategy> cases[] = {
+      {"w1", Strategy::kDisjunction},         {"w1 w2 -w3", Strategy::kDisjunction},
+      {"title:w1 body:w2", Strategy::kDisjunction},
+      {"+w1 +w2", Strategy::kConjunction},    {"+w1 w2 -w3", Strategy::kConjunction},
+      {"x1*", Strategy::kAccumulate},         {"\"w1 w2\"", Strategy::kLeafTopK},
+      {"+w1 +\"w2 w3\"", Strategy::kExhaustive}, {"(w1 AND w2) OR w3", Strategy::kExhaustive},
+      {"*", Strategy::kExhaustive}};
+  for (const auto& [text, want] : cases) {
+    INFO(text);
+    const CompiledQuery q = CompileText(*c.snap, text);
+    CHECK(StrategyName(PlanSearch(*q.root, true).strategy) == std::string(StrategyName(want)));
+  }
+}
+
+}  // namespace
+}  // namespace corvid::postings
