@@ -241,7 +241,7 @@ class IndexSlot {
   const std::string& name() const { return name_; }
   const std::string& definition_json() const { return definition_json_; }
   const std::string& collection() const { return collection_; }
-  const std::string& type() const { return type_; }
+  IndexType type() const { return type_; }
   const fs::path& dir() const { return dir_; }
   uint64_t indexed_etag() const { return indexed_etag_.load(std::memory_order_acquire); }
 
@@ -284,9 +284,9 @@ class IndexSlot {
     p.memory_bytes = kind_->MemoryBytes();
     p.disk_bytes = TreeBytes(dir_);
     std::lock_guard lock(mu_);
-    if (paused_) p.state = "paused";
-    else if (!failure_.empty()) p.state = "error", p.state_message = failure_;
-    else p.state = p.backlog > 0 || working_ ? "indexing" : "idle";
+    if (paused_) p.state = IndexState::kPaused;
+    else if (!failure_.empty()) p.state = IndexState::kError, p.state_message = failure_;
+    else p.state = p.backlog > 0 || working_ ? IndexState::kIndexing : IndexState::kIdle;
     // Documents per second of wall time over the last minute (or since the
     // first batch in it began), which is what lastIndexedEtag shows: not
     // per second spent inside batches, which left out reading the store.
@@ -518,7 +518,7 @@ class IndexSlot {
 
   const std::string name_;
   const std::string definition_json_;
-  const std::string type_;
+  const IndexType type_;
   const std::string collection_;
   const std::vector<std::string> read_fields_;  // what the kind reads of a document (empty: all)
   const fs::path dir_;
@@ -1016,7 +1016,7 @@ Result<PutOutcome> IndexEngine::PutIndex(std::string_view name, std::string_view
     }
     (*slot)->Start();
     logging::Info("index.created", "index created; building from the store",
-                  {{"index", name}, {"type", (*slot)->type()}, {"collection", (*slot)->collection()}});
+                  {{"index", name}, {"type", IndexTypeName((*slot)->type())}, {"collection", (*slot)->collection()}});
     return PutOutcome::kCreated;
   }
   {

@@ -41,12 +41,29 @@ struct RecordedError {
   std::chrono::system_clock::time_point at;
 };
 
+// The kinds of index (API.md: a definition's "type").
+enum class IndexType { kMapReduce, kSearch };
+// "mapreduce" | "search", as definitions and /admin/indexes name them.
+inline const char* IndexTypeName(IndexType t) { return t == IndexType::kMapReduce ? "mapreduce" : "search"; }
+
+// An index's state as /admin/indexes reports it.
+enum class IndexState { kIdle, kIndexing, kPaused, kError };
+inline const char* IndexStateName(IndexState s) {
+  switch (s) {
+    case IndexState::kIdle: return "idle";
+    case IndexState::kIndexing: return "indexing";
+    case IndexState::kPaused: return "paused";
+    case IndexState::kError: return "error";
+  }
+  return "error";
+}
+
 // What GET /admin/indexes reports for one index (API.md, Administration).
 struct IndexProgress {
   std::string name;
-  std::string type;        // "mapreduce" | "search"
+  IndexType type = IndexType::kSearch;
   std::string collection;
-  std::string state;       // idle | indexing | paused | error
+  IndexState state = IndexState::kIdle;
   std::string state_message;  // why, when state is error
   uint64_t last_indexed_etag = 0;
   uint64_t backlog = 0;    // unprocessed changes of the collection
@@ -90,12 +107,12 @@ struct EngineOptions {
 // A query's view of one index: keeps the index alive while it is read.
 struct IndexReader {
   std::string name;
-  std::string type;
+  IndexType type = IndexType::kSearch;
   std::string collection;
   uint64_t indexed_etag = 0;  // processed through this etag when the reader was taken
   uint64_t generation = 0;    // of the index's state then (IndexEngine::ResetSince)
-  std::shared_ptr<const mapreduce::MapReduceIndex> mapreduce;  // set for "mapreduce"
-  std::shared_ptr<const postings::SearchIndex> search;         // set for "search"
+  std::shared_ptr<const mapreduce::MapReduceIndex> mapreduce;  // set for kMapReduce
+  std::shared_ptr<const postings::SearchIndex> search;         // set for kSearch
 };
 
 // One index in a backup: its current definition and its state's files,

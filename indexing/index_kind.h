@@ -47,7 +47,7 @@ class IndexKind {
 
 // A compiled definition, ready to open its state.
 struct CompiledDefinition {
-  std::string type;
+  IndexType type = IndexType::kSearch;
   std::string collection;
   // The top-level document fields the index reads, sorted (empty: whole
   // documents); the worker asks the store for those only.

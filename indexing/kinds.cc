@@ -100,7 +100,7 @@ Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
   if (t == "mapreduce") {
     auto def = mapreduce::Definition::Compile(definition_json);
     if (!def.ok()) return def.status();
-    out.type = "mapreduce";
+    out.type = IndexType::kMapReduce;
     out.collection = (*def)->collection();
     out.read_fields = (*def)->ReadFields();
     out.open = [def = *def](const std::string& dir) -> Result<std::unique_ptr<IndexKind>> {
@@ -115,7 +115,7 @@ Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
   } else if (t == "search") {
     auto def = postings::SearchDefinition::Compile(definition_json);
     if (!def.ok()) return def.status();
-    out.type = "search";
+    out.type = IndexType::kSearch;
     out.collection = (*def)->collection();
     out.read_fields = (*def)->ReadFields();
     out.open = [def = *def](const std::string& dir) -> Result<std::unique_ptr<IndexKind>> {

@@ -285,6 +285,10 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
       auto a = analyzers::FindAnalyzer(fd.analyzer_name);
       if (!a.ok()) return Invalid(where + ".analyzer", "unknown analyzer '" + fd.analyzer_name + "'");
       fd.analyzer = *a;
+      fd.keyword = fd.analyzer_name == "keyword";
+      fd.multi_term = fd.keyword                        ? MultiTermForm::kAsIs
+                      : fd.analyzer_name == "folding" ? MultiTermForm::kFolded
+                                                      : MultiTermForm::kNormalized;
     } else {
       fd.kind = type_name == "number" ? FieldKind::kNumber : FieldKind::kDate;
       if (has_analyzer || fd.facet || fd.boost != 1.0)

@@ -20,6 +20,11 @@ namespace corvid::postings {
 
 enum class FieldKind { kText, kNumber, kDate };
 
+// How a text field's prefix, wildcard and fuzzy words and range bounds are
+// normalized before they meet its terms (NormalizeMultiTermText): as they
+// are (keyword), or NFKC-casefolded, with accents folded too (folding).
+enum class MultiTermForm { kAsIs, kNormalized, kFolded };
+
 // Positions of consecutive elements of an array-valued text field are
 // separated by this gap (Lucene's position_increment_gap), so a phrase never
 // matches across two elements unless its slop is at least this large.
@@ -37,9 +42,14 @@ struct FieldDef {
   FieldKind kind = FieldKind::kText;
   const analyzers::Analyzer* analyzer = nullptr;  // text fields only
   std::string analyzer_name;
+  MultiTermForm multi_term = MultiTermForm::kNormalized;  // text fields only
+  bool keyword = false;  // the keyword analyzer: each value is one term, as written
   double boost = 1.0;
   bool facet = false;
   uint32_t slot = 0;  // index among text fields (kText) or numeric fields (kNumber/kDate)
+  // Whether hits can be sorted and faceted by the field: a text field whose
+  // values are whole terms.
+  bool WholeValues() const { return kind == FieldKind::kText && (facet || keyword); }
 };
 
 class SearchDefinitionImpl final : public SearchDefinition {

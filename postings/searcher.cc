@@ -73,7 +73,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   for (const auto& f : facets) {
     const FieldDef* fd = def.Find(f);
     if (fd == nullptr) return Bad("facets: unknown field '" + f + "'");
-    if (fd->kind != FieldKind::kText || !(fd->facet || fd->analyzer_name == "keyword"))
+    if (!fd->WholeValues())
       return Bad("facets: field '" + f + "' is not a keyword/facet field");
   }
   for (const auto& f : highlight) {

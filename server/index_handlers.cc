@@ -76,7 +76,7 @@ void WriteProgress(JsonWriter& w, const indexing::IndexProgress& p, const std::s
   w.Key("name");
   WriteString(w, p.name);
   w.Key("type");
-  WriteString(w, p.type);
+  WriteString(w, indexing::IndexTypeName(p.type));
   w.Key("collection");
   WriteString(w, p.collection);
   if (definition) {
@@ -84,7 +84,7 @@ void WriteProgress(JsonWriter& w, const indexing::IndexProgress& p, const std::s
     w.RawValue(definition->data(), definition->size(), rapidjson::kObjectType);
   }
   w.Key("state");
-  WriteString(w, p.state);
+  WriteString(w, indexing::IndexStateName(p.state));
   if (!p.state_message.empty()) {
     w.Key("stateMessage");
     WriteString(w, p.state_message);
@@ -253,9 +253,9 @@ void Router::State::Results(const Target& t, const std::string& name, Reply& rep
   const auto start = std::chrono::steady_clock::now();
   auto reader = engine->Reader(name);
   if (!reader.ok()) return reply(IndexNotFound(name));
-  if (reader->type != "mapreduce")
+  if (reader->type != indexing::IndexType::kMapReduce)
     return reply(ErrorResponse(400, "invalid_argument",
-                               "index '" + name + "' is a " + reader->type + " index; results need a mapreduce index"));
+                               "index '" + name + "' is a " + indexing::IndexTypeName(reader->type) + " index; results need a mapreduce index"));
   uint64_t min_etag = 0, wait_ms = 0;
   std::vector<std::pair<std::string, std::string>> params;
   for (const auto& [k, v] : t.query) {
@@ -534,9 +534,9 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
   const auto start = std::chrono::steady_clock::now();
   auto reader = engine->Reader(name);
   if (!reader.ok()) return reply(IndexNotFound(name));
-  if (reader->type != "search")
+  if (reader->type != indexing::IndexType::kSearch)
     return reply(ErrorResponse(400, "invalid_argument",
-                               "index '" + name + "' is a " + reader->type + " index; search needs a search index"));
+                               "index '" + name + "' is a " + indexing::IndexTypeName(reader->type) + " index; search needs a search index"));
   SearchParams params;
   for (const auto& [k, v] : t.query) {
     if (auto e = ApplySearchParam(params, k, v); !e.empty()) return reply(ErrorResponse(400, "invalid_argument", e));

@@ -444,8 +444,8 @@ Result<CompiledQuery> Compile(const Snapshot& snap, const QueryNode& query) {
 namespace corvid::postings {
 
 std::string NormalizeMultiTermText(const FieldDef& field, std::string_view text) {
-  if (field.analyzer_name == "keyword") return std::string(text);
-  auto normalized = analyzers::NormalizeText(text, /*fold=*/field.analyzer_name == "folding");
+  if (field.multi_term == MultiTermForm::kAsIs) return std::string(text);
+  auto normalized = analyzers::NormalizeText(text, /*fold=*/field.multi_term == MultiTermForm::kFolded);
   return normalized.ok() ? *std::move(normalized) : std::string(text);
 }
 

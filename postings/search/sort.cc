@@ -44,7 +44,7 @@ Result<std::vector<SortKey>> ParseSort(const SearchDefinitionImpl& def, const st
     } else {
       key.field = def.Find(item);
       if (key.field == nullptr) return Bad("sort: unknown field '" + item + "'");
-      if (key.field->kind == FieldKind::kText && !(key.field->facet || key.field->analyzer_name == "keyword"))
+      if (key.field->kind == FieldKind::kText && !key.field->WholeValues())
         return Bad("sort: field '" + item + "' is a text field; sort on number, date or keyword/facet fields");
     }
     sort.push_back(key);

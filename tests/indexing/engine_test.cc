@@ -164,14 +164,14 @@ TEST_CASE("an index follows its collection through inserts, updates and deletes"
 
   auto p = env.engine->Progress("by_month");
   REQUIRE(p.ok());
-  CHECK(p->state == "idle");
+  CHECK(p->state == indexing::IndexState::kIdle);
   CHECK(p->backlog == 0);
   CHECK(p->progress == 1.0);
   CHECK_FALSE(p->stale);
   CHECK(p->entries == 3);
   CHECK(p->last_indexed_etag >= last);
   CHECK(p->collection == "users");
-  CHECK(p->type == "mapreduce");
+  CHECK(p->type == indexing::IndexType::kMapReduce);
   CHECK(p->indexed_docs_total >= 21);
   CHECK(p->disk_bytes > 0);
 }
@@ -259,7 +259,7 @@ TEST_CASE("pause holds the index back; resume catches up; reset rebuilds", "[ind
   for (int i = 0; i < 5; ++i) e = env.Put("users", std::string("p").append(std::to_string(i)), UserDoc("2024-01", 1));
   std::this_thread::sleep_for(50ms);
   auto p = env.engine->Progress("m");
-  CHECK(p->state == "paused");
+  CHECK(p->state == indexing::IndexState::kPaused);
   CHECK(p->backlog == 5);
   CHECK(p->stale);
   CHECK(env.Rows("m")[0]["users"].GetInt64() == 1);
