@@ -1,6 +1,6 @@
-// Small file and encoding helpers shared by the segment and manifest
-// encoders: a 64-bit checksum, LEB128 varints, crash-safe whole-file writes
-// (write, fsync, rename, fsync the directory) and read-only memory maps.
+// Small encoding helpers shared by the segment and manifest encoders and
+// readers: the 32-bit LEB128 varints of the hot paths, fixed-width puts and
+// gets, and what an outdated file's status says.
 #pragma once
 
 #include <cstddef>
@@ -28,11 +28,6 @@ inline bool IsOutdated(const Status& s) {
   const std::string& m = s.message();
   return m.ends_with(kOutdatedFormat) || m.ends_with(kOutdatedRoaring) || m.ends_with(kOutdatedDefinition);
 }
-
-// Checksum64: a 4-lane multiply-rotate hash over 8-byte little-endian words
-// (exact definition in file_util.cc). Not cryptographic; detects torn and
-// corrupted files. Stable across versions: changing it is a format change.
-uint64_t Checksum64(const void* data, size_t n);
 
 inline void PutVarint(std::string& out, uint32_t v) {
   while (v >= 0x80) {

@@ -1,16 +1,19 @@
-// Manifest file "MANIFEST", version 1 (little-endian), rewritten whole by
+// Manifest file "MANIFEST", version 2 (little-endian), rewritten whole by
 // WriteFileAtomic (tmp, fsync, rename, fsync dir) after every batch/merge:
 //    0  char[8] magic "CVDMAN01"
-//    8  u32 version (1), u32 0
+//    8  u32 version (2; 1 ended with the home-made Checksum64), u32 0
 //   16  u64 definition fingerprint
 //   24  u64 lastIndexedEtag the listed segments cover
 //   32  u64 next segment id
 //   40  u32 segment count, u32 0
 //   48  per segment: u64 id, u32 doc_count, u32 n, n bytes: the deleted doc
 //       numbers as a portable-format roaring bitmap (RoaringFormatSpec)
-//   end u64 Checksum64 of every preceding byte
-// Segment i lives in "seg-<id as 16 hex digits>.cvs" (format: segment.cc).
+//   end u64 XXH3-64 of every preceding byte
+// Segment i lives in "seg-<id as 16 hex digits>.cvs" (format: segment_format.h).
+// A manifest of another version is outdated: the index rebuilds.
 #include "postings/manifest.h"
+
+#include <xxhash.h>
 
 #include <cstring>
 
@@ -20,7 +23,7 @@ namespace corvid::postings {
 namespace {
 
 constexpr char kManifestMagic[8] = {'C', 'V', 'D', 'M', 'A', 'N', '0', '1'};
-constexpr uint32_t kManifestVersion = 1;
+constexpr uint32_t kManifestVersion = 2;
 
 }  // namespace
 
@@ -43,7 +46,7 @@ std::string EncodeManifest(uint64_t fingerprint, uint64_t etag, uint64_t next_se
     out.resize(at + n);
     roaring_bitmap_portable_serialize(seg.deleted, out.data() + at);
   }
-  PutFixed<uint64_t>(out, Checksum64(out.data(), out.size()));
+  PutFixed<uint64_t>(out, XXH3_64bits(out.data(), out.size()));
   return out;
 }
 
@@ -51,7 +54,7 @@ Result<DecodedManifest> DecodeManifest(std::string_view m) {
   auto bad = [](const char* why) { return Status::Corruption(std::string("MANIFEST: ") + why); };
   if (m.size() < 56 || std::memcmp(m.data(), kManifestMagic, 8) != 0) return bad("not a manifest");
   if (GetFixed<uint32_t>(m.data() + 8) != kManifestVersion) return bad(kOutdatedFormat.data());
-  if (Checksum64(m.data(), m.size() - 8) != GetFixed<uint64_t>(m.data() + m.size() - 8)) return bad("checksum mismatch");
+  if (XXH3_64bits(m.data(), m.size() - 8) != GetFixed<uint64_t>(m.data() + m.size() - 8)) return bad("checksum mismatch");
   DecodedManifest d;
   d.fingerprint = GetFixed<uint64_t>(m.data() + 16);
   d.etag = GetFixed<uint64_t>(m.data() + 24);

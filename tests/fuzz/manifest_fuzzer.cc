@@ -1,10 +1,11 @@
 // manifest: the search index manifest decoder (postings/manifest.h
 // DecodeManifest) on arbitrary bytes, as they are and with the trailing
-// Checksum64 recomputed (so that mutations reach the checks behind it:
+// XXH3-64 recomputed (so that mutations reach the checks behind it:
 // counts, lengths, the deleted-docs bitmaps).
 // Invariants: a refusal is Corruption; a decoded manifest encodes
 // (EncodeManifest) to bytes that decode to the same manifest.
 #include <roaring/roaring.h>
+#include <xxhash.h>
 
 #include <cstddef>
 #include <cstring>
@@ -52,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string bytes(reinterpret_cast<const char*>(data), size);
   Check(bytes);
   if (bytes.size() >= 56) {
-    const uint64_t sum = Checksum64(bytes.data(), bytes.size() - 8);
+    const uint64_t sum = XXH3_64bits(bytes.data(), bytes.size() - 8);
     std::string fixed = bytes;
     std::memcpy(fixed.data() + fixed.size() - 8, &sum, 8);
     if (fixed != bytes) Check(fixed);
