@@ -47,6 +47,8 @@
 #include "common/memory_budget.h"
 #include "indexing/error_log.h"
 #include "indexing/index_kind.h"
+#include "mapreduce/mapreduce_index.h"
+#include "postings/search_index.h"
 #include "storage/document_store.h"
 
 namespace corvid::indexing {
@@ -151,7 +153,7 @@ uint64_t NextGeneration() {
 class IndexSlot {
  public:
   IndexSlot(std::string name, std::string definition_json, CompiledDefinition def, fs::path dir,
-            std::unique_ptr<IndexKind> kind, storage::DocumentStore& store, const EngineOptions& options,
+            std::shared_ptr<IndexKind> kind, storage::DocumentStore& store, const EngineOptions& options,
             std::function<void(const std::string&, uint64_t)> on_progress)
       : name_(std::move(name)),
         definition_json_(std::move(definition_json)),
@@ -257,7 +259,10 @@ class IndexSlot {
       r.generation = generation_;
       r.indexed_etag = indexed_etag();
     }
-    kind_->FillReader(r);
+    if (type_ == IndexType::kMapReduce)
+      r.mapreduce = std::static_pointer_cast<const mapreduce::MapReduceIndex>(kind_);
+    else
+      r.search = std::static_pointer_cast<const postings::SearchIndex>(kind_);
     return r;
   }
 
@@ -522,7 +527,7 @@ class IndexSlot {
   const std::string collection_;
   const std::vector<std::string> read_fields_;  // what the kind reads of a document (empty: all)
   const fs::path dir_;
-  const std::unique_ptr<IndexKind> kind_;
+  const std::shared_ptr<IndexKind> kind_;
   storage::DocumentStore& store_;
   const EngineOptions options_;
   const std::function<void(const std::string&, uint64_t)> on_progress_;

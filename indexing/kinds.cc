@@ -1,5 +1,5 @@
-// The index kinds the engine knows: definition dispatch on "type", and the
-// adapter that lets the worker drive a map/reduce index.
+// The index kinds the engine knows: definition dispatch on "type". Each
+// kind implements IndexKind (common/index_kind.h) itself.
 #include <rapidjson/document.h>
 
 #include <algorithm>
@@ -15,49 +15,6 @@
 namespace corvid::indexing {
 
 namespace {
-
-class MapReduceKind : public IndexKind {
- public:
-  explicit MapReduceKind(std::shared_ptr<mapreduce::MapReduceIndex> index) : index_(std::move(index)) {}
-  uint64_t LastAppliedEtag() const override { return index_->LastAppliedEtag(); }
-  Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
-                    std::vector<IndexError>& errors) override {
-    return index_->ApplyBatch(batch, through_etag, errors);
-  }
-  void SetBeforeCommit(BeforeCommit hook) override { index_->SetBeforeCommit(std::move(hook)); }
-  Status Clear() override { return index_->Clear(); }
-  uint64_t Entries() const override { return index_->RowCount(); }
-  uint64_t DiskBytes() const override { return index_->DiskBytes(); }
-  uint64_t MemoryBytes() const override { return 0; }  // state lives in the OS page cache (LMDB)
-  Result<StateSnapshot> SnapshotFiles() const override { return index_->SnapshotFiles(); }
-  void FillReader(IndexReader& reader) const override { reader.mapreduce = index_; }
-  std::string DamageFoundAtOpen() const override { return index_->DamageFoundAtOpen(); }
-
- private:
-  std::shared_ptr<mapreduce::MapReduceIndex> index_;
-};
-
-class SearchKind : public IndexKind {
- public:
-  explicit SearchKind(std::shared_ptr<postings::SearchIndex> index) : index_(std::move(index)) {}
-  uint64_t LastAppliedEtag() const override { return index_->LastAppliedEtag(); }
-  Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
-                    std::vector<IndexError>& errors) override {
-    return index_->ApplyBatch(batch, through_etag, errors);
-  }
-  void Idle() override { index_->Idle(); }
-  void SetBeforeCommit(BeforeCommit hook) override { index_->SetBeforeCommit(std::move(hook)); }
-  Status Clear() override { return index_->Clear(); }
-  uint64_t Entries() const override { return index_->LiveDocuments(); }
-  uint64_t DiskBytes() const override { return index_->DiskBytes(); }
-  uint64_t MemoryBytes() const override { return index_->MemoryBytes(); }
-  Result<StateSnapshot> SnapshotFiles() const override { return index_->SnapshotFiles(); }
-  void FillReader(IndexReader& reader) const override { reader.search = index_; }
-  std::string DamageFoundAtOpen() const override { return index_->DamageFoundAtOpen(); }
-
- private:
-  std::shared_ptr<postings::SearchIndex> index_;
-};
 
 // The path ("fields.body.boost", "store[1]") of the first key that an
 // object inside `v` holds twice, or "" if none. A definition with one is
@@ -103,11 +60,10 @@ Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
     out.type = IndexType::kMapReduce;
     out.collection = (*def)->collection();
     out.read_fields = (*def)->ReadFields();
-    out.open = [def = *def](const std::string& dir) -> Result<std::unique_ptr<IndexKind>> {
+    out.open = [def = *def](const std::string& dir) -> Result<std::shared_ptr<IndexKind>> {
       auto index = mapreduce::MapReduceIndex::Open(dir, def);
       if (!index.ok()) return index.status();
-      return std::unique_ptr<IndexKind>(
-          std::make_unique<MapReduceKind>(std::shared_ptr<mapreduce::MapReduceIndex>(std::move(*index))));
+      return std::shared_ptr<IndexKind>(std::move(*index));
     };
     out.verify = [def = *def](const std::string& dir, const std::string& label, VerifyReport& report) {
       return mapreduce::MapReduceIndex::Verify(dir, *def, label, report);
@@ -118,11 +74,10 @@ Result<CompiledDefinition> CompileDefinition(std::string_view definition_json) {
     out.type = IndexType::kSearch;
     out.collection = (*def)->collection();
     out.read_fields = (*def)->ReadFields();
-    out.open = [def = *def](const std::string& dir) -> Result<std::unique_ptr<IndexKind>> {
+    out.open = [def = *def](const std::string& dir) -> Result<std::shared_ptr<IndexKind>> {
       auto index = postings::SearchIndex::Open(dir, def);
       if (!index.ok()) return index.status();
-      return std::unique_ptr<IndexKind>(
-          std::make_unique<SearchKind>(std::shared_ptr<postings::SearchIndex>(std::move(*index))));
+      return std::shared_ptr<IndexKind>(std::move(*index));
     };
     out.verify = [def = *def](const std::string& dir, const std::string& label, VerifyReport& report) {
       return postings::SearchIndex::Verify(dir, *def, label, report);

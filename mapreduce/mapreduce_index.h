@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/doc_change.h"
+#include "common/index_kind.h"
 #include "common/state_snapshot.h"
 #include "common/status.h"
 #include "common/verify_report.h"
@@ -52,7 +53,7 @@ struct QueryResult {
   uint64_t snapshot_etag = 0;  // LastAppliedEtag() of the snapshot the rows came from
 };
 
-class MapReduceIndex {
+class MapReduceIndex : public IndexKind {
  public:
   // Opens or creates the state in directory `dir`. State written for a
   // different definition (fingerprint mismatch) or in an unknown format is
@@ -65,36 +66,17 @@ class MapReduceIndex {
                        VerifyReport& report);
   virtual ~MapReduceIndex() = default;
 
-  // The etag through which changes have been durably applied (0: none).
-  virtual uint64_t LastAppliedEtag() const = 0;
-
-  // Applies `batch` (ascending etag, the index's collection only) in one
-  // durable transaction that also records `through_etag` (>= the batch's
-  // last etag) as LastAppliedEtag(). A document that fails to map (bad
-  // JSON, a failing expression, a non-numeric reducer input) is skipped or
-  // its bad values left out, and reported in `errors`; that is not a
-  // failure of the batch. Replaying a batch is harmless: each document's
-  // previous entries are retracted before its new ones are added.
-  // On error nothing of the batch is visible.
-  virtual Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
-                            std::vector<IndexError>& errors) = 0;
-  // The hook ApplyBatch calls before it commits (common/doc_change.h). Set
-  // it before the first ApplyBatch.
-  virtual void SetBeforeCommit(BeforeCommit hook) = 0;
-
-  // Drops every row and entry; LastAppliedEtag() becomes 0.
-  virtual Status Clear() = 0;
-  // Why Open wiped the state (LMDB refused the file, or it is truncated),
-  // or empty.
-  virtual std::string DamageFoundAtOpen() const = 0;
+  // IndexKind (common/index_kind.h): ApplyBatch maps each document (bad
+  // JSON, a failing expression or a non-numeric reducer input is an
+  // IndexError); Clear drops every row; DamageFoundAtOpen says why Open
+  // wiped the state (LMDB refused the file, or it is truncated);
+  // SnapshotFiles copies the environment, compacted, into an unlinked
+  // temporary file (one read snapshot, its etag included).
 
   // Number of reduce rows (group keys with at least one entry).
   virtual uint64_t RowCount() const = 0;
-  // Bytes used on disk by the state.
-  virtual uint64_t DiskBytes() const = 0;
-  // A compacted copy of the environment (one read snapshot, its etag
-  // included), for a backup. Copies now, into an unlinked temporary file.
-  virtual Result<StateSnapshot> SnapshotFiles() const = 0;
+  uint64_t Entries() const override { return RowCount(); }
+  uint64_t MemoryBytes() const override { return 0; }  // the state lives in the OS page cache (LMDB)
 
   // Answers GET /indexes/{name}/results. `params` are the decoded query
   // parameters; minEtag and waitMs are ignored here (the engine handles

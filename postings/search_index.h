@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/doc_change.h"
+#include "common/index_kind.h"
 #include "common/state_snapshot.h"
 #include "common/status.h"
 #include "common/verify_report.h"
@@ -90,7 +91,7 @@ struct SearchResult {
   uint64_t snapshot_etag = 0;
 };
 
-class SearchIndex {
+class SearchIndex : public IndexKind {
  public:
   // Opens or creates the index in `dir`. Files written for another
   // definition, in an unknown format, or failing their checksum are
@@ -104,30 +105,19 @@ class SearchIndex {
                        VerifyReport& report);
   virtual ~SearchIndex() = default;
 
-  virtual uint64_t LastAppliedEtag() const = 0;
-  // Same contract as mapreduce::MapReduceIndex::ApplyBatch: durable with
-  // `through_etag`, idempotent per document, bad documents reported in
-  // `errors` and skipped.
-  virtual Status ApplyBatch(std::span<const DocChange> batch, uint64_t through_etag,
-                            std::vector<IndexError>& errors) = 0;
-  // Called by the worker when it has caught up with the collection: the
-  // index gives back memory it kept only to speed up the next batch.
-  virtual void Idle() = 0;
-  // As mapreduce::MapReduceIndex::SetBeforeCommit.
-  virtual void SetBeforeCommit(BeforeCommit hook) = 0;
-  virtual Status Clear() = 0;
-  // Why Open started over from etag 0 although the directory held an index
-  // (a file failed its checksum, is truncated or missing), or empty.
-  virtual std::string DamageFoundAtOpen() const = 0;
+  // IndexKind (common/index_kind.h): Idle gives back the builder's
+  // buffers; DamageFoundAtOpen says why Open started over although the
+  // directory held an index (a file failed its checksum, is truncated or
+  // missing); SnapshotFiles names the current snapshot's manifest and
+  // segments.
+
+  // Live documents (IndexKind's entries).
   virtual uint64_t LiveDocuments() const = 0;
-  virtual uint64_t DiskBytes() const = 0;
-  virtual uint64_t MemoryBytes() const = 0;
+  uint64_t Entries() const override { return LiveDocuments(); }
 
   // Syntax errors → InvalidArgument whose message holds "at offset N";
   // unknown fields in sort/facets/highlight → InvalidArgument.
   virtual Result<SearchResult> Search(const SearchRequest& request) const = 0;
-  // The files of the current snapshot (manifest and segments), for a backup.
-  virtual Result<StateSnapshot> SnapshotFiles() const = 0;
 };
 
 }  // namespace corvid::postings
