@@ -19,6 +19,7 @@
 #include "postings/file_writer.h"
 #include "postings/pairs.h"
 #include "postings/segment_format.h"
+#include "postings/term_merge.h"
 
 namespace corvid::postings {
 
@@ -77,40 +78,16 @@ void ForEachLive(const Input& in, const TermEntry& e, F&& fn) {
   });
 }
 
-// The k-way merge of the inputs' dictionaries of one field: Next() moves to
-// the next term (bytewise order); `at` then lists who has it.
-class DictionaryMerge {
- public:
-  DictionaryMerge(const std::vector<Input>& inputs, uint32_t field)
-      : inputs_(inputs), field_(field), cursor_(inputs.size(), 0) {}
-  bool Next() {
-    for (const Source& s : at) ++cursor_[s.input];
-    at.clear();
-    for (size_t k = 0; k < inputs_.size(); ++k) {
-      const Segment& seg = *inputs_[k].seg;
-      if (cursor_[k] >= seg.term_count(field_)) continue;
-      const std::string_view t = seg.term(field_, cursor_[k]);
-      if (at.empty() || t < term) {
-        term = t;
-        at.assign(1, Source{k, cursor_[k]});
-      } else if (t == term) {
-        at.push_back(Source{k, cursor_[k]});
-      }
-    }
-    return !at.empty();
-  }
-  struct Source {
-    size_t input;
-    uint32_t term;
-  };
-  std::string_view term;
-  std::vector<Source> at;
-
- private:
-  const std::vector<Input>& inputs_;
-  uint32_t field_;
-  std::vector<uint32_t> cursor_;
+// The inputs' dictionaries of one field, merged by TermMerge (the
+// sources' index is the term's index in that input's dictionary).
+struct FieldDictionaries {
+  const std::vector<Input>& inputs;
+  uint32_t field;
+  size_t count() const { return inputs.size(); }
+  uint32_t size(size_t k) const { return inputs[k].seg->term_count(field); }
+  std::string_view term(size_t k, uint32_t i) const { return inputs[k].seg->term(field, i); }
 };
+using DictionaryMerge = TermMerge<FieldDictionaries>;
 
 struct CommonTerm {
   uint32_t df, index;  // index: in the merged dictionary
@@ -243,8 +220,8 @@ uint32_t Merger::WriteList(uint32_t f, const DictionaryMerge& dm) {
   uint32_t df = 0, max_tf = 0, min_len = std::numeric_limits<uint32_t>::max(), last_doc = 0;
   uint64_t pos_len = 0;
   for (const auto& src : dm.at) {
-    const Input& in = in_[src.input];
-    const TermEntry e = in.seg->entry(f, src.term);
+    const Input& in = in_[src.list];
+    const TermEntry e = in.seg->entry(f, src.index);
     if (!in.remap.has_deletes()) {
       df += e.doc_freq;
       pos_len += e.pos_len;
@@ -273,9 +250,9 @@ uint32_t Merger::WriteList(uint32_t f, const DictionaryMerge& dm) {
   lens_.clear();
   positions_.clear();
   for (const auto& src : dm.at) {
-    const Input& in = in_[src.input];
+    const Input& in = in_[src.list];
     const uint32_t* lens = in.seg->lengths(f);
-    ForEachLive(in, in.seg->entry(f, src.term),
+    ForEachLive(in, in.seg->entry(f, src.index),
                 [&](uint32_t nd, uint32_t tf, const uint8_t* p, const uint8_t* q, uint32_t d) {
                   docs_.push_back(nd);
                   tfs_.push_back(tf);
@@ -299,8 +276,8 @@ void Merger::WriteLongList(uint32_t f, const DictionaryMerge& dm, uint32_t df, u
                            uint32_t min_len, uint32_t last_doc) {
   auto each = [&](auto&& fn) {
     for (const auto& src : dm.at) {
-      const Input& in = in_[src.input];
-      ForEachLive(in, in.seg->entry(f, src.term),
+      const Input& in = in_[src.list];
+      ForEachLive(in, in.seg->entry(f, src.index),
                   [&](uint32_t nd, uint32_t tf, const uint8_t* p, const uint8_t* q, uint32_t d) {
                     fn(in, nd, tf, p, q, d);
                   });
@@ -338,8 +315,8 @@ void Merger::WriteLongList(uint32_t f, const DictionaryMerge& dm, uint32_t df, u
   });
   // Positions: whole where nothing is deleted.
   for (const auto& src : dm.at) {
-    const Input& in = in_[src.input];
-    const TermEntry e = in.seg->entry(f, src.term);
+    const Input& in = in_[src.list];
+    const TermEntry e = in.seg->entry(f, src.index);
     if (!in.remap.has_deletes()) {
       w_.Append(in.seg->PositionsStart(e), e.pos_len);
       continue;
@@ -403,7 +380,8 @@ Status Merger::WriteTextField(uint32_t f) {
     if (candidates.size() > kMaxCommonTerms) candidates.resize(kMaxCommonTerms);
   };
   {
-    DictionaryMerge dm(in_, f);
+    const FieldDictionaries dicts{in_, f};
+    DictionaryMerge dm(dicts);
     while (dm.Next()) {
       if (Cancelled()) return Status::ShuttingDown("merge cancelled");
       const uint64_t off = w_.offset();
@@ -426,7 +404,8 @@ Status Merger::WriteTextField(uint32_t f) {
     uint32_t o = 0;
     size_t i = 0;
     w_.Put<uint32_t>(0);
-    DictionaryMerge dm(in_, f);
+    const FieldDictionaries dicts{in_, f};
+    DictionaryMerge dm(dicts);
     while (dm.Next()) {
       if (!kept[i++]) continue;
       o += static_cast<uint32_t>(dm.term.size());
@@ -437,7 +416,8 @@ Status Merger::WriteTextField(uint32_t f) {
   const uint64_t term_blob_off = w_.offset();
   {
     size_t i = 0;
-    DictionaryMerge dm(in_, f);
+    const FieldDictionaries dicts{in_, f};
+    DictionaryMerge dm(dicts);
     while (dm.Next())
       if (kept[i++]) w_.Append(dm.term);
   }

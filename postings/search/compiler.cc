@@ -9,6 +9,7 @@
 #include "common/utf8.h"
 #include "postings/fuzzy.h"
 #include "postings/parallel.h"
+#include "postings/term_merge.h"
 
 namespace corvid::postings::search {
 
@@ -296,6 +297,16 @@ class Compiler {
       std::vector<uint32_t> terms;  // dictionary indexes, in dictionary (bytewise) order
       std::vector<uint64_t> df;     // their live document frequencies
     };
+    // Each segment's matches of one field, as terms, for TermMerge.
+    struct FoundLists {
+      const Snapshot& snap;
+      uint32_t slot;
+      const Found* found;  // per segment
+      size_t ns;
+      size_t count() const { return ns; }
+      uint32_t size(size_t k) const { return static_cast<uint32_t>(found[k].terms.size()); }
+      std::string_view term(size_t k, uint32_t i) const { return snap.segments[k].segment->term(slot, found[k].terms[i]); }
+    };
     std::vector<Found> found(fields.size() * ns);
     std::atomic<bool> too_many{false};
     auto piece = [&](size_t p) {
@@ -340,38 +351,19 @@ class Compiler {
       a.field = slot;
       a.weight = boost * fields[fi]->boost;
       a.any = true;
-      std::vector<size_t> at(ns, 0);
       std::vector<int64_t> index;
       std::vector<uint64_t> df;
-      std::vector<std::string_view> head(ns);  // segment k's next term; data() null when none is left
-      auto advance = [&](size_t k) {
-        const Found& f = seg_found[k];
-        head[k] = at[k] < f.terms.size() ? snap_.segments[k].segment->term(slot, f.terms[at[k]]) : std::string_view();
-      };
-      for (size_t k = 0; k < ns; ++k) advance(k);
-      std::vector<char> has(ns);  // whether segment k's head is the least term
-      for (;;) {
-        // One comparison per segment: a head equal to the least so far
-        // joins it, a smaller one starts over.
-        std::string_view least;
-        for (size_t k = 0; k < ns; ++k) {
-          has[k] = false;
-          if (head[k].data() == nullptr) continue;
-          const int c = least.data() == nullptr ? -1 : head[k].compare(least);
-          if (c < 0) {
-            std::fill_n(has.begin(), k, false);
-            least = head[k];
-          }
-          has[k] = c <= 0;
-        }
-        if (least.data() == nullptr) break;
-        a.terms.emplace_back(least);
+      const FoundLists lists{snap_, slot, seg_found, ns};
+      TermMerge<FoundLists> merge(lists);
+      while (merge.Next()) {
+        a.terms.emplace_back(merge.term);
         uint64_t n = 0;
+        size_t x = 0;  // merge.at is in segment order
         for (size_t k = 0; k < ns; ++k) {
-          index.push_back(has[k] ? static_cast<int64_t>(seg_found[k].terms[at[k]]) : -1);
-          if (!has[k]) continue;
-          n += seg_found[k].df[at[k]++];
-          advance(k);
+          const bool has = x < merge.at.size() && merge.at[x].list == k;
+          const uint32_t i = has ? merge.at[x++].index : 0;
+          index.push_back(has ? static_cast<int64_t>(seg_found[k].terms[i]) : -1);
+          if (has) n += seg_found[k].df[i];
         }
         df.push_back(n);
       }
