@@ -211,7 +211,7 @@ std::string LeafPhrase(std::mt19937_64& rng) {
   return q;
 }
 
-TEST_CASE("each scoring strategy ranks as the exhaustive scorer does", "[postings]") {
+TEST_CASE("each scoring strategy ranks as the exhaustive scorer does", "[postings][heavy]") {
   const uint64_t seed = GENERATE(1u, 2u);
   std::mt19937_64 rng(seed);
   Corpus c;
