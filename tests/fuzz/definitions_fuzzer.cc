@@ -115,7 +115,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto mr = corvid::mapreduce::DefinitionImpl::CompileImpl(text);
   if (!mr.ok()) {
     CheckError(mr.status());
-    FUZZ_CHECK_MSG(!any.ok() || any->type != "mapreduce", "dispatcher accepted a map/reduce definition its compiler refused: %s",
+    FUZZ_CHECK_MSG(!any.ok() || any->type != corvid::indexing::IndexType::kMapReduce, "dispatcher accepted a map/reduce definition its compiler refused: %s",
                    mr.status().message().c_str());
   } else {
     auto again = corvid::mapreduce::DefinitionImpl::CompileImpl(text);
@@ -127,7 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto search = corvid::postings::SearchDefinitionImpl::CompileImpl(text);
   if (!search.ok()) {
     CheckError(search.status());
-    FUZZ_CHECK_MSG(!any.ok() || any->type != "search", "dispatcher accepted a search definition its compiler refused: %s",
+    FUZZ_CHECK_MSG(!any.ok() || any->type != corvid::indexing::IndexType::kSearch, "dispatcher accepted a search definition its compiler refused: %s",
                    search.status().message().c_str());
   } else {
     auto again = corvid::postings::SearchDefinitionImpl::CompileImpl(text);
