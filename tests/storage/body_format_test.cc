@@ -974,9 +974,23 @@ TEST_CASE("names that match only after unescaping, and look-alike prefixes", "[b
   expect({"a\"b"});
   expect({"\\u00e9"});
   expect({"é"});  // matches nothing: the key \\u00e9 is a backslash and text
-  expect({"a"});  // a, a.b, a.b.c (escaped), not ab.c nor .a
-  expect({"a.b"});  // the key itself only
-  expect({""});  // the empty key and .a
+  // Dotted keys, spelled out rather than through Selected (which states the
+  // same rule as the code): a reader of "a" gets a, a.b and the escaped
+  // a.b.c, not ab.c nor .a; a reader of "a.b" only that key; a reader of ""
+  // the empty key and .a.
+  auto expect_exactly = [&](std::vector<std::string> names, const std::vector<std::string>& keys) {
+    std::sort(names.begin(), names.end());
+    std::vector<const Member*> want;
+    for (const auto& m : doc.members)
+      if (std::find(keys.begin(), keys.end(), m.name) != keys.end()) want.push_back(&m);
+    REQUIRE(want.size() == keys.size());
+    INFO("names: " << names.size());
+    CheckProjection(project(names), want);
+  };
+  expect_exactly({"a"}, {"a", "a.b", "a.b.c"});
+  expect_exactly({"a.b"}, {"a.b"});
+  expect_exactly({""}, {"", ".a"});
+  expect_exactly({"ab"}, {"ab", "ab.c"});
   expect({"ab"});
   expect({"abc"});
   expect({"a", "abc"});
