@@ -171,6 +171,9 @@ struct Connection {
     p.applied_seq = num("appliedSeq");
     p.lag_ms = int64_t(num("lagMs"));
     p.at_ms = int64_t(num("atMs"));
+    p.checkpoint.seq = num("ckSeq");
+    p.checkpoint.history = num("ckHistory");
+    p.checkpoint.verified = d.HasMember("ckVerified") && d["ckVerified"].IsBool() && d["ckVerified"].GetBool();
     return p;
   }
 
@@ -261,6 +264,10 @@ class ClusterNode::Impl {
     const storage::LogPosition pos = store_.GetLogPosition();
     applied_seq_ = pos.applied;
     applied_fp_ = pos.applied_hash;
+    history_.Reset(pos.applied, pos.history);
+    if (!history_.enabled())
+      logging::Warn("cluster.history_unrecorded", "this store predates history digests: comparing whole histories with the peers is off until it installs a snapshot",
+                    {{"node", options_.node_id}});
     // Marked diverged (by this process before, or by the bootstrap for lack
     // of a peer to install from): no writes until a snapshot is in.
     if (!options_.data_dir.empty() && IsMarkedDiverged(options_.data_dir)) diverged_ = true;
@@ -569,12 +576,14 @@ class ClusterNode::Impl {
     while (!stopping_) {
       lock.unlock();
       const PeerInfo self = SelfInfo();
+      const Checkpoint ck = history_.Latest();
       char value[1024];
       std::snprintf(value, sizeof value,
                     "{\"url\":\"%s\",\"state\":\"%s\",\"appliedEtag\":%llu,\"appliedSeq\":%llu,\"lagMs\":%lld,"
-                    "\"atMs\":%lld}",
+                    "\"atMs\":%lld,\"ckSeq\":%llu,\"ckHistory\":%llu,\"ckVerified\":%s}",
                     self.url.c_str(), self.state.c_str(), (unsigned long long)self.applied_etag,
-                    (unsigned long long)self.applied_seq, (long long)self.lag_ms, (long long)NowMs());
+                    (unsigned long long)self.applied_seq, (long long)self.lag_ms, (long long)NowMs(),
+                    (unsigned long long)ck.seq, (unsigned long long)ck.history, ck.verified ? "true" : "false");
       uint64_t rev = 0;
       const natsStatus put = kvStore_PutString(&rev, conn_.kv, options_.node_id.c_str(), value);
       if (put != NATS_OK) echo_at = Clock::now();  // no echo to expect
@@ -612,6 +621,7 @@ class ClusterNode::Impl {
         Diverge("it applied log entries the log no longer holds",
                 "applied_seq " + std::to_string(applied_before) + ", the log's last " + std::to_string(log->last_seq));
       if (log.ok() && log->from_leader && !diverged_.load()) CheckAgainstLeader(*log);  // once diverged, nothing to learn
+      if (log.ok() && log->from_leader && !diverged_.load()) CheckHistory(peers);
       if (diverged_.load()) ReinstallWhenPossible(peers);
       // Until the next heartbeat: the bucket's changes.
       const auto next = Clock::now() + std::chrono::milliseconds(kHeartbeatMs);
@@ -690,6 +700,54 @@ class ClusterNode::Impl {
       Diverge("the log's leader holds other entries than the ones it applied", "entry " + std::to_string(seq));
   }
 
+  // Compares this node's history with its peers' checkpoints and, where
+  // they disagree, its entries with the leader's copies (history_check.h).
+  // At most half a second of asking per heartbeat; the rest waits for the
+  // next one.
+  void CheckHistory(const std::map<std::string, PeerInfo>& peers) {
+    std::vector<PeerCheckpoint> checkpoints;
+    for (const auto& [id, p] : peers)
+      if (id != options_.node_id && p.state != "diverged" && NowMs() - p.at_ms <= kPeerStaleMs)
+        checkpoints.push_back({id, p.checkpoint});
+    const HistoryCheck::Plan plan = history_.Compare(checkpoints);
+    if (plan.through == 0) return;
+    const auto until = Clock::now() + std::chrono::milliseconds(500);
+    uint64_t good = 0;
+    bool complete = true;
+    for (const auto& [seq, fp] : plan.entries) {
+      const std::optional<uint64_t> theirs = conn_.LeaderFingerprint(options_, seq);
+      if (!theirs) {  // no leader now, or the entry is gone from the log
+        complete = false;
+        break;
+      }
+      if (*theirs != fp) {
+        if (good) history_.Verified(plan, good);
+        logging::Warn("cluster.history_mismatch", "the log's leader holds another entry where this node applied one (its history differs from a peer's)",
+                      {{"node", options_.node_id}, {"seq", seq}});
+        if (history_.Mismatch(seq))
+          Diverge("it applied an entry the log does not hold", "entry " + std::to_string(seq));
+        return;
+      }
+      good = seq;
+      if (Clock::now() > until) {
+        complete = false;
+        break;
+      }
+    }
+    if (good) history_.Verified(plan, good);
+    if (!complete || plan.covered || plan.confirming) return;
+    // Every entry kept here matches, yet the histories differ: the
+    // difference is older than this process.
+    if (plan.outvoted) {
+      Diverge("two peers agree on a history that differs from this node's before the entries it can check",
+              "checkpoint " + std::to_string(plan.through));
+    } else if (!warned_unverifiable_) {
+      warned_unverifiable_ = true;
+      logging::Warn("cluster.history_unverifiable", "a peer's history differs from this node's before the entries it can check",
+                    {{"node", options_.node_id}, {"checkpoint", plan.through}});
+    }
+  }
+
   // Once diverged, the node restarts itself through the bootstrap (the
   // server's on_diverged) as soon as an active peer can give it a snapshot.
   void ReinstallWhenPossible(const std::map<std::string, PeerInfo>& peers) {
@@ -750,6 +808,7 @@ class ClusterNode::Impl {
       applied_seq_ = pos.applied;
       applied_fp_ = pos.applied_hash;
     }
+    history_.Reset(pos.applied, pos.history);
     replay_below_ = pos.applied;
     store_.ResetLogFence();
     rewind_ = false;
@@ -805,6 +864,7 @@ class ClusterNode::Impl {
           std::lock_guard lock(mu_);
           missing = seen_last_seq_ + 1 - std::min(next_seq_, seen_last_seq_ + 1);
           caught_up_ = next_seq_ > seen_last_seq_;
+          if (caught_up_) history_.MarkIdle();
           // The log holds entries this node has not received for a while:
           // the server hosting its consumer is gone or stuck. Read on from
           // the next entry through a new consumer.
@@ -908,6 +968,8 @@ class ClusterNode::Impl {
 
   void Apply(uint64_t seq, int64_t ts_ms, std::string_view data) {
     const uint64_t fp = EntryFingerprint(data);
+    // Every entry applied for the first time, whatever it holds.
+    const uint64_t history = seq > replay_below_ ? history_.Record(seq, fp) : 0;
     EntryHeader h;
     std::string_view payload;
     if (Status s = DecodeHeader(data, h, payload); !s.ok()) {
@@ -973,7 +1035,7 @@ class ClusterNode::Impl {
         break;
       }
       case EntryType::kIndexPut:
-      case EntryType::kIndexDelete: return ApplyIndex(seq, ts_ms, fp, h, payload, mine);
+      case EntryType::kIndexDelete: return ApplyIndex(seq, ts_ms, fp, history, h, payload, mine);
       default: decoded = Status::Corruption("unexpected entry type");
     }
     if (!decoded.ok()) {
@@ -981,12 +1043,13 @@ class ClusterNode::Impl {
       if (mine) Resolve(h.request_id, {Status::Internal(decoded.message()), {}, 0});
       return MarkApplied(seq, ts_ms, fp);
     }
-    SubmitToStore(std::move(request), seq, ts_ms, fp, mine ? std::optional<uint64_t>(h.request_id) : std::nullopt);
+    SubmitToStore(std::move(request), seq, ts_ms, fp, history,
+                  mine ? std::optional<uint64_t>(h.request_id) : std::nullopt);
   }
 
-  void SubmitToStore(storage::WriteRequest request, uint64_t seq, int64_t ts_ms, uint64_t fp,
+  void SubmitToStore(storage::WriteRequest request, uint64_t seq, int64_t ts_ms, uint64_t fp, uint64_t history,
                      std::optional<uint64_t> mine) {
-    request.log = storage::LogPosition{seq, ResumeAfter(seq), fp};
+    request.log = storage::LogPosition{seq, ResumeAfter(seq), fp, history};
     {
       std::unique_lock lock(mu_);
       // Bounded: the merger takes what is queued in one transaction.
@@ -1010,8 +1073,8 @@ class ClusterNode::Impl {
     });
   }
 
-  void ApplyIndex(uint64_t seq, int64_t ts_ms, uint64_t fp, const EntryHeader& h, std::string_view payload,
-                  bool mine) {
+  void ApplyIndex(uint64_t seq, int64_t ts_ms, uint64_t fp, uint64_t history, const EntryHeader& h,
+                  std::string_view payload, bool mine) {
     std::string name, definition;
     Applied a;
     if (Status s = DecodeIndexPayload(payload, h.type, name, definition); !s.ok()) {
@@ -1027,7 +1090,7 @@ class ClusterNode::Impl {
     }
     if (mine) Resolve(h.request_id, std::move(a));
     // Recorded, so that a restart does not define it again.
-    SubmitToStore(storage::WriteRequest{}, seq, ts_ms, fp, std::nullopt);
+    SubmitToStore(storage::WriteRequest{}, seq, ts_ms, fp, history, std::nullopt);
   }
 
   const ClusterOptions options_;
@@ -1040,6 +1103,8 @@ class ClusterNode::Impl {
   bool stopping_ = false;                  // guarded by mu_
   uint64_t next_request_ = 0;              // guarded by mu_
   std::map<uint64_t, Pending> pending_;    // guarded by mu_
+  HistoryCheck history_;  // its own lock: the applier records, membership compares
+  bool warned_unverifiable_ = false;  // membership thread only
   uint64_t applied_seq_ = 0, applied_fp_ = 0;  // guarded by mu_: the last entry applied, its fingerprint
   uint64_t seen_last_seq_ = 0;             // guarded by mu_
   int64_t last_applied_ts_ms_ = 0;         // guarded by mu_

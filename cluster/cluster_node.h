@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cluster/history_check.h"
 #include "common/status.h"
 #include "storage/document_store.h"
 
@@ -77,7 +78,8 @@ struct PeerInfo {
   std::string node_id, url, state;
   uint64_t applied_etag = 0, applied_seq = 0;
   int64_t lag_ms = 0;
-  int64_t at_ms = 0;  // its last heartbeat (unix ms, its clock)
+  int64_t at_ms = 0;      // its last heartbeat (unix ms, its clock)
+  Checkpoint checkpoint;  // of the history it applied (history_check.h)
 };
 
 // Whether `p` can give node `self_id` a snapshot now: another node,

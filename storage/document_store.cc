@@ -146,6 +146,7 @@ Status DocumentStore::Impl::LoadState() {
   if (Status s = read_u64("log_applied", 8, log_position.applied); !s.ok()) return s;
   if (Status s = read_u64("log_resume", 8, log_position.resume); !s.ok()) return s;
   if (Status s = read_u64("log_hash", 8, log_position.applied_hash); !s.ok()) return s;
+  if (Status s = read_u64("log_history", 8, log_position.history); !s.ok()) return s;
   last_etag.store(last);
   next_collection = uint32_t(next);
 

@@ -60,10 +60,14 @@ struct WriteOp {
 // chunks before its commit entry are read again). `applied_hash` is the
 // fingerprint of entry `applied` as the log held it (0: not recorded), so
 // a node can tell whether its log and the cluster's still agree.
+// `history` digests the fingerprints of every entry up to `applied`
+// (cluster/history_check.h; 0: not recorded), so that nodes can compare
+// whole histories, not only their last entries.
 struct LogPosition {
   uint64_t applied = 0;
   uint64_t resume = 0;
   uint64_t applied_hash = 0;
+  uint64_t history = 0;
 };
 
 // A request is applied atomically: all of its ops or none.

@@ -223,15 +223,16 @@ class BatchWriter {
     if (int rc = mdb_put(txn_, store_.meta_db, &ek, &ev, 0); rc != 0) return LmdbStatus(rc, "write meta");
     if (int rc = mdb_put(txn_, store_.meta_db, &ck, &cv, 0); rc != 0) return LmdbStatus(rc, "write meta");
     if (log_) {
-      std::string a, r, hv;
-      fmt::PutLE(a, log_->applied, 8);
-      fmt::PutLE(r, log_->resume, 8);
-      fmt::PutLE(hv, log_->applied_hash, 8);
-      MDB_val ak = ToVal("log_applied"), av = ToVal(a), rk = ToVal("log_resume"), rv = ToVal(r);
-      MDB_val hk = ToVal("log_hash"), hval = ToVal(hv);
-      if (int rc = mdb_put(txn_, store_.meta_db, &ak, &av, 0); rc != 0) return LmdbStatus(rc, "write meta");
-      if (int rc = mdb_put(txn_, store_.meta_db, &rk, &rv, 0); rc != 0) return LmdbStatus(rc, "write meta");
-      if (int rc = mdb_put(txn_, store_.meta_db, &hk, &hval, 0); rc != 0) return LmdbStatus(rc, "write meta");
+      const std::pair<const char*, uint64_t> fields[] = {{"log_applied", log_->applied},
+                                                          {"log_resume", log_->resume},
+                                                          {"log_hash", log_->applied_hash},
+                                                          {"log_history", log_->history}};
+      for (const auto& [name, value] : fields) {
+        std::string v;
+        fmt::PutLE(v, value, 8);
+        MDB_val k = ToVal(name), val = ToVal(v);
+        if (int rc = mdb_put(txn_, store_.meta_db, &k, &val, 0); rc != 0) return LmdbStatus(rc, "write meta");
+      }
     }
     return Status::Ok();
   }

@@ -86,6 +86,17 @@ test every Corvid node is stopped with SIGTERM and must exit 0.
    started again on A's directory: its last applied entry (30) is in B's log
    but holds other bytes there, so it bootstraps at start ("differs from the
    log's") and converges again.
+7. A history that forked in the middle: cluster A (writes with a 10-minute
+   deadline) takes 40 PUTs; the test reads the log's raw entries (a
+   minimal NATS client of its own) and writes them into a second cluster's
+   log with entry 20 replaced by entry 19 again, where a node reads them
+   into a store (one PUT missing, another applied twice: what a stale
+   JetStream replica did to a node in CI). A's n3 restarts on that store.
+   Its last entry is A's, byte for byte, so nothing at start notices; its
+   history digest differs from the two others' checkpoints, so it diverges
+   ("two peers agree on a history"), installs a peer's snapshot in the
+   same process, and then every node has the same feed and every
+   acknowledged PUT at its etag.
 
 Seed: $CORVID_SEED (default random, printed).
 Run: python3 tests/e2e/test_cluster.py --binary build/corvid
@@ -205,6 +216,78 @@ def listing(client, collection):
         after = resp.json.get('next')
         if after is None:
             return out
+
+
+class RawNats:
+    """A minimal NATS client (the text protocol over a socket; no library):
+    enough to read and publish the log's raw entries through JetStream's
+    API, as no Corvid node would."""
+
+    def __init__(self, url, timeout=10):
+        host, port = url[len('nats://'):].rsplit(':', 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.buf = b''
+        self._line()  # INFO
+        self.sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"protocol":1}\r\n'
+                          b'SUB _CORVID_TEST.> 1\r\nPING\r\n')
+        while self._line() != b'PONG':
+            pass
+        self.n = 0
+
+    def _line(self):
+        while b'\r\n' not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError('NATS closed the connection')
+            self.buf += chunk
+        line, self.buf = self.buf.split(b'\r\n', 1)
+        return line
+
+    def _payload(self, n):
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError('NATS closed the connection')
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+    def request(self, subject, payload):
+        """Publishes with a reply subject; returns the reply's bytes."""
+        self.n += 1
+        inbox = '_CORVID_TEST.%d' % self.n
+        self.sock.sendall(b'PUB %s %s %d\r\n%s\r\n' % (subject.encode(), inbox.encode(),
+                                                         len(payload), payload))
+        while True:
+            line = self._line()
+            if line == b'PING':
+                self.sock.sendall(b'PONG\r\n')
+            elif line.startswith(b'MSG '):
+                parts = line.split()
+                data = self._payload(int(parts[-1]))
+                if parts[1].decode() == inbox:
+                    return data
+            elif line.startswith(b'-ERR'):
+                raise ConnectionError(line.decode())
+
+    def get_entry(self, seq, stream='CORVID'):
+        """The raw bytes of log entry `seq` (JetStream's get, answered by the leader)."""
+        import base64
+        answer = json.loads(self.request('$JS.API.STREAM.MSG.GET.' + stream,
+                                         compact({'seq': seq})))
+        if 'message' not in answer:
+            raise AssertionError('no entry %d in the log: %r' % (seq, answer))
+        return base64.b64decode(answer['message']['data'])
+
+    def publish_entry(self, data, subject='corvid.log'):
+        """Stores `data` as the log's next entry; returns its sequence."""
+        answer = json.loads(self.request(subject, data))
+        if 'seq' not in answer:
+            raise AssertionError('the log refused an entry: %r' % answer)
+        return answer['seq']
+
+    def close(self):
+        self.sock.close()
 
 
 # ---------------------------------------------------------------------------
@@ -439,7 +522,8 @@ class Cluster:
             except OSError:
                 continue
             for line in text.splitlines():
-                if 'cluster.diverged' in line or 'cluster.entry_mismatch' in line:
+                if any(e in line for e in ('cluster.diverged', 'cluster.entry_mismatch',
+                                           'cluster.history_')):
                     print('    %s: %s' % (node.node_id, line[:300]), file=sys.stderr)
 
     def diag(self):
@@ -1474,6 +1558,92 @@ class ClusterTest(unittest.TestCase):
             n1.start()
             self.assertIn("differs from the log's", stderr_of(n1))
             check_same(cl.wait_converged(60, at_least=last))
+
+
+    # -- 7 ------------------------------------------------------------------
+    def test_7_history_forked_in_the_middle(self):
+        keep = tempfile.mkdtemp(prefix='corvid-forked-')
+        try:
+            self._forked_history(os.path.join(keep, 'forked'))
+        finally:
+            shutil.rmtree(keep, ignore_errors=True)
+
+    def _forked_history(self, forked_dir):
+        coll = 'fork'
+        # Entries copied to a second log a little later must still be within
+        # their deadlines there (they are applied, not skipped as late).
+        slow = ['--nats-timeout-ms', '600000']
+        with self.cluster('forked-a', node_args=lambda i: slow) as cl:
+            c = cl.client(0)
+            acked = {}
+            for k in range(40):
+                body = compact({'k': k})
+                acked['d-%d' % k] = (body, self.put_ok(c, coll, 'd-%d' % k, body, statuses=(201,)))
+            c.close()
+            cl.wait_converged(30, at_least=max(e for _, e in acked.values()))
+            c = cl.client(0)
+            log_last = c.get('/admin/cluster').json['log']['lastSeq']
+            c.close()
+            raw = RawNats(cl.nats[0].url)
+            entries = [raw.get_entry(seq) for seq in range(1, log_last + 1)]
+            raw.close()
+
+            # A second log holding entry S-1 again where entry S belongs
+            # (what a stale JetStream replica served in CI): as long, and
+            # with the same last entry. A node reads it into a store.
+            s = len(entries) // 2
+            forked = entries[:s - 1] + [entries[s - 2]] + entries[s:]
+            self.assertEqual(len(forked), len(entries))
+            with self.cluster('forked-b', nodes=0) as cb:
+                nb = cb.add_node(extra_args=slow)
+                raw = RawNats(cb.nats[0].url)
+                for e in forked:
+                    raw.publish_entry(e)
+                raw.close()
+                cnb = nb.client(timeout=10)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    view = cnb.get('/admin/cluster').json
+                    mine = [n for n in view['nodes'] if n['nodeId'] == view['nodeId']]
+                    if mine and mine[0]['appliedSeq'] >= len(forked):
+                        break
+                    time.sleep(0.1)
+                cnb.close()
+                nb.stop(signal.SIGTERM, timeout=30, expect_code=0)
+                shutil.copytree(nb.data_dir, forked_dir)
+
+            # n3 of the first cluster restarts on that store: its last entry
+            # is the log's, byte for byte, so no check at start sees it.
+            n3 = cl.nodes[2]
+            n3.stop(signal.SIGTERM, timeout=30, expect_code=0)
+            shutil.rmtree(n3.data_dir)
+            shutil.copytree(forked_dir, n3.data_dir)
+            n3.start()
+            deadline = time.monotonic() + 40 * SLACK
+            err = ''
+            while time.monotonic() < deadline:
+                with open(n3.stderr_path, 'rb') as f:
+                    err = f.read().decode('utf-8', 'replace')
+                if 'cluster.bootstrapped' in err:
+                    break
+                time.sleep(0.2)
+            self.assertIn('cluster.diverged', err)
+            self.assertIn('two peers agree on a history', err)
+            self.assertIn('cluster.bootstrapped', err)
+
+            last = cl.marker(2, 'after-the-fork')
+            last = cl.wait_converged(60, at_least=last)
+            clients = [cl.client(i) for i in range(3)]
+            feeds = [x.all_changes(0) for x in clients]
+            self.assertTrue(feeds[0] == feeds[1] == feeds[2], 'change feeds differ')
+            for doc_id, (body, etag) in acked.items():
+                for i, x in enumerate(clients):
+                    resp = x.get(doc_path(coll, doc_id))
+                    self.assertEqual((resp.status, resp.body, etag_of(resp)), (200, body, etag),
+                                     'n%d %s' % (i + 1, doc_id))
+            for x in clients:
+                x.close()
+            self.assert_cluster_view(cl, cl.nodes, last, timeout=20)
 
 
 if __name__ == '__main__':

@@ -35,7 +35,7 @@ TEST_CASE("the log position is committed with the writes and survives a reopen",
     CHECK(store->GetLogPosition().resume == 3);
     // A request with no ops records only the position (an index entry).
     WriteRequest empty;
-    empty.log = LogPosition{9, 10, 0xfeedface12345678};
+    empty.log = LogPosition{9, 10, 0xfeedface12345678, 0x0123456789abcdef};
     CHECK(store->Write(std::move(empty)).status.ok());
     CHECK(store->LastEtag() == 1);
   }
@@ -44,6 +44,8 @@ TEST_CASE("the log position is committed with the writes and survives a reopen",
   CHECK(store->GetLogPosition().resume == 10);
   // The applied entry's fingerprint, compared with the log's at a start.
   CHECK(store->GetLogPosition().applied_hash == 0xfeedface12345678);
+  // The digest of every entry up to it, compared with the peers' digests.
+  CHECK(store->GetLogPosition().history == 0x0123456789abcdef);
   CHECK(store->LastEtag() == 1);
 }
 
