@@ -67,6 +67,39 @@ inline size_t NextCodePoint(std::string_view s, size_t i) {
   return i;
 }
 
+// Appends code point `cp` (at most U+10FFFF) as UTF-8.
+inline void AppendUtf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(char(cp));
+  } else if (cp < 0x800) {
+    out.push_back(char(0xC0 | (cp >> 6)));
+    out.push_back(char(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(char(0xE0 | (cp >> 12)));
+    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(char(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(char(0xF0 | (cp >> 18)));
+    out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(char(0x80 | (cp & 0x3F)));
+  }
+}
+
+// Decodes the code point that starts at s[i] (i < s.size()) without
+// validating: the lead byte alone fixes the length (1 below 0x80, 2 below
+// 0xE0, 3 below 0xF0, else 4), and a sequence cut short by the end of `s`
+// keeps the bits it has. Returns that nominal length, which may run past
+// the end of `s`. For matching text that may be malformed the same way
+// every time (postings/fuzzy.cc); validation is FindInvalidUtf8's.
+inline size_t DecodeCodePointAt(std::string_view s, size_t i, uint32_t& cp) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  const size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
+  for (size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  return n;
+}
+
 // The longest prefix of `s` of at most `max_bytes` that does not end inside
 // a multi-byte character, for echoing a cut-down value in a message. When
 // `s` is valid UTF-8 so is the result.

@@ -12,8 +12,8 @@
 // galloping search. Only the band |i - j| <= max_edits of a row is
 // computed; cells outside it are > max_edits by definition.
 //
-// Code points are decoded exactly as the test's EditDistance oracle decodes
-// them — the lead byte alone fixes the length, a truncated sequence keeps
+// Code points are decoded (DecodeCodePointAt, common/utf8.h) exactly as the
+// test's EditDistance oracle decodes them — the lead byte alone fixes the length, a truncated sequence keeps
 // the bits it has — so malformed UTF-8 compares the same way. A code point
 // whose nominal length runs past the end of its term is never treated as
 // shared with another term and never causes a skip.
@@ -22,18 +22,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/utf8.h"
+
 namespace corvid::postings {
 namespace {
-
-// Decodes the code point at s[i] (the header above says how); returns its
-// nominal length (which may run past the end of s).
-inline size_t DecodeAt(std::string_view s, size_t i, uint32_t& cp) {
-  const unsigned char c = static_cast<unsigned char>(s[i]);
-  const size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-  cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
-  for (size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-  return n;
-}
 
 // First index after `i` whose term does not start with `prefix`, given
 // that term i does (the terms with a prefix are contiguous when sorted).
@@ -68,7 +60,7 @@ void ForEachFuzzyTerm(const Segment& seg, uint32_t field, std::string_view query
   std::vector<uint32_t> q;
   for (size_t i = 0; i < query.size();) {
     uint32_t cp;
-    i += DecodeAt(query, i, cp);
+    i += DecodeCodePointAt(query, i, cp);
     q.push_back(cp);
   }
   const size_t m = q.size();
@@ -128,7 +120,7 @@ void ForEachFuzzyTerm(const Segment& seg, uint32_t field, std::string_view query
     bool dead = false;
     while (pos < t.size()) {
       uint32_t cp;
-      const size_t n = DecodeAt(t, pos, cp);
+      const size_t n = DecodeCodePointAt(t, pos, cp);
       a.push_back(cp);
       pos += n;
       ends.push_back(pos);

@@ -185,17 +185,11 @@ class SegmentBuilder {
   // slot and name are prefetched meanwhile): a large vocabulary does not
   // stay in cache.
   void AddToken(uint32_t field, uint32_t doc, std::string_view term, uint32_t position);
-  // A whole posting (merges): `positions` ascending.
-  void AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions);
-  // Many postings of one term at once (merges): docs ascending and above
-  // the term's previous ones, tfs aligned, positions flattened in order.
-  void AddPostings(uint32_t field, std::string_view term, std::span<const uint32_t> docs, std::span<const uint32_t> tfs,
-                   std::span<const uint32_t> positions);
   // Merges without hashing: a field filled only through AppendTerm takes
   // its terms in strictly increasing bytewise order (the sorted
   // dictionaries of the merged segments, merged), so Encode needs no sort.
   // Returns the term's index for AddEncodedPostings. Do not mix with
-  // AddToken/AddPosting(s) on the same field.
+  // AddToken on the same field.
   uint32_t AppendTerm(uint32_t field, std::string_view term);
   // Capacity for `docs` more postings and `bytes` more position bytes of term `index`.
   void ReservePostings(uint32_t field, uint32_t index, size_t docs, size_t bytes) {
@@ -231,7 +225,7 @@ class SegmentBuilder {
   // counting sort) and writes each term's postings from its run, so each
   // term is touched once per batch, not once per token (random accesses
   // to ~100 bytes per term were half of indexing). A field given whole
-  // postings (AddPosting(s), merges), or whose log outgrows
+  // postings (merges: AppendTerm, AddEncodedPostings), or whose log outgrows
   // kMaxLogTokens, keeps per-term lists instead (FlushLog).
   struct Lists {
     std::string pos;                  // positions encoded as written (varint deltas per posting)

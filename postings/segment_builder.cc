@@ -395,29 +395,6 @@ void SegmentBuilder::AddToken(uint32_t field, uint32_t doc, std::string_view ter
   }
 }
 
-void SegmentBuilder::AddPosting(uint32_t field, uint32_t doc, std::string_view term, std::span<const uint32_t> positions) {
-  const auto tf = static_cast<uint32_t>(positions.size());
-  AddPostings(field, term, std::span<const uint32_t>(&doc, 1), std::span<const uint32_t>(&tf, 1), positions);
-}
-
-void SegmentBuilder::AddPostings(uint32_t field, std::string_view term, std::span<const uint32_t> docs,
-                                 std::span<const uint32_t> tfs, std::span<const uint32_t> positions) {
-  Lists& l = TermLists(field, term);
-  const size_t before = l.pos.size();
-  size_t p = 0;
-  for (size_t i = 0; i < docs.size(); ++i) {
-    l.docs.push_back(docs[i]);
-    l.tfs.push_back(tfs[i]);
-    uint32_t prev = 0;
-    for (uint32_t k = 0; k < tfs[i]; ++k, ++p) {
-      PutVarint(l.pos, positions[p] - prev);
-      prev = positions[p];
-    }
-    l.last_pos = prev;
-  }
-  memory_ += 8 * docs.size() + (l.pos.size() - before);
-}
-
 uint32_t SegmentBuilder::AppendTerm(uint32_t field, std::string_view term) {
   ResolvePending();
   FieldBuild& fb = text_[field];

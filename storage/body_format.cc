@@ -9,6 +9,7 @@
 #include <cassert>
 #include <cstring>
 
+#include "common/utf8.h"
 #include "common/varint.h"
 #include "storage/format.h"
 
@@ -187,23 +188,6 @@ void UnescapeKey(std::string_view raw, std::string& out) {
     }
     return true;
   };
-  auto put_utf8 = [&](uint32_t cp) {
-    if (cp < 0x80) {
-      out.push_back(char(cp));
-    } else if (cp < 0x800) {
-      out.push_back(char(0xC0 | (cp >> 6)));
-      out.push_back(char(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out.push_back(char(0xE0 | (cp >> 12)));
-      out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(char(0x80 | (cp & 0x3F)));
-    } else {
-      out.push_back(char(0xF0 | (cp >> 18)));
-      out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
-      out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(char(0x80 | (cp & 0x3F)));
-    }
-  };
   for (size_t i = 0; i < raw.size(); ++i) {
     if (raw[i] != '\\' || i + 1 >= raw.size()) {
       out.push_back(raw[i]);
@@ -226,7 +210,7 @@ void UnescapeKey(std::string_view raw, std::string& out) {
           cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
           i += 6;
         }
-        put_utf8(cp);
+        AppendUtf8(out, cp);
         break;
       }
       default: out.push_back(e);  // \" \\ \/

@@ -66,7 +66,7 @@ struct GenDoc {
 struct GenSegment {
   std::vector<GenDoc> docs;
   Bitmap deleted;
-  bool by_postings = false;  // built with AddPosting rather than AddToken
+  bool by_term = false;  // each document's tokens fed grouped by term, not in text order
   std::shared_ptr<const Segment> segment;
 };
 
@@ -170,7 +170,7 @@ Corpus MakeCorpus(uint64_t seed, const Shape& shape, const std::string& dir) {
   uint64_t next_id = 0;
   for (uint32_t k = 0; k < nseg; ++k) {
     GenSegment& s = c.segments.emplace_back();
-    s.by_postings = rng.Chance(0.3);
+    s.by_term = rng.Chance(0.3);
     const bool stores = rng.Chance(0.5);
     const bool empty_last_field = rng.Chance(0.15);
     // Terms only this segment has.
@@ -268,10 +268,11 @@ Corpus MakeCorpus(uint64_t seed, const Shape& shape, const std::string& dir) {
     for (const GenDoc& doc : s.docs) {
       const uint32_t d = b.AddDoc(doc.id, doc.stored);
       for (uint32_t f = 0; f < c.text_fields; ++f) {
-        if (s.by_postings) {
-          std::map<uint32_t, std::vector<uint32_t>> by_term;
-          for (const Token& t : doc.tokens[f]) by_term[t.term].push_back(t.position);
-          for (const auto& [term, positions] : by_term) b.AddPosting(f, d, c.vocab[term], positions);
+        if (s.by_term) {
+          std::map<uint32_t, std::vector<uint32_t>> grouped;
+          for (const Token& t : doc.tokens[f]) grouped[t.term].push_back(t.position);
+          for (const auto& [term, positions] : grouped)
+            for (uint32_t at : positions) b.AddToken(f, d, c.vocab[term], at);
         } else {
           for (const Token& t : doc.tokens[f]) b.AddToken(f, d, c.vocab[t.term], t.position);
         }

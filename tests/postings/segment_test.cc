@@ -217,7 +217,7 @@ TEST_CASE("tokens encode exactly as the same postings added whole", "[postings][
   // kMaxLogTokens the log is moved to lists mid-batch, and a term's
   // postings come from both.
   for (const size_t target : {size_t{20000}, kMaxLogTokens + 50000}) {
-    SegmentBuilder by_token(2, 0), by_posting(2, 0);
+    SegmentBuilder by_token(2, 0), by_term(2, 0);
     uint32_t x = 99;
     auto next = [&] { return x = x * 1103515245u + 12345u; };
     size_t tokens = 0;
@@ -225,7 +225,7 @@ TEST_CASE("tokens encode exactly as the same postings added whole", "[postings][
     for (uint32_t d = 0; tokens <= target; ++d) {
       const std::string id = std::string("d").append(std::to_string(d));
       const uint32_t doc = by_token.AddDoc(id);
-      REQUIRE(by_posting.AddDoc(id) == doc);
+      REQUIRE(by_term.AddDoc(id) == doc);
       postings.clear();
       const uint32_t n = 100 + next() % 400;
       uint32_t p[2] = {0, 0}, len[2] = {0, 0};
@@ -240,14 +240,17 @@ TEST_CASE("tokens encode exactly as the same postings added whole", "[postings][
         postings[{f, term}].push_back(p[f]);
       }
       tokens += n;
-      for (const auto& [key, pos] : postings) by_posting.AddPosting(key.first, doc, key.second, pos);
+      // The same tokens grouped by term (and field): another order through
+      // the window and the log.
+      for (const auto& [key, pos] : postings)
+        for (uint32_t at : pos) by_term.AddToken(key.first, doc, key.second, at);
       for (uint32_t f = 0; f < 2; ++f) {
         by_token.SetLength(f, doc, len[f]);
-        by_posting.SetLength(f, doc, len[f]);
+        by_term.SetLength(f, doc, len[f]);
       }
     }
     INFO(tokens << " tokens");
-    CHECK(by_token.Encode(3) == by_posting.Encode(3));
+    CHECK(by_token.Encode(3) == by_term.Encode(3));
   }
 }
 
@@ -440,12 +443,15 @@ TEST_CASE("posting lists read back alike on both sides of the short-list bound",
   wants.push_back(std::move(tail));
   std::sort(wants.begin(), wants.end(), [](const Want& x, const Want& y) { return x.term < y.term; });
   std::vector<uint32_t> lens(kDocs, 0);
-  for (const Want& w : wants)
-    for (size_t j = 0; j < w.docs.size(); ++j) {
-      std::vector<uint32_t> pos;
-      for (uint32_t k = 0; k < w.tfs[j]; ++k) pos.push_back(3 * k + j % 5);
-      b.AddPosting(0, w.docs[j], w.term, pos);
-      lens[w.docs[j]] += w.tfs[j];
+  // Fed document by document, as documents are indexed: (want, rank).
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> by_doc(kDocs);
+  for (uint32_t i = 0; i < wants.size(); ++i)
+    for (uint32_t j = 0; j < wants[i].docs.size(); ++j) by_doc[wants[i].docs[j]].emplace_back(i, j);
+  for (uint32_t d = 0; d < kDocs; ++d)
+    for (const auto& [i, j] : by_doc[d]) {
+      const Want& w = wants[i];
+      for (uint32_t k = 0; k < w.tfs[j]; ++k) b.AddToken(0, d, w.term, 3 * k + j % 5);
+      lens[d] += w.tfs[j];
     }
   for (uint32_t d = 0; d < kDocs; ++d) b.SetLength(0, d, lens[d] + d % 11);
   REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(7)).ok());
