@@ -44,16 +44,34 @@ class [[nodiscard]] Status {
   static Status Unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
   static Status CommitUnknown(std::string msg) { return {StatusCode::kCommitUnknown, std::move(msg)}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  // Bad input at byte `offset` of a text (a query, an expression, a JSON
+  // body): the message is "<what> at offset N", and offset() carries N for
+  // the server's `error.offset` (API.md), so nothing parses it back out.
+  static Status InvalidArgumentAt(std::string_view what, size_t offset) {
+    Status s(StatusCode::kInvalidArgument, std::string(what) + " at offset " + std::to_string(offset));
+    s.offset_ = offset;
+    return s;
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
+  // The input's byte the error is about (InvalidArgumentAt), if any.
+  std::optional<size_t> offset() const { return offset_; }
+  // The same error with `prefix` before its message (the field or the
+  // parameter it came from); its code and offset stay.
+  Status Prefixed(std::string_view prefix) const {
+    Status s = *this;
+    s.message_.insert(0, prefix);
+    return s;
+  }
   std::string ToString() const;
 
  private:
   Status(StatusCode code, std::string msg) : code_(code), message_(std::move(msg)) {}
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  std::optional<size_t> offset_;
 };
 
 // Either a value or a non-ok Status. Accessing value() of an error is a

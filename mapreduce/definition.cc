@@ -40,6 +40,12 @@ Status Invalid(std::string_view field, std::string_view message) {
   m += message;
   return Status::InvalidArgument(std::move(m));
 }
+// An error at byte `offset` of the field's source (Status::offset).
+Status InvalidAt(std::string_view field, std::string_view message, size_t offset) {
+  return Status::InvalidArgumentAt(message, offset).Prefixed(std::string(field) + ": ");
+}
+// A parser's error about the field's source, its offset kept.
+Status Invalid(std::string_view field, const Status& parsed) { return parsed.Prefixed(std::string(field) + ": "); }
 
 const char* ReducerName(ReducerKind k) {
   switch (k) {
@@ -70,8 +76,8 @@ Result<std::shared_ptr<const DefinitionImpl>> DefinitionImpl::CompileImpl(std::s
   rapidjson::Document d;
   d.Parse(definition_json.data(), definition_json.size());
   if (d.HasParseError()) {
-    return Invalid("definition", std::string("invalid JSON (") + rapidjson::GetParseError_En(d.GetParseError()) +
-                                     ") at offset " + std::to_string(d.GetErrorOffset()));
+    return InvalidAt("definition", std::string("invalid JSON (") + rapidjson::GetParseError_En(d.GetParseError()) + ")",
+                     d.GetErrorOffset());
   }
   if (!d.IsObject()) return Invalid("definition", "must be a JSON object");
   // Unknown keys are refused, as in search definitions: a misspelt key
@@ -105,7 +111,7 @@ Result<std::shared_ptr<const DefinitionImpl>> DefinitionImpl::CompileImpl(std::s
     if (!m->value.IsString()) return Invalid(field, "must be an expression string");
     ParseOptions opt;
     auto e = ParseExpression(std::string_view(m->value.GetString(), m->value.GetStringLength()), opt);
-    if (!e.ok()) return Invalid(field, e.status().message());
+    if (!e.ok()) return Invalid(field, e.status());
     def->map_names_.push_back(std::move(name));
     def->maps_.push_back(std::move(e).value());
   }
@@ -150,7 +156,7 @@ Result<std::shared_ptr<const DefinitionImpl>> DefinitionImpl::CompileImpl(std::s
     if (!m->value.IsString()) return Invalid(field, "must be a reducer string: count(), sum(x), min(x), max(x) or avg(x)");
     std::string src(m->value.GetString(), m->value.GetStringLength());
     size_t b = src.find_first_not_of(" \t\r\n");
-    if (b == std::string::npos) return Invalid(field, "empty reducer at offset 0");
+    if (b == std::string::npos) return InvalidAt(field, "empty reducer", 0);
     size_t e = b;
     while (e < src.size() && (std::isalnum(uint8_t(src[e])) || src[e] == '_')) ++e;
     std::string fname = src.substr(b, e - b);
@@ -163,28 +169,26 @@ Result<std::shared_ptr<const DefinitionImpl>> DefinitionImpl::CompileImpl(std::s
     else if (fname == "max") red.kind = ReducerKind::kMax;
     else if (fname == "avg") red.kind = ReducerKind::kAvg;
     else
-      return Invalid(field, "unknown reducer '" + src.substr(b, e - b) + "' (use count, sum, min, max or avg) at offset " +
-                                std::to_string(b));
+      return InvalidAt(field, "unknown reducer '" + src.substr(b, e - b) + "' (use count, sum, min, max or avg)", b);
     size_t open = src.find_first_not_of(" \t\r\n", e);
     if (open == std::string::npos || src[open] != '(')
-      return Invalid(field, "expected '(' at offset " + std::to_string(open == std::string::npos ? src.size() : open));
+      return InvalidAt(field, "expected '('", open == std::string::npos ? src.size() : open);
     size_t close = src.find_last_not_of(" \t\r\n");
-    if (src[close] != ')' || close <= open) return Invalid(field, "expected ')' at offset " + std::to_string(src.size()));
+    if (src[close] != ')' || close <= open) return InvalidAt(field, "expected ')'", src.size());
     std::string inner_src = src;  // blank the reducer call so offsets stay those of `src`
     for (size_t k = 0; k <= open; ++k) inner_src[k] = ' ';
     inner_src[close] = ' ';
     bool empty_arg = inner_src.find_first_not_of(" \t\r\n") == std::string::npos;
     if (red.kind == ReducerKind::kCount) {
-      if (!empty_arg) return Invalid(field, "count() takes no argument at offset " + std::to_string(open + 1));
+      if (!empty_arg) return InvalidAt(field, "count() takes no argument", open + 1);
     } else {
-      if (empty_arg) return Invalid(field, std::string(ReducerName(red.kind)) + " takes one argument at offset " +
-                                               std::to_string(b));
+      if (empty_arg) return InvalidAt(field, std::string(ReducerName(red.kind)) + " takes one argument", b);
       ParseOptions opt;
       opt.map_names = def->map_names_;
       opt.resolve_map_names = true;
       opt.allow_unwind = false;
       auto ex = ParseExpression(inner_src, opt);
-      if (!ex.ok()) return Invalid(field, ex.status().message());
+      if (!ex.ok()) return Invalid(field, ex.status());
       red.arg = std::move(ex).value();
       VisitNodes(*red.arg, [&](Node& n) {
         if (n.kind == NodeKind::kMapRef) def->map_needed_[size_t(n.slot)] = true;

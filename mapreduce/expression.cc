@@ -30,34 +30,9 @@ struct Token {
   std::string text;      // decoded string literal / quoted identifier
 };
 
-std::string At(std::string_view what, uint32_t offset) {
-  std::string s(what);
-  s += " at offset ";
-  s += std::to_string(offset);
-  return s;
-}
-
 bool IsIdentStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsIdentChar(char c) { return IsIdentStart(c) || (c >= '0' && c <= '9'); }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(char(cp));
-  } else if (cp < 0x800) {
-    out->push_back(char(0xC0 | (cp >> 6)));
-    out->push_back(char(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(char(0xE0 | (cp >> 12)));
-    out->push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(char(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(char(0xF0 | (cp >> 18)));
-    out->push_back(char(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(char(0x80 | (cp & 0x3F)));
-  }
-}
 
 Status Tokenize(std::string_view src, std::vector<Token>* out) {
   size_t i = 0;
@@ -101,7 +76,7 @@ Status Tokenize(std::string_view src, std::vector<Token>* out) {
           while (i < src.size() && IsDigit(src[i])) ++i;
         }
       }
-      if (i < src.size() && IsIdentChar(src[i])) return Status::InvalidArgument(At("malformed number", t.offset));
+      if (i < src.size() && IsIdentChar(src[i])) return Status::InvalidArgumentAt("malformed number", t.offset);
       t.type = Tok::kNumber;
     } else if (c == '\'' || c == '"' || c == '`') {
       char quote = c;
@@ -127,7 +102,7 @@ Status Tokenize(std::string_view src, std::vector<Token>* out) {
             case '\\': case '\'': case '"': case '/': t.text.push_back(e); break;
             case 'u': {
               uint32_t cp;
-              if (!hex4(i, &cp)) return Status::InvalidArgument(At("bad \\u escape", uint32_t(i - 2)));
+              if (!hex4(i, &cp)) return Status::InvalidArgumentAt("bad \\u escape", uint32_t(i - 2));
               i += 4;
               if (cp >= 0xD800 && cp < 0xDC00) {
                 uint32_t lo;
@@ -136,25 +111,25 @@ Status Tokenize(std::string_view src, std::vector<Token>* out) {
                   cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                   i += 6;
                 } else {
-                  return Status::InvalidArgument(At("unpaired surrogate in \\u escape", uint32_t(i - 6)));
+                  return Status::InvalidArgumentAt("unpaired surrogate in \\u escape", uint32_t(i - 6));
                 }
               } else if (cp >= 0xDC00 && cp < 0xE000) {
-                return Status::InvalidArgument(At("unpaired surrogate in \\u escape", uint32_t(i - 6)));
+                return Status::InvalidArgumentAt("unpaired surrogate in \\u escape", uint32_t(i - 6));
               }
-              AppendUtf8(cp, &t.text);
+              AppendUtf8(t.text, cp);
               break;
             }
             default:
-              return Status::InvalidArgument(At("unknown escape in string", uint32_t(i - 2)));
+              return Status::InvalidArgumentAt("unknown escape in string", uint32_t(i - 2));
           }
           continue;
         }
         t.text.push_back(ch);
         ++i;
       }
-      if (!closed) return Status::InvalidArgument(At("unterminated string", t.offset));
+      if (!closed) return Status::InvalidArgumentAt("unterminated string", t.offset);
       t.type = quote == '`' ? Tok::kQuotedIdent : Tok::kString;
-      if (quote == '`' && t.text.empty()) return Status::InvalidArgument(At("empty quoted name", t.offset));
+      if (quote == '`' && t.text.empty()) return Status::InvalidArgumentAt("empty quoted name", t.offset);
     } else {
       auto two = [&](char second) { return i + 1 < src.size() && src[i + 1] == second; };
       switch (c) {
@@ -175,16 +150,16 @@ Status Tokenize(std::string_view src, std::vector<Token>* out) {
           break;
         case '>': if (two('=')) { t.type = Tok::kGe; i += 2; } else { t.type = Tok::kGt; ++i; } break;
         case '&':
-          if (!two('&')) return Status::InvalidArgument(At("unexpected '&' (use &&)", t.offset));
+          if (!two('&')) return Status::InvalidArgumentAt("unexpected '&' (use &&)", t.offset);
           t.type = Tok::kAnd; i += 2; break;
         case '|':
-          if (!two('|')) return Status::InvalidArgument(At("unexpected '|' (use ||)", t.offset));
+          if (!two('|')) return Status::InvalidArgumentAt("unexpected '|' (use ||)", t.offset);
           t.type = Tok::kOr; i += 2; break;
         default: {
           std::string msg = "unexpected character '";
           msg.push_back(c);
           msg += "'";
-          return Status::InvalidArgument(At(msg, t.offset));
+          return Status::InvalidArgumentAt(msg, t.offset);
         }
       }
     }
@@ -231,7 +206,7 @@ class Parser {
   Parser(std::vector<Token> tokens, const ParseOptions& options) : toks_(std::move(tokens)), opt_(options) {}
 
   Result<std::unique_ptr<Node>> ParseAll() {
-    if (Peek().type == Tok::kEnd) return Status::InvalidArgument(At("empty expression", 0));
+    if (Peek().type == Tok::kEnd) return Status::InvalidArgumentAt("empty expression", 0);
     auto n = ParseOr();
     if (!n.ok()) return n;
     if (Peek().type != Tok::kEnd) return Unexpected();
@@ -244,13 +219,13 @@ class Parser {
 
   Status Unexpected() const {
     const Token& t = Peek();
-    if (t.type == Tok::kEnd) return Status::InvalidArgument(At("unexpected end of expression", t.offset));
-    return Status::InvalidArgument(At("unexpected '" + std::string(t.raw) + "'", t.offset));
+    if (t.type == Tok::kEnd) return Status::InvalidArgumentAt("unexpected end of expression", t.offset);
+    return Status::InvalidArgumentAt("unexpected '" + std::string(t.raw) + "'", t.offset);
   }
 
   Status TooDeep(uint32_t offset) const {
-    return Status::InvalidArgument(
-        At("expression nested deeper than " + std::to_string(kMaxExpressionDepth) + " levels", offset));
+    return Status::InvalidArgumentAt(
+        "expression nested deeper than " + std::to_string(kMaxExpressionDepth) + " levels", offset);
   }
 
   // Appends `child` to `parent`'s arguments; an error once the tree is
@@ -351,7 +326,7 @@ class Parser {
     if (Status st = Adopt(*parent, std::move(right).value()); !st.ok()) return st;
     switch (Peek().type) {
       case Tok::kEq: case Tok::kNe: case Tok::kLt: case Tok::kLe: case Tok::kGt: case Tok::kGe:
-        return Status::InvalidArgument(At("chained comparison (use parentheses)", Peek().offset));
+        return Status::InvalidArgumentAt("chained comparison (use parentheses)", Peek().offset);
       default: break;
     }
     return parent;
@@ -455,7 +430,7 @@ class Parser {
         double dv = 0;
         auto r = std::from_chars(t.raw.data(), t.raw.data() + t.raw.size(), dv);
         if (r.ec != std::errc() || !std::isfinite(dv))
-          return Status::InvalidArgument(At("number out of range", t.offset));
+          return Status::InvalidArgumentAt("number out of range", t.offset);
         n->literal = Value::Double(dv);
         return n;
       }
@@ -471,7 +446,7 @@ class Parser {
         Next();
         auto inner = ParseOr();
         if (!inner.ok()) return inner;
-        if (Peek().type != Tok::kRParen) return Status::InvalidArgument(At("expected ')'", Peek().offset));
+        if (Peek().type != Tok::kRParen) return Status::InvalidArgumentAt("expected ')'", Peek().offset);
         Next();
         return inner;
       }
@@ -521,7 +496,7 @@ class Parser {
           return n;
         }
       }
-      return Status::InvalidArgument(At("unknown map name '" + name + "'", offset));
+      return Status::InvalidArgumentAt("unknown map name '" + name + "'", offset);
     }
     auto n = Make(NodeKind::kField, offset);
     n->path.push_back(std::move(name));
@@ -534,7 +509,7 @@ class Parser {
     const FuncInfo* info = nullptr;
     for (const auto& f : kFuncs)
       if (lname == f.name) info = &f;
-    if (!info) return Status::InvalidArgument(At("unknown function '" + std::string(name_tok.raw) + "'", name_tok.offset));
+    if (!info) return Status::InvalidArgumentAt("unknown function '" + std::string(name_tok.raw) + "'", name_tok.offset);
     Next();  // '('
     auto n = Make(NodeKind::kCall, name_tok.offset);
     n->fn = info->fn;
@@ -548,7 +523,7 @@ class Parser {
           continue;
         }
         if (Peek().type == Tok::kRParen) break;
-        return Status::InvalidArgument(At("expected ',' or ')'", Peek().offset));
+        return Status::InvalidArgumentAt("expected ',' or ')'", Peek().offset);
       }
     }
     Next();  // ')'
@@ -559,20 +534,20 @@ class Parser {
       else if (info->min_args == info->max_args) msg += std::to_string(info->min_args);
       else msg += std::to_string(info->min_args) + " or " + std::to_string(info->max_args);
       msg += info->max_args == 1 ? " argument" : " arguments";
-      return Status::InvalidArgument(At(msg, name_tok.offset));
+      return Status::InvalidArgumentAt(msg, name_tok.offset);
     }
     if (info->fn == Func::kDateTrunc && n->args[0]->kind == NodeKind::kLiteral) {
       const Value& u = n->args[0]->literal;
       if (u.type != ValueType::kString ||
           (u.s != "year" && u.s != "month" && u.s != "day" && u.s != "hour"))
-        return Status::InvalidArgument(
-            At("date_trunc unit must be 'year', 'month', 'day' or 'hour'", n->args[0]->offset));
+        return Status::InvalidArgumentAt("date_trunc unit must be 'year', 'month', 'day' or 'hour'",
+                                         n->args[0]->offset);
     }
     if (info->fn == Func::kUnwind) {
-      if (!opt_.allow_unwind) return Status::InvalidArgument(At("unwind is only allowed in map expressions", n->offset));
+      if (!opt_.allow_unwind) return Status::InvalidArgumentAt("unwind is only allowed in map expressions", n->offset);
       bool nested = false;
       VisitNodes(*n->args[0], [&](Node& c) { nested |= c.kind == NodeKind::kUnwind; });
-      if (nested) return Status::InvalidArgument(At("unwind cannot be nested", n->offset));
+      if (nested) return Status::InvalidArgumentAt("unwind cannot be nested", n->offset);
       n->kind = NodeKind::kUnwind;
     }
     return n;

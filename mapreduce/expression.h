@@ -93,8 +93,9 @@ struct ParseOptions {
   bool allow_unwind = true;
 };
 
-// Parses `source`. Errors are InvalidArgument("<what> at offset N"); the
-// caller prefixes the definition field ("map.month: ").
+// Parses `source`. Errors are InvalidArgumentAt ("<what> at offset N",
+// Status::offset N); the caller prefixes the definition field
+// ("map.month: ", Status::Prefixed).
 Result<std::unique_ptr<Node>> ParseExpression(std::string_view source, const ParseOptions& options);
 
 // Appends a canonical, fully parenthesised rendering of `node` (equal for
@@ -136,7 +137,10 @@ class EvalContext {
 bool Evaluate(const Node& node, EvalContext& ctx, Value* out);
 
 // Appends `v` as JSON would print it (strings quoted and escaped; doubles
-// shortest round-trip with ".0" when integral; non-finite as null).
+// shortest round-trip with ".0" when integral; non-finite as null). A
+// frozen printer: definition fingerprints (stored with each index) and
+// canonical forms are made with it, and string() of a number; answers are
+// written with RapidJSON's writer (query.cc).
 void AppendJson(const Value& v, std::string* out);
 void AppendJsonDouble(double d, std::string* out);
 void AppendJsonString(std::string_view s, std::string* out);

@@ -8,11 +8,38 @@
 #include <cstring>
 #include <deque>
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
 #include "mapreduce/format.h"
 #include "mapreduce/index_impl.h"
 
 namespace corvid::mapreduce {
 namespace {
+
+// A row's value as JSON: integers exact, strings escaped, doubles as the
+// frozen printer writes them (AppendJsonDouble: the shortest text that
+// reads back the same, all digits of a large integral one, ".0" when
+// integral, null when not finite) into `scratch`.
+void WriteValue(rapidjson::Writer<rapidjson::StringBuffer>& w, const Value& v, std::string& scratch) {
+  switch (v.type) {
+    case ValueType::kMissing: case ValueType::kNull: w.Null(); return;
+    case ValueType::kBool: w.Bool(v.b); return;
+    case ValueType::kInt: w.Int64(v.i); return;
+    case ValueType::kDouble:
+      if (!std::isfinite(v.d)) {
+        w.Null();
+        return;
+      }
+      scratch.clear();
+      AppendJsonDouble(v.d, &scratch);
+      w.RawValue(scratch.data(), scratch.size(), rapidjson::kNumberType);
+      return;
+    case ValueType::kString: w.String(v.s.data(), rapidjson::SizeType(v.s.size())); return;
+    case ValueType::kArray: w.StartArray(); w.EndArray(); return;  // never a row value: a map value is a scalar
+    case ValueType::kObject: w.StartObject(); w.EndObject(); return;
+  }
+}
 
 constexpr uint64_t kDefaultLimit = 10000;
 
@@ -435,37 +462,31 @@ Result<QueryResult> MapReduceIndexImpl::Query(const std::vector<std::pair<std::s
     });
   }
 
-  std::string& js = result.rows_json;
-  js.reserve(64 + std::min<uint64_t>(limit, out.size()) * 64);
-  js.push_back('[');
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartArray();
   std::vector<Value> gv;
+  std::string scratch;
   uint64_t end = offset >= out.size() ? 0 : std::min<uint64_t>(out.size(), offset + std::min<uint64_t>(limit, out.size()));
   for (uint64_t i = offset; i < end; ++i) {
     const OutRow& o = out[order[i]];
-    if (i > offset) js.push_back(',');
-    js.push_back('{');
+    w.StartObject();
     group_values(o, &gv);
-    bool first = true;
     for (size_t g = 0; g < level; ++g) {
-      if (!first) js.push_back(',');
-      first = false;
-      AppendJsonString(groups[g], &js);
-      js.push_back(':');
-      AppendJson(gv[g], &js);
+      w.Key(groups[g].data(), rapidjson::SizeType(groups[g].size()));
+      WriteValue(w, gv[g], scratch);
     }
     for (size_t r = 0; r < nr; ++r) {
-      if (!first) js.push_back(',');
-      first = false;
-      AppendJsonString(reducers[r].name, &js);
-      js.push_back(':');
-      AppendJson(reducer_value(o, r), &js);
+      w.Key(reducers[r].name.data(), rapidjson::SizeType(reducers[r].name.size()));
+      WriteValue(w, reducer_value(o, r), scratch);
     }
-    js.push_back('}');
-    if (js.size() > max_response_bytes)
+    w.EndObject();
+    if (buf.GetSize() > max_response_bytes)
       return Status::TooLarge("the rows would exceed " + std::to_string(max_response_bytes) +
                               " bytes; ask for fewer with limit (or page with offset)");
   }
-  js.push_back(']');
+  w.EndArray();
+  result.rows_json.assign(buf.GetString(), buf.GetSize());
   return result;
 }
 

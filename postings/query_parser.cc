@@ -45,7 +45,7 @@ class Parser {
     return n;
   }
   Status Error(std::string_view what, size_t off) {
-    return Status::InvalidArgument("query syntax error: " + std::string(what) + " at offset " + std::to_string(off));
+    return Status::InvalidArgumentAt("query syntax error: " + std::string(what), off);
   }
   void SkipSpace() {
     while (pos_ < q_.size() && IsSpace(q_[pos_])) ++pos_;

@@ -35,8 +35,8 @@ struct QueryNode {
   size_t offset = 0;     // byte offset in the query text (for error messages)
 };
 
-// Parses `q`. Empty, "*" and "*:*" give kMatchAll. Errors: InvalidArgument
-// "... at offset N" with N the byte offset of the offending character.
+// Parses `q`. Empty, "*" and "*:*" give kMatchAll. Errors: InvalidArgumentAt
+// ("... at offset N", Status::offset N: the offending character's byte).
 Result<std::unique_ptr<QueryNode>> ParseQuery(std::string_view q, DefaultOperator op);
 
 // A compact, deterministic rendering for tests: +a -b c "x y"~1 f:[1 TO *} p* w~2 (…)^2

@@ -105,9 +105,9 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   int filter_nodes = 0;
   if (!req.filter.empty()) {
     auto pf = ParseQuery(req.filter, req.op);
-    if (!pf.ok()) return Bad("filter: " + pf.status().message());
+    if (!pf.ok()) return pf.status().Prefixed("filter: ");
     auto f = Compile(snap, **pf);
-    if (!f.ok()) return Bad("filter: " + f.status().message());
+    if (!f.ok()) return f.status().Prefixed("filter: ");
     filter = std::move(f->root);
     filter_nodes = f->nodes;
   }

@@ -50,8 +50,8 @@ Result<QueryValue> ParseNumberOrDate(const FieldDef& f, std::string_view s, size
     if (auto d = ParseIsoDate(s, &end)) return QueryValue{Number{*d, 0}, Number{end, 0}};
   }
   if (auto v = ParseNumber(s)) return QueryValue{*v, *v};
-  return Bad("field '" + f.name + "' expects a " + (f.kind == FieldKind::kDate ? "date" : "number") + ", not '" +
-             std::string(s) + "' at offset " + std::to_string(offset));
+  return BadAt("field '" + f.name + "' expects a " + (f.kind == FieldKind::kDate ? "date" : "number") + ", not '" +
+             std::string(s) + "'", offset);
 }
 
 // A wildcard word (QueryNode::kWildcard: '*' any characters, none
@@ -148,7 +148,7 @@ class Compiler {
     // Bounded so that no score can overflow to infinity (which JSON cannot
     // carry): a term contributes at most ~50 * boost * field boost.
     if (!(boost <= kMaxBoost))
-      return Bad("boosts multiply to more than " + std::string(kMaxBoostText) + " at offset " + std::to_string(q.offset));
+      return BadAt("boosts multiply to more than " + std::string(kMaxBoostText), q.offset);
     auto n = std::make_unique<CNode>();
     n->id = next_id_++;
     using K = QueryNode::Kind;
@@ -172,11 +172,11 @@ class Compiler {
     }
     std::vector<const FieldDef*> fields;
     if (q.field.empty()) {
-      if (q.kind == K::kRange) return Bad("a range needs a field at offset " + std::to_string(q.offset));
+      if (q.kind == K::kRange) return BadAt("a range needs a field", q.offset);
       fields = def_.text_fields();
     } else {
       const FieldDef* f = def_.Find(q.field);
-      if (f == nullptr) return Bad("unknown field '" + q.field + "' at offset " + std::to_string(q.offset));
+      if (f == nullptr) return BadAt("unknown field '" + q.field + "'", q.offset);
       fields.push_back(f);
     }
     if (fields.size() == 1 && fields[0]->kind != FieldKind::kText) {
@@ -197,8 +197,7 @@ class Compiler {
         return n;
       }
       if (q.kind != K::kRange)
-        return Bad("field '" + f.name + "' takes a value or a range, not a prefix, wildcard or fuzzy term at offset " +
-                   std::to_string(q.offset));
+        return BadAt("field '" + f.name + "' takes a value or a range, not a prefix, wildcard or fuzzy term", q.offset);
       if (!q.lo_open) {
         auto v = ParseNumberOrDate(f, q.lo, q.offset);
         if (!v.ok()) return v.status();
@@ -231,14 +230,13 @@ class Compiler {
     n->kind = CNode::Kind::kLeaf;
     if (q.kind == K::kPrefix || q.kind == K::kWildcard || q.kind == K::kFuzzy) {
       if ((terms_ += fields.size()) > kMaxQueryTerms)
-        return Bad("the query has more than " + std::to_string(kMaxQueryTerms) + " terms at offset " +
-                   std::to_string(q.offset));
+        return BadAt("the query has more than " + std::to_string(kMaxQueryTerms) + " terms", q.offset);
       if (q.kind == K::kFuzzy && CountCodePoints(q.text) > kMaxFuzzyCodePoints)
-        return Bad("a fuzzy word may have at most " + std::to_string(kMaxFuzzyCodePoints) +
-                   " characters at offset " + std::to_string(q.offset));
+        return BadAt("a fuzzy word may have at most " + std::to_string(kMaxFuzzyCodePoints) +
+                   " characters", q.offset);
       if (!Expand(q, fields, boost, *n))  // a word no dictionary has: a leaf that matches nothing
-        return Bad("'" + std::string(Utf8Prefix(q.text, 100)) + "' expands to more than " +
-                   std::to_string(kMaxExpansions) + " terms in one field at offset " + std::to_string(q.offset));
+        return BadAt("'" + std::string(Utf8Prefix(q.text, 100)) + "' expands to more than " +
+                   std::to_string(kMaxExpansions) + " terms in one field", q.offset);
       if (fields.empty()) n->kind = CNode::Kind::kDropped;
       return n;
     }
@@ -257,8 +255,7 @@ class Compiler {
       if (sink.terms.empty()) continue;
       any_tokens = true;
       if ((terms_ += sink.terms.size()) > kMaxQueryTerms)
-        return Bad("the query has more than " + std::to_string(kMaxQueryTerms) + " terms at offset " +
-                   std::to_string(q.offset));
+        return BadAt("the query has more than " + std::to_string(kMaxQueryTerms) + " terms", q.offset);
       Alt a;
       a.field = f->slot;
       a.weight = w;

@@ -19,6 +19,8 @@
 namespace corvid::postings::search {
 
 inline Status Bad(const std::string& msg) { return Status::InvalidArgument(msg); }
+// About the query's byte `offset` (Status::offset, the answer's error.offset).
+inline Status BadAt(std::string_view what, size_t offset) { return Status::InvalidArgumentAt(what, offset); }
 
 // One alternative of a leaf in one text field: a term, a phrase, or an
 // expansion (`any`: the dictionary terms a prefix or fuzzy word matched,

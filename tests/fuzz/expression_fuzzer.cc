@@ -84,11 +84,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!parsed.ok()) {
     const corvid::Status& s = parsed.status();
     FUZZ_CHECK_MSG(s.code() == corvid::StatusCode::kInvalidArgument, "not InvalidArgument: %s", s.message().c_str());
-    const size_t at = s.message().rfind("at offset ");
-    if (at != std::string::npos) {
-      const size_t offset = std::strtoull(s.message().c_str() + at + 10, nullptr, 10);
-      FUZZ_CHECK_MSG(offset <= src.size(), "error offset %zu beyond the source (%zu bytes)", offset, src.size());
-    }
+    // Every parse error names its byte, in the message and as the offset.
+    FUZZ_CHECK_MSG(s.offset().has_value(), "no offset: %s", s.message().c_str());
+    FUZZ_CHECK_MSG(*s.offset() <= src.size(), "error offset %zu beyond the source (%zu bytes)", *s.offset(), src.size());
+    FUZZ_CHECK_MSG(s.message().ends_with(" at offset " + std::to_string(*s.offset())), "message and offset %zu differ: %s",
+                   *s.offset(), s.message().c_str());
     return 0;
   }
   const Node& root = **parsed;

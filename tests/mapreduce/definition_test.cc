@@ -18,6 +18,13 @@ std::string CompileError(const std::string& json) {
   return d.status().message();
 }
 
+// The error's byte offset as the server reports it (error.offset), or -1.
+int64_t ErrorOffset(const std::string& json) {
+  auto d = Definition::Compile(json);
+  if (d.ok() || !d.status().offset()) return -1;
+  return int64_t(*d.status().offset());
+}
+
 std::string Def(const std::string& map, const std::string& group, const std::string& reduce) {
   return R"J({"type":"mapreduce","collection":"c","map":)J" + map + R"J(,"groupBy":)J" + group + R"J(,"reduce":)J" + reduce +
          "}";
@@ -79,6 +86,13 @@ TEST_CASE("definition validation names the field", "[mapreduce]") {
   CHECK(CompileError(Def(m, R"J(["month"])J", R"J({"t":7})J")) ==
         "reduce.t: must be a reducer string: count(), sum(x), min(x), max(x) or avg(x)");
   CHECK(CompileError(Def(m, R"J([])J", R"J({"t":"sum(score * 2)"})J")) == "ok");  // one global row
+  // The offset travels as a field through the field's prefix (the server's
+  // error.offset), equal to the message's; none where the message has none.
+  CHECK(ErrorOffset(Def(m, R"J(["month"])J", R"J({"t":"sum(score + )"})J")) == 13);
+  CHECK(ErrorOffset(Def(m, R"J(["month"])J", R"J({"t":"count(score)"})J")) == 6);
+  CHECK(ErrorOffset(Def(R"J({"month":"substrr(createdAt, 0, 7)"})J", R"J(["month"])J", R"J({"n":"count()"})J")) == 0);
+  CHECK(ErrorOffset("{\"type\":") == 8);
+  CHECK(ErrorOffset(Def(m, R"J(["month"])J", R"J({"month":"count()"})J")) == -1);
 }
 
 TEST_CASE("fingerprint follows meaning, not spelling", "[mapreduce]") {

@@ -977,6 +977,21 @@ TEST_CASE("request errors", "[postings]") {
   CHECK_THAT(err(r), Catch::Contains("unknown field 'nope' at offset 0"));
   r.q = "a \"b";
   CHECK_THAT(err(r), Catch::Contains("at offset 2"));
+  // A filter's error keeps its offset (into the filter) under its prefix.
+  r.filter = "x:(";
+  {
+    auto res = fx.idx->Search(r);
+    REQUIRE(!res.ok());
+  }
+  r.q = "a";
+  {
+    auto res = fx.idx->Search(r);
+    REQUIRE(!res.ok());
+    CHECK(res.status().message().starts_with("filter: "));
+    REQUIRE(res.status().offset().has_value());
+    CHECK(res.status().message().ends_with(" at offset " + std::to_string(*res.status().offset())));
+  }
+  r.filter.clear();
   r.q = "score:abc";
   CHECK_THAT(err(r), Catch::Contains("field 'score' expects a number"));
   r.q = "createdAt:[2024-99-01 TO *]";
@@ -1051,9 +1066,12 @@ TEST_CASE("random queries answer or fail with a clear error", "[postings]") {
       CHECK(res.status().code() == StatusCode::kInvalidArgument);
       const std::string& m = res.status().message();
       CHECK(!m.empty());
-      const size_t at = m.rfind(" at offset ");  // API.md: a syntax error is a 400 with the offset
-      REQUIRE(at != std::string::npos);
-      CHECK(std::stoul(m.substr(at + 11)) <= q.size());
+      // API.md: a syntax error is a 400 with the offset, carried by the
+      // status (error.offset) and named at the message's end alike.
+      REQUIRE(res.status().offset().has_value());
+      const size_t offset = *res.status().offset();
+      CHECK(offset <= q.size());
+      CHECK(m.ends_with(" at offset " + std::to_string(offset)));
     }
   }
   // The soup reaches the searcher, not only the parser's errors.
