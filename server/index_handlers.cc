@@ -44,22 +44,6 @@ std::vector<std::string> SplitList(std::string_view s) {
   return out;
 }
 
-// A query's or a definition expression's error message ends with "at
-// offset N" (the parsers' and the searcher's do): N, for error.offset
-// (API.md: "A syntax error → 400 with the offset"), a byte offset into the
-// query or expression the message names.
-std::optional<size_t> MessageOffset(std::string_view message) {
-  constexpr std::string_view kAt = " at offset ";
-  const size_t at = message.rfind(kAt);
-  if (at == std::string_view::npos) return std::nullopt;
-  size_t offset = 0;
-  const char* begin = message.data() + at + kAt.size();
-  const char* end = message.data() + message.size();
-  auto r = std::from_chars(begin, end, offset);
-  if (r.ec != std::errc() || r.ptr != end || begin == end) return std::nullopt;
-  return offset;
-}
-
 std::string IsoTime(std::chrono::system_clock::time_point t) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
   std::time_t secs = std::time_t(ms / 1000);
@@ -159,94 +143,78 @@ Response IndexNotFound(std::string_view name) {
 
 }  // namespace
 
-void Router::State::DispatchIndexes(Request& req, const Target& t, Reply& reply) {
-  const auto& seg = t.segments;
-  const std::string& m = req.method;
-  if (!engine) return reply(ErrorResponse(404, "not_found", "indexing is not enabled"));
+// GET /indexes
+void Router::State::ListIndexes(Reply& reply) const {
+  rapidjson::StringBuffer buf;
+  JsonWriter w(buf);
+  w.StartObject();
+  w.Key("indexes");
+  w.StartArray();
+  for (const auto& p : engine->AllProgress()) {
+    auto def = engine->Definition(p.name);
+    if (def.ok()) WriteProgress(w, p, &*def);
+  }
+  w.EndArray();
+  w.EndObject();
+  reply(JsonResponse(200, buf));
+}
 
-  if (seg.size() == 1) {
-    if (m != "GET") return reply(MethodNotAllowed("GET"));
+// GET /indexes/{name}
+void Router::State::GetIndex(const std::string& name, Reply& reply) const {
+  auto p = engine->Progress(name);
+  auto def = engine->Definition(name);
+  if (!p.ok() || !def.ok()) return reply(IndexNotFound(name));
+  rapidjson::StringBuffer buf;
+  JsonWriter w(buf);
+  WriteProgress(w, *p, &*def);
+  reply(JsonResponse(200, buf));
+}
+
+// PUT /indexes/{name}
+void Router::State::PutIndex(Request& req, const std::string& name, Reply& reply) {
+  if (!IsJsonContentType(req.content_type, false))
+    return reply(ErrorResponse(415, "unsupported_media_type", "Content-Type must be application/json"));
+  if (auto problem = ValidateJsonObject(req.body)) return reply(ProblemResponse(*problem));
+  auto answer = [reply = std::move(reply), name](Result<indexing::PutOutcome> outcome) {
+    if (!outcome.ok()) {
+      if (outcome.status().code() == StatusCode::kInvalidArgument)
+        return reply(ErrorResponse(400, "invalid_definition", outcome.status().message(), outcome.status().offset()));
+      return reply(FromStatus(outcome.status()));
+    }
+    const char* result = *outcome == indexing::PutOutcome::kCreated    ? "created"
+                         : *outcome == indexing::PutOutcome::kReplaced ? "replaced"
+                                                                        : "unchanged";
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);
     w.StartObject();
-    w.Key("indexes");
-    w.StartArray();
-    for (const auto& p : engine->AllProgress()) {
-      auto def = engine->Definition(p.name);
-      if (def.ok()) WriteProgress(w, p, &*def);
-    }
-    w.EndArray();
+    w.Key("name");
+    WriteString(w, name);
+    w.Key("result");
+    w.String(result);
     w.EndObject();
-    return reply(JsonResponse(200, buf));
-  }
+    reply(JsonResponse(*outcome == indexing::PutOutcome::kCreated ? 201 : 200, buf));
+  };
+  // In a cluster the definition is a log entry: every node gets it.
+  if (options.cluster) return options.cluster->SubmitIndexPut(name, std::move(req.body), std::move(answer));
+  answer(engine->PutIndex(name, req.body));
+}
 
-  const std::string& name = seg[1];
-  if (seg.size() == 2) {
-    if (m == "GET") {
-      auto p = engine->Progress(name);
-      auto def = engine->Definition(name);
-      if (!p.ok() || !def.ok()) return reply(IndexNotFound(name));
-      rapidjson::StringBuffer buf;
-      JsonWriter w(buf);
-      WriteProgress(w, *p, &*def);
-      return reply(JsonResponse(200, buf));
-    }
-    if (m == "PUT") {
-      if (!IsJsonContentType(req.content_type, false))
-        return reply(ErrorResponse(415, "unsupported_media_type", "Content-Type must be application/json"));
-      if (auto problem = ValidateJsonObject(req.body)) return reply(ProblemResponse(*problem));
-      auto answer = [reply = std::move(reply), name](Result<indexing::PutOutcome> outcome) {
-        if (!outcome.ok()) {
-          if (outcome.status().code() == StatusCode::kInvalidArgument)
-            return reply(ErrorResponse(400, "invalid_definition", outcome.status().message(),
-                                       MessageOffset(outcome.status().message())));
-          return reply(FromStatus(outcome.status()));
-        }
-        const char* result = *outcome == indexing::PutOutcome::kCreated    ? "created"
-                             : *outcome == indexing::PutOutcome::kReplaced ? "replaced"
-                                                                            : "unchanged";
-        rapidjson::StringBuffer buf;
-        JsonWriter w(buf);
-        w.StartObject();
-        w.Key("name");
-        WriteString(w, name);
-        w.Key("result");
-        w.String(result);
-        w.EndObject();
-        reply(JsonResponse(*outcome == indexing::PutOutcome::kCreated ? 201 : 200, buf));
-      };
-      // In a cluster the definition is a log entry: every node gets it.
-      if (options.cluster) return options.cluster->SubmitIndexPut(name, std::move(req.body), std::move(answer));
-      return answer(engine->PutIndex(name, req.body));
-    }
-    if (m == "DELETE") {
-      auto answer = [reply = std::move(reply), name](Status s) {
-        if (!s.ok()) return reply(s.code() == StatusCode::kNotFound ? IndexNotFound(name) : FromStatus(s));
-        rapidjson::StringBuffer buf;
-        JsonWriter w(buf);
-        w.StartObject();
-        w.Key("name");
-        WriteString(w, name);
-        w.Key("deleted");
-        w.Bool(true);
-        w.EndObject();
-        reply(JsonResponse(200, buf));
-      };
-      if (options.cluster) return options.cluster->SubmitIndexDelete(name, std::move(answer));
-      return answer(engine->DeleteIndex(name));
-    }
-    return reply(MethodNotAllowed("GET, PUT, DELETE"));
-  }
-
-  if (seg.size() == 3 && seg[2] == "results") {
-    if (m != "GET") return reply(MethodNotAllowed("GET"));
-    return Results(t, name, reply);
-  }
-  if (seg.size() == 3 && seg[2] == "search") {
-    if (m != "GET" && m != "POST") return reply(MethodNotAllowed("GET, POST"));
-    return Search(req, t, name, reply);
-  }
-  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + std::string(Utf8Prefix(req.target, 200))));
+// DELETE /indexes/{name}
+void Router::State::DeleteIndex(const std::string& name, Reply& reply) {
+  auto answer = [reply = std::move(reply), name](Status s) {
+    if (!s.ok()) return reply(s.code() == StatusCode::kNotFound ? IndexNotFound(name) : FromStatus(s));
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    w.Key("name");
+    WriteString(w, name);
+    w.Key("deleted");
+    w.Bool(true);
+    w.EndObject();
+    reply(JsonResponse(200, buf));
+  };
+  if (options.cluster) return options.cluster->SubmitIndexDelete(name, std::move(answer));
+  answer(engine->DeleteIndex(name));
 }
 
 void Router::State::Results(const Target& t, const std::string& name, Reply& reply) {
@@ -581,7 +549,7 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
         return reply(ErrorResponse(400, "invalid_argument", result.status().message()));
       if (result.status().code() == StatusCode::kInvalidArgument)
         return reply(ErrorResponse(400, "invalid_query", result.status().message(),
-                                   MessageOffset(result.status().message())));
+                                   result.status().offset()));
       return reply(FromStatus(result.status()));
     }
     uint64_t index_etag = self->engine->AnswerEtag(*reader, result->snapshot_etag);
@@ -620,11 +588,9 @@ void Router::State::WaitForIndex(const std::string& name, uint64_t min_etag, uin
       [eng](uint64_t handle) { eng->RemoveProgressListener(handle); }, std::move(then));
 }
 
-namespace {
-
 // POST /admin/analyze {"analyzer": name, "text": "..."}: the terms an index
 // with that analyzer stores, with positions and UTF-8 byte offsets.
-Response Analyze(const Request& req) {
+Response Router::State::Analyze(const Request& req) const {
   if (!IsJsonContentType(req.content_type, false))
     return ErrorResponse(415, "unsupported_media_type", "Content-Type must be application/json");
   if (auto problem = ValidateJsonObject(req.body)) return ProblemResponse(*problem);
@@ -674,58 +640,40 @@ Response Analyze(const Request& req) {
   return JsonResponse(200, buf);
 }
 
-}  // namespace
+// GET /admin/cluster
+Response Router::State::ClusterView() const {
+  if (!options.cluster) return ErrorResponse(404, "not_found", "this server is not in a cluster (it runs without --nats)");
+  Response r;
+  r.body = options.cluster->DescribeJson();
+  return r;
+}
 
-void Router::State::DispatchAdmin(Request& req, const Target& t, Reply& reply) {
-  const auto& seg = t.segments;
-  const std::string& m = req.method;
-  if (seg.size() == 2 && seg[1] == "backup") {
-    if (m != "GET") return reply(MethodNotAllowed("GET"));
-    return Backup(reply);
-  }
-  if (seg.size() == 2 && seg[1] == "analyze") {
-    if (m != "POST") return reply(MethodNotAllowed("POST"));
-    return reply(Analyze(req));
-  }
-  if (seg.size() == 2 && seg[1] == "cluster") {
-    if (m != "GET") return reply(MethodNotAllowed("GET"));
-    if (!options.cluster)
-      return reply(ErrorResponse(404, "not_found", "this server is not in a cluster (it runs without --nats)"));
-    Response r;
-    r.body = options.cluster->DescribeJson();
-    return reply(std::move(r));
-  }
-  if (seg.size() >= 2 && seg[1] == "indexes" && !engine)
-    return reply(ErrorResponse(404, "not_found", "indexing is not enabled"));
-  if (seg.size() == 2 && seg[1] == "indexes") {
-    if (m != "GET") return reply(MethodNotAllowed("GET"));
-    uint64_t last = store.LastEtag();
-    rapidjson::StringBuffer buf;
-    JsonWriter w(buf);
-    w.StartObject();
-    w.Key("lastEtag");
-    w.Uint64(last);
-    w.Key("indexes");
-    w.StartArray();
-    for (const auto& p : engine->AllProgress()) WriteProgress(w, p, nullptr);
-    w.EndArray();
-    w.EndObject();
-    return reply(JsonResponse(200, buf));
-  }
-  if (seg.size() == 4 && seg[1] == "indexes" &&
-      (seg[3] == "pause" || seg[3] == "resume" || seg[3] == "reset")) {
-    if (m != "POST") return reply(MethodNotAllowed("POST"));
-    const std::string& name = seg[2];
-    Status s = seg[3] == "pause" ? engine->Pause(name) : seg[3] == "resume" ? engine->Resume(name) : engine->Reset(name);
-    if (!s.ok()) return reply(s.code() == StatusCode::kNotFound ? IndexNotFound(name) : FromStatus(s));
-    auto p = engine->Progress(name);
-    if (!p.ok()) return reply(IndexNotFound(name));
-    rapidjson::StringBuffer buf;
-    JsonWriter w(buf);
-    WriteProgress(w, *p, nullptr);
-    return reply(JsonResponse(200, buf));
-  }
-  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + std::string(Utf8Prefix(req.target, 200))));
+// GET /admin/indexes
+Response Router::State::AdminIndexes() const {
+  uint64_t last = store.LastEtag();
+  rapidjson::StringBuffer buf;
+  JsonWriter w(buf);
+  w.StartObject();
+  w.Key("lastEtag");
+  w.Uint64(last);
+  w.Key("indexes");
+  w.StartArray();
+  for (const auto& p : engine->AllProgress()) WriteProgress(w, p, nullptr);
+  w.EndArray();
+  w.EndObject();
+  return JsonResponse(200, buf);
+}
+
+// POST /admin/indexes/{name}/pause|resume|reset
+Response Router::State::IndexControl(const std::string& name, std::string_view action) {
+  Status s = action == "pause" ? engine->Pause(name) : action == "resume" ? engine->Resume(name) : engine->Reset(name);
+  if (!s.ok()) return s.code() == StatusCode::kNotFound ? IndexNotFound(name) : FromStatus(s);
+  auto p = engine->Progress(name);
+  if (!p.ok()) return IndexNotFound(name);
+  rapidjson::StringBuffer buf;
+  JsonWriter w(buf);
+  WriteProgress(w, *p, nullptr);
+  return JsonResponse(200, buf);
 }
 
 Response Router::State::MetricsText() const {

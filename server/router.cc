@@ -104,27 +104,143 @@ void Router::JoinBackgroundWork() { state_->JoinJobs(); }
 
 namespace {
 
+// ---- The route table: every endpoint of API.md, once ----
+//
+// An endpoint is a path (literal segments, "{}" for a name) with a guard
+// checked before its method (a name's validity, the index engine's
+// presence) and the methods it answers. Each method carries the label that
+// metrics and logs give it, whether a --read-key may call it or no key is
+// needed, and its handler. Classify, Dispatch and Authorize all read this
+// table; the handlers are in this file, index_handlers.cc and backup.cc.
+
+using Handler = void (*)(Router::State&, Request&, const Target&, Reply&);
+using Guard = std::optional<Response> (*)(const Router::State&, const Target&);
+
+struct Method {
+  std::string_view name;
+  Route route;
+  Handler handle;
+  bool read = false;  // a read key may call it
+  bool open = false;  // no key needed (GET /health, the console's files)
+};
+
+struct Endpoint {
+  std::vector<std::string_view> path;
+  std::vector<Method> methods;
+  Guard guard = nullptr;
+  std::string_view where = "here";  // how a 405 names the endpoint
+
+  bool Matches(const Target& t) const {
+    if (t.segments.size() != path.size()) return false;
+    for (size_t i = 0; i < path.size(); ++i)
+      if (path[i] != "{}" && path[i] != t.segments[i]) return false;
+    return true;
+  }
+  const Method* Find(std::string_view method) const {
+    for (const Method& m : methods)
+      if (m.name == method) return &m;
+    return nullptr;
+  }
+  std::string Allow() const {
+    std::string out;
+    for (const Method& m : methods) out.append(out.empty() ? "" : ", ").append(m.name);
+    return out;
+  }
+};
+
+std::optional<Response> ValidCollection(const Router::State&, const Target& t) {
+  if (Status s = storage::ValidateName(t.segments[1], "collection name"); !s.ok())
+    return ErrorResponse(400, "invalid_id", s.message());
+  return std::nullopt;
+}
+
+std::optional<Response> ValidDocument(const Router::State& st, const Target& t) {
+  if (auto bad = ValidCollection(st, t)) return bad;
+  if (Status s = storage::ValidateName(t.segments[2], "document id"); !s.ok())
+    return ErrorResponse(400, "invalid_id", s.message());
+  return std::nullopt;
+}
+
+std::optional<Response> EngineOn(const Router::State& st, const Target&) {
+  if (!st.engine) return ErrorResponse(404, "not_found", "indexing is not enabled");
+  return std::nullopt;
+}
+
+Response ConsoleFile(std::string_view name);
+
+const std::vector<Endpoint>& Endpoints() {
+  using S = Router::State;
+  static const std::vector<Endpoint> table = {
+      // The web console: GET / and GET /ui/<file>.
+      {{}, {{"GET", Route::kOther, [](S&, Request&, const Target&, Reply& r) { r(ConsoleFile("index.html")); }, false, true}}},
+      {{"ui", "{}"},
+       {{"GET", Route::kOther, [](S&, Request&, const Target& t, Reply& r) { r(ConsoleFile(t.segments[1])); }, false, true}}},
+      {{"health"}, {{"GET", Route::kHealth, [](S& s, Request&, const Target&, Reply& r) { r(s.Health()); }, false, true}}},
+      {{"collections"}, {{"GET", Route::kCollections, [](S& s, Request&, const Target&, Reply& r) { r(s.Collections()); }, true}}},
+      {{"changes"}, {{"GET", Route::kChanges, [](S& s, Request&, const Target& t, Reply& r) { s.Changes(t, r); }, true}}},
+      {{"metrics"}, {{"GET", Route::kMetrics, [](S& s, Request&, const Target&, Reply& r) { r(s.MetricsText()); }, true}}},
+      // Documents.
+      {{"docs", "{}"},
+       {{"GET", Route::kDocList, [](S& s, Request&, const Target& t, Reply& r) { r(s.ListDocs(t, t.segments[1])); }, true}},
+       ValidCollection},
+      {{"docs", "{}", kBulkId},
+       {{"POST", Route::kDocBulk, [](S& s, Request& q, const Target& t, Reply& r) { s.Bulk(q, t.segments[1], r); }}},
+       ValidCollection,
+       "on /docs/{collection}/_bulk, the bulk endpoint (\"_bulk\" is reserved, never a document id)"},
+      {{"docs", "{}", "{}"},
+       {{"GET", Route::kDocGet, [](S& s, Request& q, const Target& t, Reply& r) { r(s.GetDoc(q, t.segments[1], t.segments[2])); }, true},
+        {"PUT", Route::kDocPut, [](S& s, Request& q, const Target& t, Reply& r) { s.PutDoc(q, t.segments[1], t.segments[2], r); }},
+        {"DELETE", Route::kDocDelete,
+         [](S& s, Request& q, const Target& t, Reply& r) { s.DeleteDoc(q, t.segments[1], t.segments[2], r); }}},
+       ValidDocument},
+      // Indexes.
+      {{"indexes"}, {{"GET", Route::kIndexes, [](S& s, Request&, const Target&, Reply& r) { s.ListIndexes(r); }, true}}, EngineOn},
+      {{"indexes", "{}"},
+       {{"GET", Route::kIndexes, [](S& s, Request&, const Target& t, Reply& r) { s.GetIndex(t.segments[1], r); }, true},
+        {"PUT", Route::kIndexes, [](S& s, Request& q, const Target& t, Reply& r) { s.PutIndex(q, t.segments[1], r); }},
+        {"DELETE", Route::kIndexes, [](S& s, Request&, const Target& t, Reply& r) { s.DeleteIndex(t.segments[1], r); }}},
+       EngineOn},
+      {{"indexes", "{}", "results"},
+       {{"GET", Route::kIndexResults, [](S& s, Request&, const Target& t, Reply& r) { s.Results(t, t.segments[1], r); }, true}},
+       EngineOn},
+      {{"indexes", "{}", "search"},
+       {{"GET", Route::kIndexSearch, [](S& s, Request& q, const Target& t, Reply& r) { s.Search(q, t, t.segments[1], r); }, true},
+        {"POST", Route::kIndexSearch, [](S& s, Request& q, const Target& t, Reply& r) { s.Search(q, t, t.segments[1], r); }, true}},
+       EngineOn},
+      // Administration.
+      {{"admin", "backup"}, {{"GET", Route::kAdmin, [](S& s, Request&, const Target&, Reply& r) { s.Backup(r); }}}},
+      {{"admin", "analyze"}, {{"POST", Route::kAdmin, [](S& s, Request& q, const Target&, Reply& r) { r(s.Analyze(q)); }}}},
+      {{"admin", "cluster"}, {{"GET", Route::kAdmin, [](S& s, Request&, const Target&, Reply& r) { r(s.ClusterView()); }, true}}},
+      {{"admin", "indexes"}, {{"GET", Route::kAdmin, [](S& s, Request&, const Target&, Reply& r) { r(s.AdminIndexes()); }, true}}, EngineOn},
+      {{"admin", "indexes", "{}", "pause"},
+       {{"POST", Route::kAdmin, [](S& s, Request&, const Target& t, Reply& r) { r(s.IndexControl(t.segments[2], "pause")); }}},
+       EngineOn},
+      {{"admin", "indexes", "{}", "resume"},
+       {{"POST", Route::kAdmin, [](S& s, Request&, const Target& t, Reply& r) { r(s.IndexControl(t.segments[2], "resume")); }}},
+       EngineOn},
+      {{"admin", "indexes", "{}", "reset"},
+       {{"POST", Route::kAdmin, [](S& s, Request&, const Target& t, Reply& r) { r(s.IndexControl(t.segments[2], "reset")); }}},
+       EngineOn},
+  };
+  return table;
+}
+
+// The endpoint `t` names (the first that matches: /docs/{c}/_bulk before
+// /docs/{c}/{id}), or nullptr.
+const Endpoint* FindEndpoint(const Target& t) {
+  for (const Endpoint& e : Endpoints())
+    if (e.Matches(t)) return &e;
+  return nullptr;
+}
+
+// How metrics and logs name a request: its method's label, the first
+// method's for one the endpoint does not answer (a 405), kOther off the
+// table.
 Route Classify(const Target& t, std::string_view method) {
-  const auto& seg = t.segments;
-  if (seg.empty()) return Route::kOther;
-  if (seg[0] == "health") return Route::kHealth;
-  if (seg[0] == "collections") return Route::kCollections;
-  if (seg[0] == "changes") return Route::kChanges;
-  if (seg[0] == "metrics") return Route::kMetrics;
-  if (seg[0] == "admin") return Route::kAdmin;
-  if (seg[0] == "docs" && seg.size() == 2) return Route::kDocList;
-  if (seg[0] == "docs" && seg.size() == 3) {
-    if (method == "POST") return Route::kDocBulk;
-    if (method == "PUT") return Route::kDocPut;
-    if (method == "DELETE") return Route::kDocDelete;
-    return Route::kDocGet;
-  }
-  if (seg[0] == "indexes") {
-    if (seg.size() == 3 && seg[2] == "results") return Route::kIndexResults;
-    if (seg.size() == 3 && seg[2] == "search") return Route::kIndexSearch;
-    return Route::kIndexes;
-  }
-  return Route::kOther;
+  const Endpoint* e = FindEndpoint(t);
+  if (!e) return Route::kOther;
+  const Method* m = e->Find(method);
+  return m ? m->route : e->methods.front().route;
 }
 
 // The token of an `Authorization: Bearer <token>` header value, or nullopt
@@ -146,17 +262,13 @@ Response Unauthorized(std::string_view message) {
   return r;
 }
 
-// The web console's static files: GET / and GET /ui/<file>.
-bool IsConsoleFile(const Target& t) {
-  return t.segments.empty() || (t.segments.size() == 2 && t.segments[0] == "ui");
-}
-
 // GET /health and the console's files: the routes that need no key
 // (API.md, Server; HEAD is handled as GET). The console's files hold no
 // data; every call it makes sends the key.
 bool IsOpenRoute(const Target& t, std::string_view method) {
-  if (method != "GET" && method != "HEAD") return false;
-  return (t.segments.size() == 1 && t.segments[0] == "health") || IsConsoleFile(t);
+  const Endpoint* e = FindEndpoint(t);
+  const Method* m = e ? e->Find(method) : nullptr;
+  return m && m->open;
 }
 
 // GET / and GET /ui/<file>: the web console (console_assets.h).
@@ -179,18 +291,16 @@ Response ConsoleFile(std::string_view name) {
   return ErrorResponse(404, "not_found", "no console file named '" + std::string(name) + "'");
 }
 
-// What a --read-key may do (API.md, Server): GET of documents,
-// collections, changes, indexes, search and results, POST search,
-// GET /admin/indexes, /admin/cluster and /metrics (HEAD as GET).
+// What a --read-key may do (API.md, Server): the methods the table marks
+// `read` (GET of documents, collections, changes, indexes, search and
+// results, POST search, GET /admin/indexes, /admin/cluster and /metrics).
+// A GET of a path off the table, or of one that does not answer GET, goes
+// on to its 404 or 405.
 bool ReadKeyMay(const Target& t, std::string_view method) {
-  const auto& seg = t.segments;
-  if (seg.empty()) return false;
-  if (method == "POST") return seg.size() == 3 && seg[0] == "indexes" && seg[2] == "search";
-  if (method != "GET" && method != "HEAD") return false;
-  if (seg[0] == "docs" || seg[0] == "collections" || seg[0] == "changes" || seg[0] == "indexes" ||
-      seg[0] == "metrics")
-    return true;
-  return seg.size() == 2 && seg[0] == "admin" && (seg[1] == "indexes" || seg[1] == "cluster");
+  const Endpoint* e = FindEndpoint(t);
+  const Method* m = e ? e->Find(method) : nullptr;
+  if (m) return m->read;
+  return method == "GET" || method == "HEAD";
 }
 
 // Nothing when the request may go on: no key is set, it is GET /health,
@@ -305,8 +415,6 @@ void Router::Handle(Request request, Reply reply) {
 }
 
 void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
-  const auto& seg = t.segments;
-  const std::string& m = req.method;
   // Every query parameter is text (a query, a filter value, a number), so
   // bytes that are not UTF-8 are bad input on any route, never a search for
   // something no document holds.
@@ -317,52 +425,14 @@ void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
                                  "query parameter '" + k + "' is not valid UTF-8 (byte " + std::to_string(bad) +
                                      " of its percent-decoded value)"));
   }
-  if (IsConsoleFile(t)) {
-    if (m != "GET") return reply(MethodNotAllowed("GET"));
-    return reply(ConsoleFile(seg.empty() ? std::string_view("index.html") : std::string_view(seg[1])));
-  }
-  if (seg.size() == 1 && seg[0] == "health") {
-    if (m != "GET") return reply(MethodNotAllowed("GET"));
-    return reply(Health());
-  }
-  if (seg.size() == 1 && seg[0] == "collections") {
-    if (m != "GET") return reply(MethodNotAllowed("GET"));
-    return reply(Collections());
-  }
-  if (seg.size() == 1 && seg[0] == "changes") {
-    if (m != "GET") return reply(MethodNotAllowed("GET"));
-    return Changes(t, reply);
-  }
-  if (!seg.empty() && seg[0] == "indexes") return DispatchIndexes(req, t, reply);
-  if (!seg.empty() && seg[0] == "admin") return DispatchAdmin(req, t, reply);
-  if (seg.size() == 1 && seg[0] == "metrics") {
-    if (m != "GET") return reply(MethodNotAllowed("GET"));
-    return reply(MetricsText());
-  }
-  if (seg.size() == 2 && seg[0] == "docs") {
-    if (Status s = storage::ValidateName(seg[1], "collection name"); !s.ok())
-      return reply(ErrorResponse(400, "invalid_id", s.message()));
-    if (m != "GET") return reply(MethodNotAllowed("GET"));
-    return reply(ListDocs(t, seg[1]));
-  }
-  if (seg.size() == 3 && seg[0] == "docs") {
-    const std::string& coll = seg[1];
-    const std::string& id = seg[2];
-    if (Status s = storage::ValidateName(coll, "collection name"); !s.ok())
-      return reply(ErrorResponse(400, "invalid_id", s.message()));
-    if (IsBulkPath(t)) {
-      if (m == "POST") return Bulk(req, coll, reply);
-      return reply(MethodNotAllowed(
-          "POST", "on /docs/{collection}/_bulk, the bulk endpoint (\"_bulk\" is reserved, never a document id)"));
-    }
-    if (Status s = storage::ValidateName(id, "document id"); !s.ok())
-      return reply(ErrorResponse(400, "invalid_id", s.message()));
-    if (m == "GET") return reply(GetDoc(req, coll, id));
-    if (m == "PUT") return PutDoc(req, coll, id, reply);
-    if (m == "DELETE") return DeleteDoc(req, coll, id, reply);
-    return reply(MethodNotAllowed("GET, PUT, DELETE"));
-  }
-  reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + std::string(Utf8Prefix(req.target, 200))));
+  const Endpoint* e = FindEndpoint(t);
+  if (!e)
+    return reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + std::string(Utf8Prefix(req.target, 200))));
+  if (e->guard)
+    if (std::optional<Response> refusal = e->guard(*this, t)) return reply(std::move(*refusal));
+  const Method* m = e->Find(req.method);
+  if (!m) return reply(MethodNotAllowed(e->Allow(), e->where));
+  m->handle(*this, req, t, reply);
 }
 
 Response Router::State::Health() const {

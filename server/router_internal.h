@@ -270,8 +270,16 @@ struct Router::State : std::enable_shared_from_this<Router::State> {
   void SubmitWrite(storage::WriteRequest request, storage::DocumentStore::WriteCallback done);
 
   // index_handlers.cc
-  void DispatchIndexes(Request& req, const detail::Target& t, Reply& reply);
-  void DispatchAdmin(Request& req, const detail::Target& t, Reply& reply);
+  // The index and admin endpoints (index_handlers.cc); the engine is there
+  // (the route table's guard).
+  void ListIndexes(Reply& reply) const;
+  void GetIndex(const std::string& name, Reply& reply) const;
+  void PutIndex(Request& req, const std::string& name, Reply& reply);
+  void DeleteIndex(const std::string& name, Reply& reply);
+  Response AdminIndexes() const;
+  Response IndexControl(const std::string& name, std::string_view action);
+  Response ClusterView() const;
+  Response Analyze(const Request& req) const;
   void Results(const detail::Target& t, const std::string& name, Reply& reply);
   void Search(const Request& req, const detail::Target& t, const std::string& name, Reply& reply);
   // Runs `then` once index `name` has processed through min_etag, or after wait_ms.
