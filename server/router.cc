@@ -233,14 +233,26 @@ const Endpoint* FindEndpoint(const Target& t) {
   return nullptr;
 }
 
+// A request's row of the table, looked up once per request: its endpoint
+// (null off the table) and method (null when the endpoint does not answer
+// it).
+struct Routed {
+  const Endpoint* endpoint = nullptr;
+  const Method* method = nullptr;
+};
+Routed Lookup(const Target& t, std::string_view method) {
+  Routed r;
+  r.endpoint = FindEndpoint(t);
+  if (r.endpoint) r.method = r.endpoint->Find(method);
+  return r;
+}
+
 // How metrics and logs name a request: its method's label, the first
 // method's for one the endpoint does not answer (a 405), kOther off the
 // table.
-Route Classify(const Target& t, std::string_view method) {
-  const Endpoint* e = FindEndpoint(t);
-  if (!e) return Route::kOther;
-  const Method* m = e->Find(method);
-  return m ? m->route : e->methods.front().route;
+Route Classify(const Routed& r) {
+  if (!r.endpoint) return Route::kOther;
+  return r.method ? r.method->route : r.endpoint->methods.front().route;
 }
 
 // The token of an `Authorization: Bearer <token>` header value, or nullopt
@@ -265,11 +277,7 @@ Response Unauthorized(std::string_view message) {
 // GET /health and the console's files: the routes that need no key
 // (API.md, Server; HEAD is handled as GET). The console's files hold no
 // data; every call it makes sends the key.
-bool IsOpenRoute(const Target& t, std::string_view method) {
-  const Endpoint* e = FindEndpoint(t);
-  const Method* m = e ? e->Find(method) : nullptr;
-  return m && m->open;
-}
+bool IsOpenRoute(const Routed& r) { return r.method && r.method->open; }
 
 // GET / and GET /ui/<file>: the web console (console_assets.h).
 Response ConsoleFile(std::string_view name) {
@@ -296,21 +304,19 @@ Response ConsoleFile(std::string_view name) {
 // results, POST search, GET /admin/indexes, /admin/cluster and /metrics).
 // A GET of a path off the table, or of one that does not answer GET, goes
 // on to its 404 or 405.
-bool ReadKeyMay(const Target& t, std::string_view method) {
-  const Endpoint* e = FindEndpoint(t);
-  const Method* m = e ? e->Find(method) : nullptr;
-  if (m) return m->read;
+bool ReadKeyMay(const Routed& r, std::string_view method) {
+  if (r.method) return r.method->read;
   return method == "GET" || method == "HEAD";
 }
 
 // Nothing when the request may go on: no key is set, it is GET /health,
 // `authorization` (the header's value; nullptr: absent) carries the API
-// key, or a read key and the request only reads (`t` null: not known yet,
-// refused). Else the 401 or 403 that refuses it. Every key is compared, in
-// constant time.
-std::optional<Response> Authorize(const RouterOptions& o, const std::string* authorization, const Target* t,
+// key, or a read key and the request only reads (`r` null: the target is
+// not known yet, refused). Else the 401 or 403 that refuses it. Every key
+// is compared, in constant time.
+std::optional<Response> Authorize(const RouterOptions& o, const std::string* authorization, const Routed* r,
                                   std::string_view method) {
-  if (o.api_key.empty() || (t && IsOpenRoute(*t, method))) return std::nullopt;
+  if (o.api_key.empty() || (r && IsOpenRoute(*r))) return std::nullopt;
   if (!authorization) return Unauthorized("missing Authorization: Bearer <key>");
   std::optional<std::string_view> token = BearerToken(*authorization);
   if (!token) return Unauthorized("expected Authorization: Bearer <key>");
@@ -318,11 +324,13 @@ std::optional<Response> Authorize(const RouterOptions& o, const std::string* aut
   bool read_key = false;
   for (const auto& k : o.read_keys) read_key |= ConstantTimeEquals(*token, k);
   if (!read_key) return ErrorResponse(403, "forbidden", "wrong API key");
-  if (t && ReadKeyMay(*t, method)) return std::nullopt;
+  if (r && ReadKeyMay(*r, method)) return std::nullopt;
   return ErrorResponse(403, "forbidden",
                        "a read key may only read: GET documents, collections, changes, indexes, search and results, "
                        "POST search, GET /admin/indexes, /admin/cluster and /metrics");
 }
+
+void Dispatch(Router::State& state, Request& req, const Target& t, const Routed& routed, Reply& reply);
 
 }  // namespace
 
@@ -336,7 +344,10 @@ std::optional<Response> Router::Admit(std::string_view method, std::string_view 
   // 400 without its body. (HEAD is a GET here, as in Handle.)
   std::optional<Target> t = ParseTarget(target);
   const std::string_view as = method == "HEAD" ? std::string_view("GET") : method;
-  if (t) refusal = Authorize(state_->options, authorization, &*t, as);
+  if (t) {
+    const Routed r = Lookup(*t, as);
+    refusal = Authorize(state_->options, authorization, &r, as);
+  }
   if (!refusal) return std::nullopt;
   state_->metrics.RecordRejected(RejectReason::kUnauthenticated);
   return refusal;
@@ -397,7 +408,8 @@ void Router::Handle(Request request, Reply reply) {
       }
     }
   };
-  auto answer = std::make_shared<Answer>(state_, Classify(*target, request.method), std::move(reply));
+  const Routed routed = Lookup(*target, request.method);
+  auto answer = std::make_shared<Answer>(state_, Classify(routed), std::move(reply));
   if (state_->options.access_log || state_->options.slow_ms > 0) {
     answer->method = request.method;
     answer->path = request.target.substr(0, request.target.find('?'));
@@ -408,13 +420,16 @@ void Router::Handle(Request request, Reply reply) {
   // only reads (a HEAD is a GET here).
   if (!state_->options.api_key.empty()) {
     std::optional<Response> refusal = Authorize(
-        state_->options, request.has_authorization ? &request.authorization : nullptr, &*target, request.method);
+        state_->options, request.has_authorization ? &request.authorization : nullptr, &routed, request.method);
     if (refusal) return reply(std::move(*refusal));
   }
-  state_->Dispatch(request, *target, reply);
+  Dispatch(*state_, request, *target, routed, reply);
 }
 
-void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
+namespace {
+
+// Answers the request through its row of the table.
+void Dispatch(Router::State& state, Request& req, const Target& t, const Routed& routed, Reply& reply) {
   // Every query parameter is text (a query, a filter value, a number), so
   // bytes that are not UTF-8 are bad input on any route, never a search for
   // something no document holds.
@@ -425,15 +440,16 @@ void Router::State::Dispatch(Request& req, const Target& t, Reply& reply) {
                                  "query parameter '" + k + "' is not valid UTF-8 (byte " + std::to_string(bad) +
                                      " of its percent-decoded value)"));
   }
-  const Endpoint* e = FindEndpoint(t);
+  const Endpoint* e = routed.endpoint;
   if (!e)
     return reply(ErrorResponse(404, "not_found", "no route for " + req.method + " " + std::string(Utf8Prefix(req.target, 200))));
   if (e->guard)
-    if (std::optional<Response> refusal = e->guard(*this, t)) return reply(std::move(*refusal));
-  const Method* m = e->Find(req.method);
-  if (!m) return reply(MethodNotAllowed(e->Allow(), e->where));
-  m->handle(*this, req, t, reply);
+    if (std::optional<Response> refusal = e->guard(state, t)) return reply(std::move(*refusal));
+  if (!routed.method) return reply(MethodNotAllowed(e->Allow(), e->where));
+  routed.method->handle(state, req, t, reply);
 }
+
+}  // namespace
 
 Response Router::State::Health() const {
   Response r;

@@ -257,7 +257,6 @@ struct Router::State : std::enable_shared_from_this<Router::State> {
                 std::function<void(uint64_t)> unsubscribe, std::function<void()> then);
   void Finish(const std::shared_ptr<Waiter>& w);
 
-  void Dispatch(Request& req, const detail::Target& t, Reply& reply);
   Response Health() const;
   Response Collections() const;
   Response ListDocs(const detail::Target& t, const std::string& coll) const;
