@@ -1609,13 +1609,16 @@ class ClusterTest(unittest.TestCase):
                 raw.close()
                 cnb = nb.client(timeout=10)
                 deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
+                applied = 0
+                while applied < len(forked) and time.monotonic() < deadline:
                     view = cnb.get('/admin/cluster').json
-                    mine = [n for n in view['nodes'] if n['nodeId'] == view['nodeId']]
-                    if mine and mine[0]['appliedSeq'] >= len(forked):
-                        break
+                    applied = max([n['appliedSeq'] for n in view['nodes']
+                                   if n['nodeId'] == view['nodeId']] or [0])
                     time.sleep(0.1)
                 cnb.close()
+                # The forked store must hold the whole forked log, or n3's
+                # start below would test a store that is merely behind.
+                self.assertEqual(applied, len(forked))
                 nb.stop(signal.SIGTERM, timeout=30, expect_code=0)
                 shutil.copytree(nb.data_dir, forked_dir)
 
