@@ -21,7 +21,7 @@ enum class StatusCode {
   kBusy,
   kTooLarge,
   kShuttingDown,
-  kNoSpace,  // the disk (or the store's map) is full: nothing was made durable
+  kNoSpace,        // the disk (or the store's map) is full: nothing was made durable
   kUnavailable,    // cluster: the write never reached the log (it is never applied)
   kCommitUnknown,  // cluster: no confirmation by the deadline; applied everywhere or nowhere
   kInternal,
@@ -53,11 +53,22 @@ class [[nodiscard]] Status {
     return s;
   }
 
+  // Bad input in one request parameter the caller names (a literal, e.g.
+  // "searchAfter"), as opposed to the text a parser read: the server then
+  // answers invalid_argument, not the parser's own code.
+  static Status InvalidParameter(const char* parameter, std::string msg) {
+    Status s(StatusCode::kInvalidArgument, std::move(msg));
+    s.parameter_ = parameter;
+    return s;
+  }
+
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
   // The input's byte the error is about (InvalidArgumentAt), if any.
   std::optional<size_t> offset() const { return offset_; }
+  // The parameter the error is about (InvalidParameter), or nullptr.
+  const char* parameter() const { return parameter_; }
   // The same error with `prefix` before its message (the field or the
   // parameter it came from); its code and offset stay.
   Status Prefixed(std::string_view prefix) const {
@@ -72,6 +83,7 @@ class [[nodiscard]] Status {
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
   std::optional<size_t> offset_;
+  const char* parameter_ = nullptr;  // a literal
 };
 
 // Either a value or a non-ok Status. Accessing value() of an error is a
@@ -79,16 +91,25 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}             // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {       // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     assert(!status_.ok());
   }
 
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
-  T& value() & { assert(ok()); return *value_; }
-  const T& value() const& { assert(ok()); return *value_; }
-  T&& value() && { assert(ok()); return std::move(*value_); }
+  T& value() & {
+    assert(ok());
+    return *value_;
+  }
+  const T& value() const& {
+    assert(ok());
+    return *value_;
+  }
+  T&& value() && {
+    assert(ok());
+    return std::move(*value_);
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -101,19 +122,32 @@ class [[nodiscard]] Result {
 
 inline std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kNotFound: return "not_found";
-    case StatusCode::kInvalidArgument: return "invalid_argument";
-    case StatusCode::kPreconditionFailed: return "precondition_failed";
-    case StatusCode::kCorruption: return "corruption";
-    case StatusCode::kIOError: return "io_error";
-    case StatusCode::kBusy: return "busy";
-    case StatusCode::kTooLarge: return "too_large";
-    case StatusCode::kShuttingDown: return "shutting_down";
-    case StatusCode::kNoSpace: return "no_space";
-    case StatusCode::kUnavailable: return "unavailable";
-    case StatusCode::kCommitUnknown: return "commit_unknown";
-    case StatusCode::kInternal: return "internal";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kNotFound:
+      return "not_found";
+    case StatusCode::kInvalidArgument:
+      return "invalid_argument";
+    case StatusCode::kPreconditionFailed:
+      return "precondition_failed";
+    case StatusCode::kCorruption:
+      return "corruption";
+    case StatusCode::kIOError:
+      return "io_error";
+    case StatusCode::kBusy:
+      return "busy";
+    case StatusCode::kTooLarge:
+      return "too_large";
+    case StatusCode::kShuttingDown:
+      return "shutting_down";
+    case StatusCode::kNoSpace:
+      return "no_space";
+    case StatusCode::kUnavailable:
+      return "unavailable";
+    case StatusCode::kCommitUnknown:
+      return "commit_unknown";
+    case StatusCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }

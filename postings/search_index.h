@@ -70,7 +70,7 @@ struct SearchRequest {
   // have one value per sort key (the score for the default sort), then the
   // id, each of its key's type (a number, or null for a missing field
   // value; a string for a keyword field and the id), and `offset` must be 0:
-  // otherwise InvalidArgument whose message starts "searchAfter".
+  // otherwise InvalidParameter("searchAfter", ...).
   std::optional<std::vector<SortValue>> search_after;
   // Returns a document's current JSON from the store (for stored fields
   // and highlighting), or nullopt if it is gone.

@@ -57,11 +57,14 @@ Result<std::unique_ptr<asio::ssl::context>> MakeTlsContext(const std::string& ce
   if (ec) return Status::InvalidArgument("TLS: " + ec.message());
   ::SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS);
   ctx->use_certificate_chain_file(cert_file, ec);
-  if (ec) return Status::InvalidArgument("--tls-cert " + cert_file + ": cannot load a PEM certificate chain: " + ec.message());
+  if (ec)
+    return Status::InvalidArgument("--tls-cert " + cert_file +
+                                   ": cannot load a PEM certificate chain: " + ec.message());
   ctx->use_private_key_file(key_file, asio::ssl::context::pem, ec);
   if (ec)  // OpenSSL also checks here that the key is the certificate's
-    return Status::InvalidArgument("--tls-key " + key_file + ": cannot load a PEM private key matching the certificate in " +
-                                   cert_file + ": " + ec.message());
+    return Status::InvalidArgument("--tls-key " + key_file +
+                                   ": cannot load a PEM private key matching the certificate in " + cert_file + ": " +
+                                   ec.message());
   return ctx;
 }
 
@@ -74,7 +77,6 @@ size_t DefaultMaxConnections() {
   const size_t reserve = std::min<size_t>(std::max<size_t>(nofile / 4, 32), 512);
   return std::max<size_t>(nofile > reserve ? nofile - reserve : 0, 8);
 }
-
 
 bool IsOutOfResources(const beast::error_code& ec) {
   return ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space || ec == asio::error::no_memory ||
@@ -124,8 +126,10 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
   accept_backoff = std::chrono::milliseconds(0);
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  if (tls) session_detail::StartTlsSession(*this, std::move(socket), *tls);
-  else session_detail::StartPlainSession(*this, std::move(socket));
+  if (tls)
+    session_detail::StartTlsSession(*this, std::move(socket), *tls);
+  else
+    session_detail::StartPlainSession(*this, std::move(socket));
   Accept();
 }
 

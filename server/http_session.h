@@ -210,7 +210,6 @@ beast::tcp_stream& Tcp(Stream& s) {
   return beast::get_lowest_layer(s);
 }
 
-
 }  // namespace session_detail
 
 class HttpServer::Impl {
@@ -223,7 +222,7 @@ class HttpServer::Impl {
   std::atomic<bool> destroyed{false};      // ~Impl began: a closing session resumes nothing
   std::mutex idle_mu;
   std::list<session_detail::SessionBase*> idle;  // guarded by idle_mu; oldest first
-  std::unique_ptr<asio::ssl::context> tls;  // set: HTTPS only
+  std::unique_ptr<asio::ssl::context> tls;       // set: HTTPS only
   asio::io_context ioc;
   // The acceptor, its back-off timer and the accept state live on one strand.
   asio::strand<asio::io_context::executor_type> accept_strand{ioc.get_executor()};
@@ -236,8 +235,8 @@ class HttpServer::Impl {
   session_detail::AsioTimers timers{ioc};
   std::unique_ptr<Router> router;
   std::atomic<int64_t> in_flight{0};  // requests handed to the router, not yet answered
-  std::atomic<uint64_t> requests{0};   // handed to the router, ever (TrimWhenQuiet)
-  uint64_t requests_at_trim = 0;       // on accept_strand
+  std::atomic<uint64_t> requests{0};  // handed to the router, ever (TrimWhenQuiet)
+  uint64_t requests_at_trim = 0;      // on accept_strand
   std::atomic<bool> draining{false};
   std::chrono::steady_clock::time_point drain_deadline;
 
@@ -253,7 +252,6 @@ class HttpServer::Impl {
   void RunIo();
   void TrimWhenQuiet();
 };
-
 
 namespace session_detail {
 
@@ -285,8 +283,10 @@ class Session final : public SessionBase {
   void Start() {
     asio::dispatch(stream_.get_executor(), [self = Self()] {
       self->Guard([&] {
-        if constexpr (kTls) self->Handshake();
-        else self->WaitForRequest();
+        if constexpr (kTls)
+          self->Handshake();
+        else
+          self->WaitForRequest();
       });
     });
   }
@@ -316,19 +316,19 @@ class Session final : public SessionBase {
         if (!self->idle_) return self->Close();  // reclaimed
         if (ec) return self->Close();
         if (!tls) return self->RefusePlainHttp();
-        self->stream_.async_handshake(
-            asio::ssl::stream_base::server, self->buffer_.data(), [self](beast::error_code ec, size_t used) {
-              self->Guard([&] {
-                if (!self->idle_) return self->Close();
-                self->SetIdle(false);
-                if (ec) {
-                  self->server_.router->CountRejected(RejectReason::kTlsHandshake);
-                  return self->Close();
-                }
-                self->buffer_.consume(used);
-                self->WaitForRequest();
-              });
-            });
+        self->stream_.async_handshake(asio::ssl::stream_base::server, self->buffer_.data(),
+                                      [self](beast::error_code ec, size_t used) {
+                                        self->Guard([&] {
+                                          if (!self->idle_) return self->Close();
+                                          self->SetIdle(false);
+                                          if (ec) {
+                                            self->server_.router->CountRejected(RejectReason::kTlsHandshake);
+                                            return self->Close();
+                                          }
+                                          self->buffer_.consume(used);
+                                          self->WaitForRequest();
+                                        });
+                                      });
       });
     });
   }
@@ -383,15 +383,14 @@ class Session final : public SessionBase {
     if (buffer_.capacity() > 2 * kReadBufferBytes) buffer_.shrink_to_fit();
     SetIdle(true);
     Tcp(stream_).expires_after(server_.options.idle_timeout);
-    stream_.async_read_some(buffer_.prepare(kIdleReadBytes),
-                            [self = Self()](beast::error_code ec, size_t n) {
-                              self->Guard([&] {
-                                self->SetIdle(false);
-                                if (ec) return self->Close();
-                                self->buffer_.commit(n);
-                                self->ReadHeader();
-                              });
-                            });
+    stream_.async_read_some(buffer_.prepare(kIdleReadBytes), [self = Self()](beast::error_code ec, size_t n) {
+      self->Guard([&] {
+        self->SetIdle(false);
+        if (ec) return self->Close();
+        self->buffer_.commit(n);
+        self->ReadHeader();
+      });
+    });
   }
 
   void SetIdle(bool idle) {
@@ -710,7 +709,6 @@ class Session final : public SessionBase {
   bool streaming_counted_ = false;
   bool stream_keep_alive_ = false;
 };
-
 
 // Start a session on an accepted connection: http_session_plain.cc and
 // http_session_tls.cc, one instantiation each.

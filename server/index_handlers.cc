@@ -544,8 +544,7 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
       if (result.status().code() == StatusCode::kTooLarge) return reply(ResponseTooLarge(result.status()));
       // A searchAfter key that does not fit the sort is a bad parameter,
       // as a malformed one is (ApplySearchAfter), not a bad query.
-      if (result.status().code() == StatusCode::kInvalidArgument &&
-          result.status().message().starts_with("searchAfter"))
+      if (result.status().code() == StatusCode::kInvalidArgument && result.status().parameter() != nullptr)
         return reply(ErrorResponse(400, "invalid_argument", result.status().message()));
       if (result.status().code() == StatusCode::kInvalidArgument)
         return reply(ErrorResponse(400, "invalid_query", result.status().message(),

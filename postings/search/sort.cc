@@ -132,13 +132,15 @@ Status ReadSearchAfter(const std::vector<SortKey>& sort, const SearchRequest& re
     return "sort field '" + sort[i].field->name + "'";
   };
   if (req.offset != 0)
-    return Bad("searchAfter: offset must be 0 with searchAfter (the key says where the page starts), got " +
-               std::to_string(req.offset));
+    return Status::InvalidParameter(
+        "searchAfter", "searchAfter: offset must be 0 with searchAfter (the key says where the page starts), got " +
+                           std::to_string(req.offset));
   if (key.size() != n + 1) {
     std::string expected;
     for (size_t i = 0; i <= n; ++i) expected += (i == 0 ? "" : i == n ? ", then " : ", ") + name(i);
-    return Bad("searchAfter: expected " + std::to_string(n + 1) + " values as a hit's \"sort\" holds them (" +
-               expected + "), got " + std::to_string(key.size()));
+    return Status::InvalidParameter("searchAfter", "searchAfter: expected " + std::to_string(n + 1) +
+                                                       " values as a hit's \"sort\" holds them (" + expected +
+                                                       "), got " + std::to_string(key.size()));
   }
   after = Hit{0, 0, 0, {}, {}, {}, {}};
   after.num.assign(sort.size(), Number{});
@@ -149,8 +151,8 @@ Status ReadSearchAfter(const std::vector<SortKey>& sort, const SearchRequest& re
     const SortValue& v = key[i];
     const FieldDef* fd = i == n || sort.empty() ? nullptr : sort[i].field;
     auto wrong = [&](const char* expected) {
-      return Bad("searchAfter[" + std::to_string(i) + "]: " + name(i) + " takes " + expected + ", got " +
-                 DescribeSortValue(v));
+      return Status::InvalidParameter("searchAfter", "searchAfter[" + std::to_string(i) + "]: " + name(i) + " takes " +
+                                                         expected + ", got " + DescribeSortValue(v));
     };
     if (i == n) {
       if (v.type != SortValue::Type::kString) return wrong("a string");
@@ -176,6 +178,5 @@ Status ReadSearchAfter(const std::vector<SortKey>& sort, const SearchRequest& re
   }
   return Status::Ok();
 }
-
 
 }  // namespace corvid::postings::search

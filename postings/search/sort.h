@@ -66,7 +66,7 @@ void FieldSortHits(const Segment& seg, uint32_t k, const std::vector<SortKey>& s
 
 // Reads req.search_after against the request's sort keys into `after`: a
 // Hit with that key (score, per sort key its value or missing, and the id;
-// strings point into req). InvalidArgument "searchAfter..." when offset is
+// strings point into req). InvalidParameter "searchAfter" when offset is
 // not 0 or the key does not fit the sort; `after` is then unspecified.
 Status ReadSearchAfter(const std::vector<SortKey>& sort, const SearchRequest& req, Hit& after);
 
