@@ -1,7 +1,6 @@
 // The HTTP/1.1 transport: listens, reads requests with keep-alive on an
 // Asio thread pool, hands each to the Router and writes its Response. Beast
-// and Asio stay inside http_server.cc and http_session*; this header is
-// cheap to include.
+// and Asio stay inside http_server.cc; this header is cheap to include.
 #pragma once
 
 #include <chrono>
