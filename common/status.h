@@ -21,7 +21,7 @@ enum class StatusCode {
   kBusy,
   kTooLarge,
   kShuttingDown,
-  kNoSpace,        // the disk (or the store's map) is full: nothing was made durable
+  kNoSpace,  // the disk (or the store's map) is full: nothing was made durable
   kUnavailable,    // cluster: the write never reached the log (it is never applied)
   kCommitUnknown,  // cluster: no confirmation by the deadline; applied everywhere or nowhere
   kInternal,
@@ -91,25 +91,16 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}             // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {       // NOLINT: implicit by design
     assert(!status_.ok());
   }
 
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
-  T& value() & {
-    assert(ok());
-    return *value_;
-  }
-  const T& value() const& {
-    assert(ok());
-    return *value_;
-  }
-  T&& value() && {
-    assert(ok());
-    return std::move(*value_);
-  }
+  T& value() & { assert(ok()); return *value_; }
+  const T& value() const& { assert(ok()); return *value_; }
+  T&& value() && { assert(ok()); return std::move(*value_); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -122,32 +113,19 @@ class [[nodiscard]] Result {
 
 inline std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk:
-      return "ok";
-    case StatusCode::kNotFound:
-      return "not_found";
-    case StatusCode::kInvalidArgument:
-      return "invalid_argument";
-    case StatusCode::kPreconditionFailed:
-      return "precondition_failed";
-    case StatusCode::kCorruption:
-      return "corruption";
-    case StatusCode::kIOError:
-      return "io_error";
-    case StatusCode::kBusy:
-      return "busy";
-    case StatusCode::kTooLarge:
-      return "too_large";
-    case StatusCode::kShuttingDown:
-      return "shutting_down";
-    case StatusCode::kNoSpace:
-      return "no_space";
-    case StatusCode::kUnavailable:
-      return "unavailable";
-    case StatusCode::kCommitUnknown:
-      return "commit_unknown";
-    case StatusCode::kInternal:
-      return "internal";
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kNotFound: return "not_found";
+    case StatusCode::kInvalidArgument: return "invalid_argument";
+    case StatusCode::kPreconditionFailed: return "precondition_failed";
+    case StatusCode::kCorruption: return "corruption";
+    case StatusCode::kIOError: return "io_error";
+    case StatusCode::kBusy: return "busy";
+    case StatusCode::kTooLarge: return "too_large";
+    case StatusCode::kShuttingDown: return "shutting_down";
+    case StatusCode::kNoSpace: return "no_space";
+    case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kCommitUnknown: return "commit_unknown";
+    case StatusCode::kInternal: return "internal";
   }
   return "unknown";
 }

@@ -13,6 +13,7 @@
 
 #include "common/faults.h"
 #include "common/resident_pages.h"
+#include "common/sanitizers.h"
 #include "mapreduce/format.h"
 #include "mapreduce/index_impl.h"
 
@@ -23,23 +24,10 @@ namespace {
 // it, so a process holds at most ~500 indexes in x86-64's 128 TiB. Under
 // ThreadSanitizer the application's mmap range is a few TiB, which a
 // test's two dozen open indexes would exhaust (mmap fails with ENOMEM):
-// TSan builds reserve 16 GiB each. (GCC says TSan with
-// __SANITIZE_THREAD__; clang 14, which the CI's TSan stage uses, only
-// through __has_feature: without that test the CI's TSan server reserved
-// 256 GiB an index and e2e_indexes met ENOMEM.)
-#if defined(__SANITIZE_THREAD__)
-#define CORVID_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define CORVID_UNDER_TSAN 1
-#endif
-#endif
-#if defined(CORVID_UNDER_TSAN)
-constexpr size_t kMapSize = size_t(16) << 30;
-#else
-constexpr size_t kMapSize = size_t(256) << 30;
-#endif
-
+// TSan builds reserve 16 GiB each. (Without clang's way of saying TSan,
+// common/sanitizers.h, the CI's TSan server reserved 256 GiB an index
+// and e2e_indexes met ENOMEM.)
+constexpr size_t kMapSize = kThreadSanitizer ? size_t(16) << 30 : size_t(256) << 30;
 
 struct TxnGuard {
   MDB_txn* txn = nullptr;

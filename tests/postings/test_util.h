@@ -14,21 +14,6 @@
 
 namespace corvid::postings::testing {
 
-// True in the ASan and TSan builds, where everything runs several times
-// slower: the walks that cost a request per hit shrink there (the Release
-// build runs them whole).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kSanitizerBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kSanitizerBuild = true;
-#else
-inline constexpr bool kSanitizerBuild = false;
-#endif
-#else
-inline constexpr bool kSanitizerBuild = false;
-#endif
-
 class TempDir {
  public:
   TempDir() {
