@@ -1133,9 +1133,19 @@ Result<std::vector<IndexBackup>> IndexEngine::SnapshotIndexes() const {
     for (const auto& [name, slot] : impl_->slots_) slots.push_back(slot);
   }
   std::vector<IndexBackup> out;
-  for (const auto& slot : slots) {
+  for (std::shared_ptr<IndexSlot> slot : slots) {
     auto files = slot->SnapshotFiles();
-    if (!files.ok()) return Status::IOError("index " + slot->name() + ": " + files.status().message());
+    // A redefinition that switched (or a delete) since the list was taken
+    // removes the old version's directory: copy the version that answers
+    // now, or leave out an index that no longer exists.
+    while (!files.ok()) {
+      std::shared_ptr<IndexSlot> now = impl_->Find(slot->name());
+      if (now == slot) return Status::IOError("index " + slot->name() + ": " + files.status().message());
+      if (!now) break;
+      slot = std::move(now);
+      files = slot->SnapshotFiles();
+    }
+    if (!files.ok()) continue;
     out.push_back(IndexBackup{slot->name(), slot->definition_json(), std::move(*files)});
   }
   return out;

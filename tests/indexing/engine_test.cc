@@ -250,6 +250,47 @@ TEST_CASE("indexes and their progress survive a restart", "[indexing]") {
   CHECK(env.Rows("m")[0]["users"].GetInt64() == 31);
 }
 
+// A backup lists the indexes, then copies each: an index redefined (its
+// old version's files removed) or deleted in between must not fail it. The
+// router fuzzer found the first as a 500 from GET /admin/backup.
+TEST_CASE("index snapshots while indexes are redefined and deleted", "[indexing]") {
+  Env env;
+  const std::string by_year = R"json({"type":"mapreduce","collection":"users",
+    "map":{"year":"substr(createdAt, 0, 4)","score":"score"},"groupBy":["year"],"reduce":{"best":"max(score)"}})json";
+  REQUIRE(env.engine->PutIndex("keep", kByMonth).ok());
+  for (int i = 0; i < 20; ++i) env.Put("users", std::to_string(i), UserDoc("2024-0" + std::to_string(1 + i % 9), i));
+  std::atomic<bool> done{false};
+  std::atomic<int> switches{0};
+  std::thread churn([&] {
+    for (int i = 0; i < 200 && !done; ++i) {
+      // An empty collection's replacement switches at once; these have 20
+      // documents, so the switcher swaps them a moment later.
+      (void)env.engine->PutIndex("r", i % 2 ? by_year : kByMonth);
+      (void)env.engine->PutIndex("d", kByMonth);
+      std::this_thread::sleep_for(1ms);
+      (void)env.engine->DeleteIndex("d");
+      switches.fetch_add(1);
+    }
+    done = true;
+  });
+  int snapshots = 0;
+  while (!done) {
+    auto backups = env.engine->SnapshotIndexes();
+    REQUIRE(backups.ok());
+    bool kept = false;
+    for (const auto& b : *backups) {
+      kept = kept || b.name == "keep";
+      CHECK((b.name == "keep" || b.name == "r" || b.name == "d"));
+      CHECK_FALSE(b.state.files.empty());
+    }
+    CHECK(kept);
+    ++snapshots;
+  }
+  churn.join();
+  CHECK(switches.load() == 200);
+  CHECK(snapshots > 0);
+}
+
 TEST_CASE("pause holds the index back; resume catches up; reset rebuilds", "[indexing]") {
   Env env;
   REQUIRE(env.engine->PutIndex("m", kByMonth).ok());
