@@ -3,7 +3,8 @@
 // deadlines, a bounded number of connections, and a graceful shutdown that
 // finishes requests in flight. With a certificate it speaks HTTPS only
 // (Asio's OpenSSL stream; TLS 1.2 and 1.3): a Session is the same code over
-// either stream. Everything about the API itself is in router.cc.
+// either stream, compiled once (connection_stream.h). Everything about the
+// API itself is in router.cc.
 //
 // THE RULE AT THIS BOUNDARY: nothing a client sends may end the process.
 // - Every size a client chooses is checked before it is allocated: the
@@ -31,22 +32,21 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/asio/ssl.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 #include <cerrno>
 #include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "common/faults.h"
 #include "server/body_stream.h"
+#include "server/connection_stream.h"
 
 namespace corvid::server {
 
@@ -220,15 +220,6 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   std::list<SessionBase*>::iterator idle_pos_;
 };
 
-using PlainStream = beast::tcp_stream;
-using TlsStream = beast::ssl_stream<beast::tcp_stream>;
-
-// The TCP layer under either stream (timeouts, shutdown, close).
-template <class Stream>
-beast::tcp_stream& Tcp(Stream& s) {
-  return beast::get_lowest_layer(s);
-}
-
 // The server's TLS context from a PEM certificate chain and key: TLS 1.2
 // and newer, no compression, and buffers released while a connection is
 // idle (an idle TLS connection then holds a few KiB rather than ~70).
@@ -305,16 +296,11 @@ class HttpServer::Impl {
 
 namespace {
 
-// One connection over `Stream` (PlainStream or TlsStream).
-template <class Stream>
+// One connection, over TCP or TLS (connection_stream.h).
 class Session final : public SessionBase {
  public:
-  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
-
-  // `stream_args`: what the stream needs beside the socket (the TLS context).
-  template <class... StreamArgs>
-  Session(HttpServer::Impl& server, tcp::socket&& socket, StreamArgs&... stream_args)
-      : stream_(std::move(socket), stream_args...), server_(server), buffer_(BufferLimit(server.options)) {
+  Session(HttpServer::Impl& server, ConnectionStream&& stream)
+      : stream_(std::move(stream)), server_(server), buffer_(BufferLimit(server.options)) {
     server_.connections.fetch_add(1);
   }
 
@@ -333,7 +319,7 @@ class Session final : public SessionBase {
   void Start() {
     asio::dispatch(stream_.get_executor(), [self = Self()] {
       self->Guard([&] {
-        if constexpr (kTls) self->Handshake();
+        if (self->stream_.tls()) self->Handshake();
         else self->WaitForRequest();
       });
     });
@@ -358,25 +344,24 @@ class Session final : public SessionBase {
   // speaking plain HTTP to the HTTPS port gets a plain 400 that says so.
   void Handshake() {
     SetIdle(true);
-    Tcp(stream_).expires_after(std::min(server_.options.header_timeout, server_.options.idle_timeout));
-    beast::async_detect_ssl(Tcp(stream_), buffer_, [self = Self()](beast::error_code ec, bool tls) {
+    stream_.tcp().expires_after(std::min(server_.options.header_timeout, server_.options.idle_timeout));
+    beast::async_detect_ssl(stream_.tcp(), buffer_, [self = Self()](beast::error_code ec, bool tls) {
       self->Guard([&] {
         if (!self->idle_) return self->Close();  // reclaimed
         if (ec) return self->Close();
         if (!tls) return self->RefusePlainHttp();
-        self->stream_.async_handshake(
-            asio::ssl::stream_base::server, self->buffer_.data(), [self](beast::error_code ec, size_t used) {
-              self->Guard([&] {
-                if (!self->idle_) return self->Close();
-                self->SetIdle(false);
-                if (ec) {
-                  self->server_.router->CountRejected(RejectReason::kTlsHandshake);
-                  return self->Close();
-                }
-                self->buffer_.consume(used);
-                self->WaitForRequest();
-              });
-            });
+        self->stream_.async_handshake(self->buffer_.data(), IoCompletion([self](beast::error_code ec, size_t used) {
+          self->Guard([&] {
+            if (!self->idle_) return self->Close();
+            self->SetIdle(false);
+            if (ec) {
+              self->server_.router->CountRejected(RejectReason::kTlsHandshake);
+              return self->Close();
+            }
+            self->buffer_.consume(used);
+            self->WaitForRequest();
+          });
+        }));
       });
     });
   }
@@ -385,14 +370,14 @@ class Session final : public SessionBase {
   void RefusePlainHttp() {
     SetIdle(false);
     server_.router->CountRejected(RejectReason::kTlsHandshake);
-    auto res = std::make_shared<http::response<http::string_body>>(http::status::bad_request, 11);
+    // Written by hand: Beast's serializer over the bare TCP stream would be
+    // a third instantiation of its write for this one answer.
     Response err = ErrorResponse(400, "https_required", "this server speaks HTTPS only");
-    res->set(http::field::content_type, err.content_type);
-    res->body() = std::move(err.body);
-    res->keep_alive(false);
-    res->prepare_payload();
-    Tcp(stream_).expires_after(kWriteTimeout);
-    http::async_write(Tcp(stream_), *res, [self = Self(), res](beast::error_code, size_t) { self->Close(); });
+    auto text = std::make_shared<std::string>("HTTP/1.1 400 Bad Request\r\nContent-Type: " + err.content_type +
+                                              "\r\nContent-Length: " + std::to_string(err.body.size()) +
+                                              "\r\nConnection: close\r\n\r\n" + err.body);
+    stream_.tcp().expires_after(kWriteTimeout);
+    asio::async_write(stream_.tcp(), asio::buffer(*text), [self = Self(), text](beast::error_code, size_t) { self->Close(); });
   }
 
   // Unparsed bytes held at once: a whole header, or one chunk-size line or
@@ -430,7 +415,7 @@ class Session final : public SessionBase {
     if (buffer_.size() > 0) return ReadHeader();
     if (buffer_.capacity() > 2 * kReadBufferBytes) buffer_.shrink_to_fit();
     SetIdle(true);
-    Tcp(stream_).expires_after(server_.options.idle_timeout);
+    stream_.tcp().expires_after(server_.options.idle_timeout);
     stream_.async_read_some(buffer_.prepare(kIdleReadBytes),
                             [self = Self()](beast::error_code ec, size_t n) {
                               self->Guard([&] {
@@ -463,7 +448,7 @@ class Session final : public SessionBase {
                                           server_.options.max_target_bytes});
     parser_->body_limit(server_.options.router.max_bulk_bytes);
     reading_header_ = true;
-    Tcp(stream_).expires_after(std::min(server_.options.header_timeout, server_.options.idle_timeout));
+    stream_.tcp().expires_after(std::min(server_.options.header_timeout, server_.options.idle_timeout));
     http::async_read_header(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
       self->Guard([&] { self->OnHeader(ec); });
     });
@@ -497,7 +482,7 @@ class Session final : public SessionBase {
 
   void ReadBody() {
     if (parser_->is_done()) return Dispatch();
-    Tcp(stream_).expires_after(server_.options.idle_timeout);
+    stream_.tcp().expires_after(server_.options.idle_timeout);
     http::async_read(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
       self->Guard([&] {
         if (ec) return self->OnReadError(ec);
@@ -511,7 +496,7 @@ class Session final : public SessionBase {
   // query that waited for its index): either way it is written on this
   // strand, once, and only if it answers the current request.
   void Dispatch() {
-    Tcp(stream_).expires_never();
+    stream_.tcp().expires_never();
     keep_alive_ = parser_->keep_alive();
     Request request = std::move(parser_->request());
     parser_.reset();
@@ -632,7 +617,7 @@ class Session final : public SessionBase {
     // HEAD: GET's Content-Length stays in the header; the serializer writes
     // the (now empty) body, so no body bytes follow.
     if (resp.omit_body) res->body().clear();
-    Tcp(stream_).expires_after(kWriteTimeout);
+    stream_.tcp().expires_after(kWriteTimeout);
     http::async_write(stream_, *res, [self = Self(), res, counted](beast::error_code ec, size_t) {
       if (counted) --self->server_.in_flight;
       self->Guard([&] {
@@ -664,7 +649,7 @@ class Session final : public SessionBase {
       if (auto self = weak.lock()) asio::post(self->stream_.get_executor(), [self] { self->Close(); });
     });
     auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
-    Tcp(stream_).expires_after(kWriteTimeout);
+    stream_.tcp().expires_after(kWriteTimeout);
     http::async_write_header(stream_, *sr, [self = Self(), res, sr](beast::error_code ec, size_t) {
       self->Guard([&] {
         if (ec) return self->EndStream(false);
@@ -688,7 +673,7 @@ class Session final : public SessionBase {
   void WritePiece(Result<std::string> piece) {
     if (!streaming_) return;
     if (!piece.ok()) return EndStream(false);
-    Tcp(stream_).expires_after(kWriteTimeout);
+    stream_.tcp().expires_after(kWriteTimeout);
     if (piece->empty()) {
       return asio::async_write(stream_, http::make_chunk_last(), [self = Self()](beast::error_code ec, size_t) {
         self->Guard([&] { self->EndStream(!ec); });
@@ -720,8 +705,8 @@ class Session final : public SessionBase {
 
   void DrainInput() {
     beast::error_code ignored;
-    Tcp(stream_).socket().shutdown(tcp::socket::shutdown_send, ignored);
-    Tcp(stream_).expires_after(kDrainAfterErrorTimeout);
+    stream_.tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.tcp().expires_after(kDrainAfterErrorTimeout);
     discard_.resize(16 * 1024);
     ReadDiscard();
   }
@@ -737,11 +722,11 @@ class Session final : public SessionBase {
 
   void Close() noexcept {
     beast::error_code ignored;
-    Tcp(stream_).socket().shutdown(tcp::socket::shutdown_both, ignored);
-    Tcp(stream_).socket().close(ignored);
+    stream_.tcp().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.tcp().socket().close(ignored);
   }
 
-  Stream stream_;
+  ConnectionStream stream_;
   HttpServer::Impl& server_;
   beast::flat_buffer buffer_;
   std::optional<RequestParser> parser_;
@@ -807,8 +792,8 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
   accept_backoff = std::chrono::milliseconds(0);
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  if (tls) std::make_shared<Session<TlsStream>>(*this, std::move(socket), *tls)->Start();
-  else std::make_shared<Session<PlainStream>>(*this, std::move(socket))->Start();
+  auto stream = tls ? ConnectionStream::Tls(std::move(socket), *tls) : ConnectionStream::Plain(std::move(socket));
+  std::make_shared<Session>(*this, std::move(stream))->Start();
   Accept();
 }
 
