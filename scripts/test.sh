@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds and runs every test, in four stages:
-#   release  the Release build (gcc) and the whole suite (unit + end-to-end)
+#   release  the Release build (gcc) and the whole suite (unit + end-to-end),
+#            two tests at a time
 #   asan     an ASan+UBSan build with clang (build-asan, where the libFuzzer
 #            targets build too) and the whole suite in it, two tests at a
 #            time (the crash and cluster tests alone)
@@ -42,7 +43,9 @@ for stage in $stages; do
       # shellcheck disable=SC2086
       configure "${BUILD_DIR:-$root/build}" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
       cmake --build "${BUILD_DIR:-$root/build}"
-      (cd "${BUILD_DIR:-$root/build}" && ctest --output-on-failure --timeout 900)
+      # Two tests at a time; those that load both cores or time themselves
+      # run alone (RUN_SERIAL in tests/e2e/CMakeLists.txt).
+      (cd "${BUILD_DIR:-$root/build}" && ctest --output-on-failure --timeout 900 -j2)
       end release
       ;;
     asan)
