@@ -1693,6 +1693,23 @@ class ClusterTest(unittest.TestCase):
                 while etags(nodes) != [last] * 3 and time.monotonic() < deadline:
                     time.sleep(0.1)
                 self.assertEqual(etags(nodes), [last] * 3)
+                # A new node bootstraps from a peer whose record in the
+                # cluster's bucket lists data; the records are heartbeats
+                # (every second), so wait until every node's view shows
+                # every node at `last` (200 quick writes can all land
+                # between two beats, and the new node then rightly
+                # replays the log instead).
+                deadline = time.monotonic() + 30
+                for n in nodes:
+                    x = n.client(tls_context=tls, timeout=10)
+                    while True:
+                        view = x.get('/admin/cluster').json
+                        listed = view.get('nodes', []) if isinstance(view, dict) else []
+                        if len(listed) == 3 and all(e.get('appliedEtag') == last for e in listed):
+                            break
+                        self.assertLess(time.monotonic(), deadline, 'cluster view: %r' % (view,))
+                        time.sleep(0.1)
+                    x.close()
 
                 # A new node with the cluster's certificate bootstraps from an
                 # https:// peer, trusting that certificate (its own --tls-cert).
