@@ -86,7 +86,13 @@ struct Connection {
     if (s != NATS_OK) return NatsError(s, "connect to NATS");
     jsOptions jo;
     jsOptions_Init(&jo);
-    jo.Wait = std::max<int64_t>(1000, o.timeout_ms);
+    // JetStream API requests (the stream's and the bucket's setup, their
+    // reads, heartbeats): one sent while the JetStream cluster elects its
+    // leaders can go unanswered, and waiting out a long write deadline
+    // (--nats-timeout-ms 600000 in e2e_cluster test 7) stalled a node's
+    // start for that long. At most 5 s, then the caller retries. Writes
+    // have their own deadline (PublishOne).
+    jo.Wait = std::clamp<int64_t>(o.timeout_ms, 1000, 5000);
     jo.PublishAsync.MaxPending = 65536;
     jo.PublishAsync.AckHandler = ack_handler;
     jo.PublishAsync.AckHandlerClosure = ack_closure;
