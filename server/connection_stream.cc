@@ -74,7 +74,7 @@ ConnectionStream::ConnectionStream(std::unique_ptr<Impl> impl, beast::tcp_stream
 ConnectionStream::ConnectionStream(ConnectionStream&&) noexcept = default;
 ConnectionStream::~ConnectionStream() = default;
 
-void ConnectionStream::async_handshake(asio::const_buffer buffered, IoCompletion done) {
+void ConnectionStream::Handshake(asio::const_buffer buffered, IoCompletion done) {
   impl_->Handshake(buffered, std::move(done));
 }
 

@@ -74,7 +74,10 @@ class ConnectionStream {
   // TLS only: the server's side of the handshake, given the bytes already
   // read from the socket (beast::async_detect_ssl's); completes with the
   // count of them it used.
-  void async_handshake(boost::asio::const_buffer buffered, IoCompletion done);
+  template <class Handler>
+  void async_handshake(boost::asio::const_buffer buffered, Handler&& handler) {
+    Handshake(buffered, IoCompletion(std::forward<Handler>(handler)));
+  }
 
   // Reads into the first non-empty buffer (a read may always read less).
   template <class MutableBuffers, class Handler>
@@ -113,6 +116,7 @@ class ConnectionStream {
 
  private:
   ConnectionStream(std::unique_ptr<Impl> impl, boost::beast::tcp_stream& tcp, bool tls);
+  void Handshake(boost::asio::const_buffer buffered, IoCompletion done);
   void ReadSome(boost::asio::mutable_buffer buffer, IoCompletion done);
   void WriteSome(const WriteBuffers& buffers, IoCompletion done);
 
