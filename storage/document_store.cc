@@ -72,7 +72,7 @@ Status DocumentStore::Impl::OpenEnv(const std::string& dir) {
   if (ec) return Status::IOError("create " + dir + ": " + ec.message());
   int rc = mdb_env_create(&env);
   if (rc != 0) return LmdbStatus(rc, "mdb_env_create");
-  mdb_env_set_maxdbs(env, 8);
+  mdb_env_set_maxdbs(env, 16);
   mdb_env_set_maxreaders(env, 1024);
   rc = mdb_env_set_mapsize(env, options.map_size);
   if (rc != 0) return LmdbStatus(rc, "mdb_env_set_mapsize");
@@ -88,7 +88,7 @@ Status DocumentStore::Impl::OpenEnv(const std::string& dir) {
   struct Named { const char* name; MDB_dbi* dbi; } dbs[] = {
       {"meta", &meta_db}, {"collections", &collections_db}, {"docs", &docs_db},
       {"changes", &changes_db}, {"coll_changes", &coll_changes_db}, {"dicts", &dicts_db},
-      {"clock", &clock_db}};
+      {"clock", &clock_db}, {"bodies", &bodies_db}};
   for (auto& d : dbs) {
     rc = mdb_dbi_open(txn, d.name, MDB_CREATE, d.dbi);
     if (rc != 0) {
@@ -106,11 +106,11 @@ Status DocumentStore::Impl::OpenEnv(const std::string& dir) {
     rc = mdb_put(txn, meta_db, &key, &nv, 0);
   } else if (rc == 0) {
     const uint64_t version = val.mv_size == 4 ? fmt::GetLE(static_cast<const char*>(val.mv_data), 4) : 0;
-    if (version != 1 && version != fmt::kFormatVersion) {
+    if (version < 1 || version > fmt::kFormatVersion) {
       mdb_txn_abort(txn);
       return Status::Corruption("unknown store format version in " + dir);
     }
-    if (version == 1) {  // opens unchanged; stamped 2 so that an older build refuses the new bodies
+    if (version < fmt::kFormatVersion) {  // opens unchanged; stamped so that an older build refuses the new bodies
       std::string v;
       fmt::PutLE(v, fmt::kFormatVersion, 4);
       MDB_val nv = ToVal(v);
@@ -236,6 +236,20 @@ std::string DocumentStore::Impl::CollectionName(uint32_t number) const {
   return number < names_by_number.size() ? names_by_number[number] : std::string();
 }
 
+Status DocumentStore::Impl::ResolveBody(MDB_txn* txn, fmt::DocView& view) const {
+  if (!(view.flags & fmt::kFlagBodyApart)) return Status::Ok();
+  const std::string key = fmt::BodyKey(view.etag);
+  MDB_val k = ToVal(key), v;
+  const int rc = mdb_get(txn, bodies_db, &k, &v);
+  if (rc == MDB_NOTFOUND) return Status::Corruption("the body of the document at etag " + std::to_string(view.etag) + " is missing");
+  if (rc != 0) return LmdbStatus(rc, "read a body");
+  uint8_t encoding = 0;
+  if (!fmt::DecodeBodyEntry(FromVal(v), encoding, view.body))
+    return Status::Corruption("the body at etag " + std::to_string(view.etag));
+  view.flags = uint8_t((view.flags & ~fmt::kFlagBodyApart) | encoding);
+  return Status::Ok();
+}
+
 Result<Document> DocumentStore::Get(std::string_view collection, std::string_view id) const {
   auto coll = impl_->FindCollection(collection);
   if (!coll) return Status::NotFound("document not found");
@@ -250,6 +264,7 @@ Result<Document> DocumentStore::Get(std::string_view collection, std::string_vie
   if (!fmt::DecodeDoc(FromVal(v), view)) return Status::Corruption("document value");
   if (view.flags & fmt::kFlagDeleted) return Status::NotFound("document not found");
   if ((view.flags & fmt::kFlagLongId) && view.long_id != id) return Status::NotFound("document not found");
+  if (Status s = impl_->ResolveBody(txn.get(), view); !s.ok()) return s;
   Document doc;
   doc.etag = view.etag;
   if (Status s = impl_->Decode(view, doc.body); !s.ok()) return s;
@@ -304,6 +319,7 @@ Result<DocumentStore::DocumentPage> DocumentStore::ListDocuments(std::string_vie
     e.id = long_id ? std::string(view.long_id) : std::string(key.substr(4));
     e.etag = view.etag;
     if (std::string_view(e.id) <= after) continue;  // before decompressing
+    if (Status s = impl_->ResolveBody(txn.get(), view); !s.ok()) return s;
     if (Status s = impl_->Decode(view, e.body); !s.ok()) return s;
     if (long_id) {
       group_prefix.assign(prefix);
@@ -401,10 +417,11 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
   if (!coll || since == UINT64_MAX || max_docs == 0) return std::unique_ptr<ChangeBatch>(std::move(batch));
   batch->buffers.reserve(max_docs);
 
-  // The changes first (etag order), then their documents in key order: a
-  // store much larger than memory is read in ascending page order rather
-  // than at random (documents written together sit together), and each
-  // page once however many of the batch's documents it holds.
+  // The changes first (etag order), then their bodies: a format-3 body
+  // by its etag ("bodies" is in etag order, so a build reads it front to
+  // back); an older one from its DocValue, in key order, so that a store
+  // much larger than memory is read in ascending page order rather than at
+  // random, and each page once however many of the batch's bodies it holds.
   MDB_cursor* cur = nullptr;
   int rc = mdb_cursor_open(txn, impl_->coll_changes_db, &cur);
   if (rc != 0) return LmdbStatus(rc, "cursor");
@@ -431,24 +448,43 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
   mdb_cursor_close(cur);
   if (!status.ok()) return status;
   if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "read change feed");
-  // Locate every document (in key order), and its body's size.
+  // Locate every body, and its size.
   struct Located {
-    std::string key;
+    std::string key;  // a body kept in its DocValue: the document's key
     size_t item;
     fmt::DocView view;
     size_t size = 0;
   };
-  std::vector<Located> docs;
-  for (size_t i = 0; i < batch->items.size(); ++i)
-    if (!batch->items[i].deleted) docs.push_back(Located{fmt::DocKey(*coll, batch->items[i].id), i, {}, 0});
-  std::sort(docs.begin(), docs.end(), [](const Located& a, const Located& b) { return a.key < b.key; });
-  std::vector<size_t> size_of(batch->items.size(), 0);
-  for (Located& d : docs) {
+  std::vector<Located> docs, in_docs;
+  for (size_t i = 0; i < batch->items.size(); ++i) {
+    const DocChange& change = batch->items[i];
+    if (change.deleted) continue;
+    const std::string bk = fmt::BodyKey(change.etag);
+    MDB_val bkv = ToVal(bk), bv;
+    const int grc = mdb_get(txn, impl_->bodies_db, &bkv, &bv);
+    if (grc == MDB_NOTFOUND) {
+      in_docs.push_back(Located{fmt::DocKey(*coll, change.id), i, {}, 0});
+      continue;
+    }
+    if (grc != 0) return LmdbStatus(grc, "read a body");
+    Located d{{}, i, {}, 0};
+    d.view.etag = change.etag;
+    if (!fmt::DecodeBodyEntry(FromVal(bv), d.view.flags, d.view.body))
+      return Status::Corruption("the body at etag " + std::to_string(change.etag));
+    docs.push_back(std::move(d));
+  }
+  std::sort(in_docs.begin(), in_docs.end(), [](const Located& a, const Located& b) { return a.key < b.key; });
+  for (Located& d : in_docs) {
     MDB_val dkv = ToVal(d.key), dv;
     const int grc = mdb_get(txn, impl_->docs_db, &dkv, &dv);
-    if (grc != 0 || !fmt::DecodeDoc(FromVal(dv), d.view) || d.view.etag != batch->items[d.item].etag)
+    if (grc != 0 || !fmt::DecodeDoc(FromVal(dv), d.view) || d.view.etag != batch->items[d.item].etag ||
+        (d.view.flags & (fmt::kFlagBodyApart | fmt::kFlagDeleted)))
       return grc != 0 && grc != MDB_NOTFOUND ? LmdbStatus(grc, "read document")
                                              : Status::Corruption("change feed entry without its document");
+    docs.push_back(std::move(d));
+  }
+  std::vector<size_t> size_of(batch->items.size(), 0);
+  for (Located& d : docs) {
     auto size = body::DecodedSize(d.view.flags, d.view.body, fields);
     if (!size.ok()) return size.status();
     d.size = static_cast<size_t>(*size);
@@ -465,7 +501,7 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
     batch->items.resize(keep);
     batch->complete_ = false;
   }
-  // Bodies, in key order again.
+  // Bodies, in the order they were read.
   for (const Located& d : docs) {
     if (d.item >= keep) continue;
     DocChange& change = batch->items[d.item];

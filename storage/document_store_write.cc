@@ -309,16 +309,29 @@ class BatchWriter {
       if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "delete old change");
       rc = mdb_del(txn_, store_.coll_changes_db, &k2, nullptr);
       if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "delete old change");
+      if (old.flags & fmt::kFlagBodyApart) {
+        std::string bk = fmt::BodyKey(old.etag);
+        MDB_val k3 = ToVal(bk);
+        rc = mdb_del(txn_, store_.bodies_db, &k3, nullptr);
+        if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "delete old body");
+      }
     }
 
-    const uint8_t flags = is_put ? body_flags : fmt::kFlagDeleted;
+    // The DocValue (etag, flags, a long id); a body goes to "bodies" under
+    // the new etag, appended: etags only grow.
+    const uint8_t flags = is_put ? fmt::kFlagBodyApart : fmt::kFlagDeleted;
     std::string header = fmt::EncodeDocHeader(etag, flags, op.id);
-    const std::string_view body = is_put ? std::string_view(op.body) : std::string_view();
-    MDB_val dv{header.size() + body.size(), nullptr};
-    rc = mdb_put(txn_, store_.docs_db, &k, &dv, MDB_RESERVE);
+    MDB_val dv = ToVal(header);
+    rc = mdb_put(txn_, store_.docs_db, &k, &dv, 0);
     if (rc != 0) return LmdbStatus(rc, "write document");
-    std::memcpy(dv.mv_data, header.data(), header.size());
-    if (!body.empty()) std::memcpy(static_cast<char*>(dv.mv_data) + header.size(), body.data(), body.size());
+    if (is_put) {
+      std::string bk = fmt::BodyKey(etag);
+      MDB_val k3 = ToVal(bk), bv{1 + op.body.size(), nullptr};
+      rc = mdb_put(txn_, store_.bodies_db, &k3, &bv, MDB_RESERVE | MDB_APPEND);
+      if (rc != 0) return LmdbStatus(rc, "write body");
+      static_cast<char*>(bv.mv_data)[0] = char(body_flags);
+      if (!op.body.empty()) std::memcpy(static_cast<char*>(bv.mv_data) + 1, op.body.data(), op.body.size());
+    }
 
     const uint8_t change_flags = is_put ? 0 : fmt::kFlagDeleted;
     std::string cv;

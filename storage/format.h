@@ -19,6 +19,14 @@
 //                  (names are up to 512 bytes, over LMDB's key limit, so
 //                  the number is the key and the name index lives in memory)
 //   "docs"         DocKey        -> DocValue
+//   "bodies"       u64 etag      -> u8 encoding flags | body (format 3: the
+//                  body of the live document written at that etag, its
+//                  DocValue flagged kFlagBodyApart; written in etag order
+//                  with MDB_APPEND, so its leaf pages fill completely, and
+//                  an index build reads them in order. "docs" keyed by id
+//                  then holds ~30 bytes per document, not the body: ids
+//                  written out of key order half-fill B-tree leaves, which
+//                  held only two or three ~1 KB bodies each)
 //   "changes"      u64 etag      -> u32 collection | u8 flags | id bytes
 //   "coll_changes" u32 coll | u64 etag -> u8 flags | id bytes
 //   "dicts"        u32 dictionary id -> u32 collection | zstd dictionary
@@ -40,12 +48,18 @@
 //          kFlagDict        body is a varint dictionary id and one zstd
 //                           frame of the text compressed with it
 //          kFlagStructured  body is the structured layout (large documents)
+//          kFlagBodyApart   the body is in "bodies" under this etag (with
+//                           its own encoding flags: kFlagZstd, kFlagDict,
+//                           kFlagStructured or none for raw JSON); the
+//                           DocValue has no body (format 3)
 //   The body encodings are documented in body_format.h, beside their
 //   encoder and decoders.
 //
-// Format versions: 1 had only raw and kFlagZstd bodies and no "dicts"; a
-// version-1 store opens unchanged and is stamped 2 (its old bodies stay
-// readable; rewritten documents take the new encodings).
+// Format versions: 1 had only raw and kFlagZstd bodies and no "dicts"; 2
+// kept every body in its DocValue; 3 writes bodies to "bodies". A version-1
+// or -2 store opens unchanged and is stamped 3 (its old bodies stay
+// readable where they are; rewritten documents take the new layout), so an
+// older build refuses it.
 //
 // Each document has exactly one entry in "changes" and "coll_changes": its
 // latest write (older ones are removed when it is rewritten), tombstones
@@ -63,7 +77,7 @@
 
 namespace corvid::storage::format {
 
-inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr size_t kMaxKeyBytes = 511;
 inline constexpr size_t kMaxDirectIdBytes = 498;
 inline constexpr size_t kLongIdPrefix = kMaxKeyBytes - 4 - 8;
@@ -73,6 +87,9 @@ inline constexpr uint8_t kFlagZstd = 2;
 inline constexpr uint8_t kFlagLongId = 4;
 inline constexpr uint8_t kFlagDict = 8;
 inline constexpr uint8_t kFlagStructured = 16;
+inline constexpr uint8_t kFlagBodyApart = 32;
+// The flags a body's own encoding may carry (a "bodies" entry's first byte).
+inline constexpr uint8_t kBodyEncodingFlags = kFlagZstd | kFlagDict | kFlagStructured;
 
 inline void PutBE32(std::string& out, uint32_t v) {
   char b[4] = {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
@@ -125,6 +142,9 @@ inline std::string ChangeKey(uint64_t etag) {
   return key;
 }
 
+// A "bodies" key: the etag the body was written at.
+inline std::string BodyKey(uint64_t etag) { return ChangeKey(etag); }
+
 inline std::string CollChangeKey(uint32_t coll, uint64_t etag) {
   std::string key;
   PutBE32(key, coll);
@@ -157,6 +177,14 @@ inline bool DecodeDoc(std::string_view v, DocView& out) {
     pos += n;
   }
   out.body = v.substr(pos);
+  return true;
+}
+
+// A "bodies" entry: its encoding flags and the body. False if malformed.
+inline bool DecodeBodyEntry(std::string_view v, uint8_t& flags, std::string_view& body) {
+  if (v.empty() || (uint8_t(v[0]) & ~kBodyEncodingFlags) != 0) return false;
+  flags = uint8_t(v[0]);
+  body = v.substr(1);
   return true;
 }
 

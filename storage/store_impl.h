@@ -92,6 +92,7 @@ class DocumentStore::Impl {
   StoreOptions options;
   MDB_env* env = nullptr;
   MDB_dbi meta_db = 0, collections_db = 0, docs_db = 0, changes_db = 0, coll_changes_db = 0, dicts_db = 0;
+  MDB_dbi bodies_db = 0;  // format 3: bodies by etag (format.h)
   // The etag clock: (unix seconds, BE64) -> the last etag then (LE64),
   // a sample a minute, so that a tombstone's age can be told from its etag.
   MDB_dbi clock_db = 0;
@@ -140,7 +141,12 @@ class DocumentStore::Impl {
   bool NoteCompression(uint32_t coll, uint64_t raw, uint64_t stored);
   Status StoreDictionary(uint32_t coll, const std::string& bytes);
   Status LoadDictionaries(MDB_txn* txn);
-  // A stored body back to its text.
+  // Points a live document's `view` at its body: for a DocValue flagged
+  // kFlagBodyApart, the "bodies" entry at its etag, whose encoding flags
+  // then replace kFlagBodyApart in view.flags. Corruption if that entry is
+  // missing or malformed.
+  Status ResolveBody(MDB_txn* txn, format::DocView& view) const;
+  // A stored body (resolved) back to its text.
   Status Decode(const format::DocView& view, std::string& out) const {
     return body::DecodeWhole(view.flags, view.body, Dictionaries(), out);
   }

@@ -56,7 +56,7 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
   Impl impl;
   int rc = mdb_env_create(&impl.env);
   if (rc != 0) return LmdbStatus(rc, "mdb_env_create");
-  mdb_env_set_maxdbs(impl.env, 8);
+  mdb_env_set_maxdbs(impl.env, 16);
   mdb_env_set_mapsize(impl.env, impl.options.map_size);
   // Read-only and without the lock file: the server is stopped.
   rc = mdb_env_open(impl.env, dir.c_str(), MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS | MDB_NORDAHEAD, 0644);
@@ -76,12 +76,13 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
   struct Named { const char* name; MDB_dbi* dbi; bool required; } dbs[] = {
       {"meta", &impl.meta_db, true}, {"collections", &impl.collections_db, true}, {"docs", &impl.docs_db, true},
       {"changes", &impl.changes_db, true}, {"coll_changes", &impl.coll_changes_db, true},
-      {"dicts", &impl.dicts_db, false}, {"clock", &impl.clock_db, false}};
-  bool have_dicts = true;
+      {"dicts", &impl.dicts_db, false}, {"clock", &impl.clock_db, false}, {"bodies", &impl.bodies_db, false}};
+  bool have_dicts = true, have_bodies = true;
   for (auto& d : dbs) {
     rc = mdb_dbi_open(txn.get(), d.name, 0, d.dbi);
     if (rc == MDB_NOTFOUND && !d.required) {
       have_dicts = have_dicts && std::string_view(d.name) != "dicts";
+      have_bodies = have_bodies && std::string_view(d.name) != "bodies";
       continue;
     }
     if (rc != 0) {
@@ -106,7 +107,7 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
   walk(impl.meta_db, "meta", [&](std::string_view k, std::string_view v) {
     if (k == "format") {
       const uint64_t version = v.size() == 4 ? fmt::GetLE(v.data(), 4) : 0;
-      if (version != 1 && version != fmt::kFormatVersion) damage("meta: unknown format version");
+      if (version < 1 || version > fmt::kFormatVersion) damage("meta: unknown format version");
     } else if (k == "last_etag") {
       if (v.size() == 8) last_etag = fmt::GetLE(v.data(), 8);
       else damage("meta: last_etag is " + std::to_string(v.size()) + " bytes");
@@ -130,7 +131,7 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
   const body::DictionaryLookup dicts = impl.Dictionaries();
 
   // docs: each value decodes, each body is a JSON object.
-  uint64_t docs = 0, bodies = 0, body_bytes = 0;
+  uint64_t docs = 0, bodies = 0, body_bytes = 0, apart = 0;
   std::string text;
   rapidjson::Document parsed;
   walk(impl.docs_db, "docs", [&](std::string_view k, std::string_view v) {
@@ -148,9 +149,15 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
       damage(at + ": etag " + std::to_string(view.etag) + " beyond the last etag " + std::to_string(last_etag));
     if (view.flags & fmt::kFlagDeleted) {
       ++it->second.seen_dead;
+      if (view.flags & fmt::kFlagBodyApart) damage(at + ": a tombstone with a body");
       return;
     }
     ++it->second.seen_live;
+    if (view.flags & fmt::kFlagBodyApart) {
+      ++apart;
+      if (!have_bodies) return damage(at + ": its body is in \"bodies\", which the store does not have");
+      if (Status s = impl.ResolveBody(txn.get(), view); !s.ok()) return damage(at + ": " + s.ToString());
+    }
     Status s = body::DecodeWhole(view.flags, view.body, dicts, text);
     if (!s.ok()) return damage(at + ": its body does not decode (" + s.ToString() + ")");
     parsed.Parse<rapidjson::kParseValidateEncodingFlag>(text.data(), text.size());
@@ -164,6 +171,20 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
              std::to_string(t.tombstones) + " tombstones; the store holds " + std::to_string(t.seen_live) +
              " and " + std::to_string(t.seen_dead));
   }
+
+  // bodies: well-formed, and each one a live document's (every document
+  // flagged kFlagBodyApart found its own above, at its etag).
+  uint64_t body_entries = 0;
+  if (have_bodies)
+    walk(impl.bodies_db, "bodies", [&](std::string_view k, std::string_view v) {
+      ++body_entries;
+      uint8_t encoding = 0;
+      std::string_view body;
+      if (k.size() != 8 || !fmt::DecodeBodyEntry(v, encoding, body)) damage("bodies: a malformed entry");
+    });
+  if (body_entries != apart)
+    damage("bodies holds " + std::to_string(body_entries) + " entries for " + std::to_string(apart) +
+           " documents whose body is kept there");
 
   // The change feeds: one entry per document, naming its latest etag.
   auto check_change = [&](const char* feed, uint32_t coll, uint64_t etag, std::string_view rest) {
@@ -197,6 +218,7 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
   if (damage.count() == 0)
     report.sound.push_back("store: " + std::to_string(docs) + " documents and tombstones in " +
                            std::to_string(colls.size()) + " collections, " + std::to_string(bodies) + " bodies (" +
+                           std::to_string(apart) + " kept by etag, " +
                            std::to_string(body_bytes) + " bytes of JSON) decoded, change feeds agree, last etag " +
                            std::to_string(last_etag));
   return Status::Ok();

@@ -35,8 +35,8 @@ int main(int argc, char** argv) {
   mdb_env_info(env, &info);
   std::printf("page size %u, pages used %zu (%.1f MiB)\n", envst.ms_psize, size_t(info.me_last_pgno + 1),
               double(info.me_last_pgno + 1) * envst.ms_psize / 1048576.0);
-  const char* names[] = {"meta", "collections", "docs", "changes", "coll_changes", "dicts"};
-  MDB_dbi docs = 0, dicts = 0;
+  const char* names[] = {"meta", "collections", "docs", "bodies", "changes", "coll_changes", "dicts", "clock"};
+  MDB_dbi docs = 0, dicts = 0, bodies = 0;
   for (const char* n : names) {
     MDB_dbi dbi;
     if (mdb_dbi_open(txn, n, 0, &dbi) != 0) continue;
@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
                 double(st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages) * st.ms_psize / 1048576.0);
     if (std::string(n) == "docs") docs = dbi;
     if (std::string(n) == "dicts") dicts = dbi;
+    if (std::string(n) == "bodies") bodies = dbi;
   }
   // Bodies by encoding.
   struct Tally {
@@ -60,6 +61,16 @@ int main(int argc, char** argv) {
   for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
     fmt::DocView view;
     if (!fmt::DecodeDoc(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size), view)) continue;
+    if (view.flags & fmt::kFlagBodyApart) {  // format 3: the body is in "bodies" at its etag
+      const std::string bk = fmt::BodyKey(view.etag);
+      MDB_val bkv{bk.size(), const_cast<char*>(bk.data())}, bv;
+      uint8_t encoding = 0;
+      if (bodies == 0 || mdb_get(txn, bodies, &bkv, &bv) != 0 ||
+          !fmt::DecodeBodyEntry(std::string_view(static_cast<const char*>(bv.mv_data), bv.mv_size), encoding,
+                                view.body))
+        continue;
+      view.flags = uint8_t((view.flags & ~fmt::kFlagBodyApart) | encoding);
+    }
     std::string kind = view.flags & fmt::kFlagStructured ? "structured"
                        : view.flags & fmt::kFlagDict     ? "zstd+dictionary"
                        : view.flags & fmt::kFlagZstd     ? "zstd"

@@ -587,8 +587,9 @@ std::vector<const Member*> Selected(const GenDoc& doc, const std::vector<std::st
 struct RawDoc {
   std::string collection, id;
   uint64_t etag = 0;
-  uint8_t flags = 0;
+  uint8_t flags = 0;  // the DocValue's, with a body kept apart's encoding in place of kFlagBodyApart
   std::string body;
+  bool apart = false;  // the body is in "bodies" (format 3)
 };
 struct RawStore {
   uint32_t format = 0;
@@ -609,10 +610,11 @@ RawStore Inspect(const std::filesystem::path& dir) {
   REQUIRE(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) == 0);
   auto open = [&](const char* name, MDB_dbi& dbi) { return mdb_dbi_open(txn, name, 0, &dbi) == 0; };
   auto str = [](const MDB_val& v) { return std::string(static_cast<const char*>(v.mv_data), v.mv_size); };
-  MDB_dbi meta, colls, docs, dicts;
+  MDB_dbi meta, colls, docs, dicts, bodies;
   REQUIRE(open("meta", meta));
   REQUIRE(open("collections", colls));
   REQUIRE(open("docs", docs));
+  const bool has_bodies = open("bodies", bodies);
   MDB_val k{6, const_cast<char*>("format")}, v;
   REQUIRE(mdb_get(txn, meta, &k, &v) == 0);
   REQUIRE(v.mv_size == 4);
@@ -637,6 +639,19 @@ RawStore Inspect(const std::filesystem::path& dir) {
     d.etag = view.etag;
     d.flags = view.flags;
     d.body = std::string(view.body);
+    if (view.flags & fmt::kFlagBodyApart) {  // format 3: the body and its encoding, by etag
+      REQUIRE(has_bodies);
+      const std::string bk = fmt::BodyKey(view.etag);
+      MDB_val bkv{bk.size(), const_cast<char*>(bk.data())}, bv;
+      REQUIRE(mdb_get(txn, bodies, &bkv, &bv) == 0);
+      const std::string entry = str(bv);
+      uint8_t encoding = 0;
+      std::string_view body;
+      REQUIRE(fmt::DecodeBodyEntry(entry, encoding, body));
+      d.flags = uint8_t((view.flags & ~fmt::kFlagBodyApart) | encoding);
+      d.body = std::string(body);
+      d.apart = true;
+    }
     out.docs[{d.collection, d.id}] = d;
   }
   mdb_cursor_close(cur);
@@ -1602,10 +1617,11 @@ TEST_CASE("a store written by the format-1 build opens, reads back identically a
     CHECK(store->LastEtag() > expected.last_etag);
   }
 
-  // On disk: stamped format 2, one dictionary for "users", the new bodies
-  // in the new encodings, the untouched old ones as they were.
+  // On disk: stamped format 3, one dictionary for "users", the new bodies
+  // in the new encodings and kept by etag, the untouched old ones as they
+  // were, in their DocValues.
   const RawStore after = Inspect(dir.path);
-  CHECK(after.format == 2);
+  CHECK(after.format == 3);
   REQUIRE(after.dicts.size() == 1);
   const uint32_t dict_id = after.dicts.begin()->first;
   CHECK(after.dicts.begin()->second.first == after.collection_numbers.at("users"));
@@ -1613,9 +1629,12 @@ TEST_CASE("a store written by the format-1 build opens, reads back identically a
   CHECK(after.docs.at({"users", "z0"}).flags == fmt::kFlagDict);
   CHECK(after.docs.at({"users", "large-new"}).flags == fmt::kFlagStructured);
   CHECK(StructuredDictId(after.docs.at({"users", "large-new"}).body) == dict_id);
+  for (const char* id : {"new1199", "z0", "large-new"}) CHECK(after.docs.at({"users", id}).apart);
+  CHECK(after.docs.at({"fresh", "a"}).apart);
   for (const auto& [key, d] : before.docs) {
     if (replaced.count(key.first + "/" + key.second)) continue;
     const RawDoc& now = after.docs.at(key);
+    CHECK(!now.apart);
     CHECK(now.flags == d.flags);
     CHECK(now.etag == d.etag);
     CHECK(now.body == d.body);

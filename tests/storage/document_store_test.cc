@@ -11,7 +11,11 @@
 #include <set>
 #include <thread>
 
+#include <lmdb.h>
+
+#include "common/verify_report.h"
 #include "storage/document_store.h"
+#include "storage/format.h"
 #include "tests/storage/store_test_util.h"
 
 using namespace corvid;
@@ -448,4 +452,159 @@ TEST_CASE("change batches carry bodies, respect limits and count the backlog", "
   REQUIRE(a);
   CHECK((a->name == "a" && a->count == 3 && a->tombstones == 0));
   CHECK_FALSE(store->Collection("zzz"));
+}
+
+namespace {
+
+// The store's LMDB file opened directly (the store closed), for what the
+// API cannot show: where a body is kept, and damage made on purpose.
+struct RawEnv {
+  MDB_env* env = nullptr;
+  MDB_txn* txn = nullptr;
+  RawEnv(const std::filesystem::path& dir, bool write) {
+    REQUIRE(mdb_env_create(&env) == 0);
+    mdb_env_set_maxdbs(env, 16);
+    mdb_env_set_mapsize(env, size_t{1} << 30);
+    REQUIRE(mdb_env_open(env, dir.c_str(), MDB_NOTLS | (write ? 0 : MDB_RDONLY), 0644) == 0);
+    REQUIRE(mdb_txn_begin(env, nullptr, write ? 0 : MDB_RDONLY, &txn) == 0);
+  }
+  ~RawEnv() {
+    if (txn) mdb_txn_abort(txn);
+    mdb_env_close(env);
+  }
+  MDB_dbi Db(const char* name) {
+    MDB_dbi dbi;
+    REQUIRE(mdb_dbi_open(txn, name, 0, &dbi) == 0);
+    return dbi;
+  }
+  void Commit() {
+    REQUIRE(mdb_txn_commit(txn) == 0);
+    txn = nullptr;
+  }
+  // key -> value of one database.
+  std::map<std::string, std::string> All(const char* name) {
+    std::map<std::string, std::string> out;
+    MDB_cursor* cur;
+    REQUIRE(mdb_cursor_open(txn, Db(name), &cur) == 0);
+    MDB_val k, v;
+    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+      out[std::string(static_cast<char*>(k.mv_data), k.mv_size)] = std::string(static_cast<char*>(v.mv_data), v.mv_size);
+    mdb_cursor_close(cur);
+    return out;
+  }
+};
+
+bool Mentions(const std::vector<std::string>& lines, std::string_view what) {
+  for (const auto& l : lines)
+    if (l.find(what) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("bodies are kept by etag: rewrites and deletes leave none behind, and a missing one is Corruption",
+          "[storage]") {
+  namespace fmt = corvid::storage::format;
+  TempDir dir;
+  StoreOptions options;
+  options.compress_threshold = 64;
+  std::map<std::string, std::string> live;
+  {
+    auto store = OpenStore(dir, options);
+    std::vector<WriteOp> ops;
+    for (int i = 0; i < 50; ++i) {
+      const std::string id = "d" + std::to_string(i);
+      live[id] = R"({"id":")" + id + R"(","pad":")" + std::string(i % 2 ? 200 : 3, 'x') + R"("})";
+      ops.push_back(Put("c", id, live[id]));
+    }
+    REQUIRE(Bulk(*store, ops).status.ok());
+    live["d3"] = R"({"id":"d3","rewritten":true})";
+    REQUIRE(Single(*store, Put("c", "d3", live["d3"])).status.ok());
+    REQUIRE(Single(*store, Del("c", "d4")).status.ok());
+    live.erase("d4");
+    const std::string long_id(505, 'L');  // over kMaxDirectIdBytes: kept in its DocValue
+    live[long_id] = R"({"long":1})";
+    REQUIRE(Single(*store, Put("c", long_id, live[long_id])).status.ok());
+  }
+  // On disk: every live document's DocValue is its header alone, and its
+  // body is the "bodies" entry at its etag; there is no other.
+  uint64_t etag_d7 = 0;
+  {
+    RawEnv raw(dir.path, false);
+    const auto docs = raw.All("docs"), bodies = raw.All("bodies");
+    size_t apart = 0;
+    for (const auto& [key, value] : docs) {
+      fmt::DocView view;
+      REQUIRE(fmt::DecodeDoc(value, view));
+      CHECK(view.body.empty());
+      if (view.flags & fmt::kFlagDeleted) {
+        CHECK_FALSE(view.flags & fmt::kFlagBodyApart);
+        CHECK(bodies.count(fmt::BodyKey(view.etag)) == 0);
+        continue;
+      }
+      REQUIRE(view.flags & fmt::kFlagBodyApart);
+      CHECK(bodies.count(fmt::BodyKey(view.etag)) == 1);
+      ++apart;
+      if (key.size() == 6 && key.substr(4) == "d7") etag_d7 = view.etag;
+    }
+    CHECK(apart == live.size());
+    CHECK(bodies.size() == live.size());
+    REQUIRE(etag_d7 != 0);
+  }
+  VerifyReport sound;
+  REQUIRE(DocumentStore::Verify((dir.path).string(), sound).ok());
+  CHECK(sound.damaged.empty());
+  {
+    auto store = OpenStore(dir, options);
+    for (const auto& [id, body] : live) {
+      auto doc = store->Get("c", id);
+      REQUIRE(doc.ok());
+      CHECK(doc->body == body);
+    }
+    auto batch = store->ReadChangeBatch("c", 0, 1000, size_t{1} << 20);
+    REQUIRE(batch.ok());
+    size_t bodies = 0;
+    for (const auto& c : (*batch)->changes()) {
+      if (c.deleted) continue;
+      CHECK(c.json == live.at(std::string(c.id)));
+      ++bodies;
+    }
+    CHECK(bodies == live.size());
+  }
+
+  // d7's body removed behind the store's back: verify names it, reads say Corruption.
+  {
+    RawEnv raw(dir.path, true);
+    const std::string bk = fmt::BodyKey(etag_d7);
+    MDB_val k{bk.size(), const_cast<char*>(bk.data())};
+    REQUIRE(mdb_del(raw.txn, raw.Db("bodies"), &k, nullptr) == 0);
+    raw.Commit();
+  }
+  VerifyReport missing;
+  REQUIRE(DocumentStore::Verify((dir.path).string(), missing).ok());
+  CHECK(Mentions(missing.damaged, "'d7'"));
+  {
+    auto store = OpenStore(dir, options);
+    auto doc = store->Get("c", "d7");
+    CHECK(doc.status().code() == StatusCode::kCorruption);
+    CHECK(store->Get("c", "d9").ok());
+    auto batch = store->ReadChangeBatch("c", 0, 1000, size_t{1} << 20);
+    CHECK(batch.status().code() == StatusCode::kCorruption);
+  }
+
+  // A body no document names: verify counts it.
+  {
+    RawEnv raw(dir.path, true);
+    const std::string bk = fmt::BodyKey(etag_d7), value = std::string(1, '\0') + live["d7"];
+    MDB_val k{bk.size(), const_cast<char*>(bk.data())}, v{value.size(), const_cast<char*>(value.data())};
+    REQUIRE(mdb_put(raw.txn, raw.Db("bodies"), &k, &v, 0) == 0);  // d7 whole again
+    const std::string stray = fmt::BodyKey(1u << 30);
+    MDB_val sk{stray.size(), const_cast<char*>(stray.data())};
+    REQUIRE(mdb_put(raw.txn, raw.Db("bodies"), &sk, &v, 0) == 0);
+    raw.Commit();
+  }
+  VerifyReport stray;
+  REQUIRE(DocumentStore::Verify((dir.path).string(), stray).ok());
+  CHECK(Mentions(stray.damaged, "bodies holds"));
+  CHECK_FALSE(Mentions(stray.damaged, "'d7'"));
 }
