@@ -284,8 +284,6 @@ struct SearchParams {
   uint64_t wait_ms = 0;
 };
 
-constexpr uint64_t kMaxSearchLimit = 10000;
-
 std::string ApplyText(std::string& out, std::string_view key, std::string_view v) {
   if (v.size() > kMaxQueryBytes)
     return std::string(key) + " exceeds " + std::to_string(kMaxQueryBytes) + " bytes";
@@ -388,10 +386,11 @@ const SearchParamSpec kSearchParams[] = {
        return std::string();
      }},
     // A bad value fails the whole request, so what it leaves behind is never read.
+    // limit and offset are read as given: the result window refuses them (Search).
     {"limit", BodyParamType::kCount,
-     [](SearchParams& p, std::string_view k, std::string_view v) { return ParseCount(k, v, kMaxSearchLimit, p.request.limit); }},
+     [](SearchParams& p, std::string_view k, std::string_view v) { return ParseCount(k, v, UINT64_MAX, p.request.limit); }},
     {"offset", BodyParamType::kCount,
-     [](SearchParams& p, std::string_view k, std::string_view v) { return ParseCount(k, v, UINT32_MAX, p.request.offset); }},
+     [](SearchParams& p, std::string_view k, std::string_view v) { return ParseCount(k, v, UINT64_MAX, p.request.offset); }},
     {"minEtag", BodyParamType::kCount,
      [](SearchParams& p, std::string_view k, std::string_view v) { return ParseCount(k, v, UINT64_MAX, p.min_etag); }},
     {"waitMs", BodyParamType::kCount,
@@ -522,7 +521,11 @@ void Router::State::Search(const Request& req, const Target& t, const std::strin
     return reply(ErrorResponse(400, "invalid_argument",
                                "offset must be 0 with searchAfter (the key says where the page starts); got " +
                                    std::to_string(params.request.offset)));
-  if (params.request.offset + params.request.limit > options.max_result_window)
+  // Refused, never capped: a client asking for more than the window gets
+  // told so (as Elasticsearch's index.max_result_window), also for a
+  // limit alone. Written so that no sum can wrap.
+  const uint64_t window = options.max_result_window;
+  if (params.request.limit > window || params.request.offset > window - params.request.limit)
     return reply(ErrorResponse(400, "result_window_too_large",
                                "offset + limit must be at most " + std::to_string(options.max_result_window) +
                                    " (--max-result-window); page further with searchAfter"));

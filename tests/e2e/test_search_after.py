@@ -19,6 +19,9 @@ paging"; docs/http-choices.md, Search) against the real `corvid` binary.
   invalid_argument; the server keeps serving.
 - A field-sorted walk with deletes and new documents between its pages
   returns no document twice and skips none that matched throughout.
+- A limit past the window is refused, never capped, under the default
+  window and a larger one (which admits limits above 10,000), GET and POST,
+  with and without searchAfter; /results bounds its offset by the window.
 Run: python3 test_search_after.py --binary build/corvid
 """
 
@@ -349,6 +352,76 @@ class SearchAfterTest(CorvidTestCase):
         self.assertFalse(missing, '%d documents that matched throughout were skipped' % len(missing))
         self.assertEqual(seen, field_order(self.docs, sort, seen), 'the walk is in key order')
         self.assertServerHealthy()
+
+
+class LimitWindowTest(CorvidTestCase):
+    """A limit past the window is refused, never capped (API.md, Deep
+    paging): with the default window of 10,000 (limit=10001 once answered
+    200 with 10,000 hits), and under a larger --max-result-window, which
+    admits larger limits (they were capped at 10,000 whatever the window).
+    /results bounds its offset by the same window."""
+    DOCS = 10050        # more than the default window
+    server_args = []    # the default window: 10,000
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        coll = 'lw'
+        for name, definition in (('lw_s', {'type': 'search', 'collection': coll, 'fields': {'body': {}, 'i': {'type': 'number'}}}),
+                                 ('lw_m', {'type': 'mapreduce', 'collection': coll, 'map': {'i': 'i'},
+                                           'groupBy': ['i'], 'reduce': {'c': 'count()'}})):
+            resp = cls.c.put('/indexes/' + name, json.dumps(definition))
+            assert resp.status == 201, resp.describe()
+        body = ''.join(json.dumps({'id': 'd%05d' % i, 'body': 'dogs', 'i': i}) + '\n' for i in range(cls.DOCS))
+        resp = cls.c.post(bulk_path(coll), body, content_type='application/x-ndjson')
+        assert resp.status == 200, resp.describe()
+        cls.last_etag = resp.json['lastEtag']
+
+    def search(self, method, **params):
+        params.update(minEtag=self.last_etag, waitMs=WAIT_MS)
+        if method == 'GET':
+            if 'searchAfter' in params:
+                params['searchAfter'] = json.dumps(params['searchAfter'])
+            return self.c.get('/indexes/lw_s/search?' + urllib.parse.urlencode(params))
+        return self.c.post('/indexes/lw_s/search', json.dumps(params))
+
+    def check_window(self, window):
+        for method in ('GET', 'POST'):
+            for params in ({'q': 'dogs', 'limit': window + 1}, {'q': 'dogs', 'limit': window + 1, 'offset': 0},
+                           {'q': 'dogs', 'limit': 1, 'offset': window},
+                           {'q': 'dogs', 'limit': 10 ** 19, 'offset': 5},   # no sum wraps around
+                           {'q': 'dogs', 'limit': window + 1, 'searchAfter': [1.0, 'd00007']},
+                           {'q': '*', 'sort': 'i', 'limit': window + 1, 'searchAfter': [None, 'd00007']}):
+                with self.subTest(method=method, params=params):
+                    err = self.assertError(self.search(method, **params), 400, 'result_window_too_large')
+                    self.assertIn('at most %d (--max-result-window)' % window, err['message'])
+            ans = self.search(method, q='dogs', limit=window)
+            self.assertStatus(ans, 200)
+            self.assertEqual(ans.json['total'], self.DOCS)
+            self.assertEqual(len(ans.json['hits']), min(window, self.DOCS), method)
+            ans = self.search(method, q='dogs', limit=window - 3, offset=3)
+            self.assertStatus(ans, 200)
+            self.assertEqual(len(ans.json['hits']), min(window - 3, self.DOCS - 3), method)
+        # /results: its offset is bounded by the window; its limit is not (default 10,000).
+        path = '/indexes/lw_m/results?minEtag=%d&waitMs=%d&' % (self.last_etag, WAIT_MS)
+        self.assertError(self.c.get(path + 'offset=%d' % (window + 1)), 400, 'result_window_too_large')
+        ans = self.c.get(path + 'offset=%d' % window)
+        self.assertStatus(ans, 200)
+        self.assertEqual(len(ans.json['rows']), max(0, self.DOCS - window))
+        ans = self.c.get(path + 'limit=%d' % (window + 1))
+        self.assertStatus(ans, 200)
+        self.assertEqual(len(ans.json['rows']), min(window + 1, self.DOCS))
+
+    def test_limit_past_the_window(self):
+        self.check_window(10000)
+
+
+class LargerWindowTest(LimitWindowTest):
+    """--max-result-window above 10,000 admits limits above 10,000."""
+    server_args = ['--max-result-window', '10040']
+
+    def test_limit_past_the_window(self):
+        self.check_window(10040)
 
 
 if __name__ == '__main__':
