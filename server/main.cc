@@ -49,7 +49,7 @@ constexpr const char* kUsage =
     "defaults: --data ./corvid-data --listen 127.0.0.1:8080 --threads <cores>\n"
     "          --memory-budget: half the cgroup's memory limit, else a quarter of RAM\n"
     "          (BYTES may end in K, M or G: powers of 1024)\n"
-    "          --tombstone-retention 7d (0, seconds, or a number with s, m, h or d)\n"
+    "          --tombstone-retention 7d (0, seconds, or a number with s, m, h or d; 1.5h)\n"
     "          --log-format text --log-level info --slow-ms 1000 (0: no slow-request lines)\n"
     "the other commands: corvid --help\n";
 
@@ -73,7 +73,11 @@ bool ParseBytes(std::string_view s, uint64_t& out) {
   return true;
 }
 
-// A duration: 0, seconds, or a number with s, m, h or d.
+// A duration in whole seconds: 0, seconds, or a number with s, m, h or d,
+// decimals allowed (1.5h, 0.5d, 2.5). Computed exactly (0.1h is 360 s);
+// a fraction of a second rounds up, so only 0 means none. Returns false,
+// leaving `seconds` unspecified, for anything else (a sign, an exponent,
+// blanks, "1.", ".5", no digits) or more than 2^40 s.
 bool ParseDuration(std::string_view s, uint64_t& seconds) {
   uint64_t unit = 1;
   if (!s.empty()) {
@@ -87,9 +91,28 @@ bool ParseDuration(std::string_view s, uint64_t& seconds) {
     if (unit != 0) s.remove_suffix(1);
     else unit = 1;
   }
-  if (!ParseNumber(s, seconds) || seconds > (uint64_t{1} << 40) / unit) return false;
-  seconds *= unit;
-  return true;
+  const size_t dot = s.find('.');
+  std::string_view fraction = dot == std::string_view::npos ? std::string_view() : s.substr(dot + 1);
+  if (dot != std::string_view::npos && fraction.empty()) return false;
+  for (const char c : fraction)
+    if (c < '0' || c > '9') return false;
+  uint64_t whole = 0;
+  if (!ParseNumber(s.substr(0, dot), whole) || whole > (uint64_t{1} << 40) / unit) return false;
+  seconds = whole * unit;
+  // The fraction's share, rounded up: ceil(unit * 0.<digits>). Trailing
+  // zeros change nothing; 18 digits keep unit * digits within 128 bits.
+  while (!fraction.empty() && fraction.back() == '0') fraction.remove_suffix(1);
+  if (fraction.empty()) return true;
+  if (fraction.size() > 18) return false;
+  uint64_t digits = 0, scale = 1;
+  for (const char c : fraction) {
+    digits = digits * 10 + uint64_t(c - '0');
+    scale *= 10;
+  }
+  __extension__ using Uint128 = unsigned __int128;
+  const Uint128 scaled = Uint128(digits) * unit;
+  seconds += uint64_t(scaled / scale) + (scaled % scale != 0 ? 1 : 0);
+  return seconds <= (uint64_t{1} << 40);
 }
 
 int Fail(const std::string& message) {

@@ -123,6 +123,24 @@ class LoggingTest(unittest.TestCase):
         lines = self.run_server(['--log-level', 'warn', '--log-format', 'json'], work)
         self.assertEqual([json.loads(line)['event'] for line in lines], [], lines)
 
+    def test_tombstone_retention_takes_decimals(self):
+        # API.md, Server: 0, seconds, or a number with s, m, h or d; 1.5h
+        # was refused (integers only). server.start logs the seconds.
+        for value, seconds in (('1.5h', 5400), ('0.5d', 43200), ('2.5', 3), ('0.1h', 360), ('90m', 5400),
+                               ('0', 0), ('0.0s', 0), ('0.25', 1), ('7d', 604800), ('1.000h', 3600)):
+            with self.subTest(value=value):
+                lines = self.run_server(['--log-format', 'json', '--tombstone-retention', value], lambda c: None)
+                start = json.loads(lines[0])
+                self.assertEqual(start['event'], 'server.start', lines[0])
+                self.assertEqual(start['tombstone_retention_s'], seconds, lines[0])
+        for value in ('-1', '-1.5h', '1.5.h', '1.', '.5', 'h', '1e3', ' 1h', '1,5h', '1.5x', '1.-5h', '0x10',
+                      '1.' + '1' * 19, '99999999999999d'):
+            with self.subTest(value=value):
+                proc = subprocess.run([binary_path(), 'serve', '--listen', '127.0.0.1:0', '--tombstone-retention',
+                                       value], capture_output=True, text=True, timeout=30)
+                self.assertEqual(proc.returncode, 2, (value, proc.stderr))
+                self.assertIn('--tombstone-retention must be', proc.stderr)
+
     def test_bad_flag_values(self):
         for args in (['--log-format', 'xml'], ['--log-level', 'loud'], ['--slow-ms', '-1'], ['--log-format']):
             proc = subprocess.run([binary_path(), 'serve', '--listen', '127.0.0.1:0'] + args,
