@@ -168,7 +168,8 @@ std::string AppendRecord(std::string_view record, const ImportOptions& o, std::s
 
 // CSV (RFC 4180): a header row, then one document per row; a field that is
 // a JSON number becomes a number, anything else a string (the id always a
-// string). Quoted fields may hold commas, "" and newlines.
+// string; an empty id cell, no id). Quoted fields may hold commas, "" and
+// newlines.
 class CsvReader {
  public:
   explicit CsvReader(std::string_view text) : text_(text) {}
@@ -401,8 +402,13 @@ int Import(const ImportOptions& o, server::HttpClient& client) {
       rapidjson::Writer<rapidjson::StringBuffer> w(sb);
       w.StartObject();
       for (size_t i = 0; i < header.size(); ++i) {
+        const bool id = header[i] == o.id_field;
+        // An empty id cell is no id: the row goes without the field and
+        // gets a generated one (AppendRecord), as a row of a CSV without
+        // an id column does.
+        if (id && row[i].empty()) continue;
         w.Key(header[i].data(), rapidjson::SizeType(header[i].size()));
-        if (header[i] != o.id_field && IsJsonNumber(row[i])) w.RawValue(row[i].data(), row[i].size(), rapidjson::kNumberType);
+        if (!id && IsJsonNumber(row[i])) w.RawValue(row[i].data(), row[i].size(), rapidjson::kNumberType);
         else w.String(row[i].data(), rapidjson::SizeType(row[i].size()));
       }
       w.EndObject();

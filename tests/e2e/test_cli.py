@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -106,6 +107,42 @@ class CliTest(unittest.TestCase):
         self.corvid('import', path, '-c', 'idf', '--id-field', 'sku')
         self.assertEqual(self.exported('idf'), {'s1': {'id': 's1', 'sku': 's1', 'n': 1},
                                                 's2': {'id': 's2', 'sku': 's2', 'n': 2}})
+
+    def test_csv_row_with_an_empty_id_gets_a_generated_id(self):
+        # API.md: a document without an id gets a generated unique id; an
+        # empty id cell is no id (it was sent as "id": "" and stopped the
+        # import with 400 invalid_id). Id column first (sent unparsed),
+        # later, and named by --id-field; and a CSV without an id column.
+        generated = re.compile(r'^[0-9a-f]{16}-(\d+)$')
+        cases = (('e1', [], [['id', 'name', 'n'], ['x1', 'Ada', '1'], ['', 'Bob', '2'], ['x3', 'Cy', '3'],
+                             ['', 'Di', '4']]),
+                 ('e2', [], [['name', 'id', 'n'], ['Ada', 'x1', '1'], ['Bob', '', '2'], ['Cy', 'x3', '3'],
+                             ['Di', '', '4']]),
+                 ('e3', ['--id-field', 'sku'], [['name', 'sku', 'n'], ['Ada', 'x1', '1'], ['Bob', '', '2'],
+                                               ['Cy', 'x3', '3'], ['Di', '', '4']]),
+                 ('e4', [], [['name', 'n'], ['Ada', '1'], ['Bob', '2'], ['Cy', '3'], ['Di', '4']]))
+        for coll, flags, rows in cases:
+            with self.subTest(coll=coll):
+                buf = io.StringIO()
+                csv.writer(buf).writerows(rows)
+                path = self.write(coll + '.csv', buf.getvalue())
+                out = self.corvid('import', path, '-c', coll, *flags).stdout
+                self.assertIn('imported 4 documents', out)
+                self.corvid('import', path, '-c', coll, *flags)  # again: the same ids, nothing added
+                got = self.exported(coll)
+                self.assertEqual(len(got), 4, got)
+                by_name = {d['name']: d for d in got.values()}
+                for name, line in (('Bob', 3), ('Di', 5)) + ((('Ada', 2), ('Cy', 4)) if coll == 'e4' else ()):
+                    doc = by_name[name]
+                    m = generated.match(doc['id'])
+                    self.assertTrue(m, doc)
+                    self.assertEqual(int(m.group(1)), line, doc)
+                    self.assertEqual(set(doc), {'id', 'name', 'n'}, doc)   # no empty id or sku field
+                if coll != 'e4':
+                    self.assertEqual(by_name['Ada']['id'], 'x1')
+                    self.assertEqual(by_name['Cy']['n'], 3)
+                if coll == 'e3':
+                    self.assertEqual(by_name['Cy'], {'id': 'x3', 'name': 'Cy', 'sku': 'x3', 'n': 3})
 
     def test_bad_line_stops_and_a_rerun_resumes(self):
         lines = [json.dumps({'k': i, 'pad': 'p' * 50}) for i in range(2000)]  # no ids: generated
