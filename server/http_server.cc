@@ -38,6 +38,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
+#include <limits>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -447,7 +448,13 @@ class Session final : public SessionBase {
     buffer_.reserve(kReadBufferBytes);
     parser_.emplace(RequestParser::Limits{server_.options.max_header_bytes, server_.options.max_header_fields,
                                           server_.options.max_target_bytes});
-    parser_->body_limit(server_.options.router.max_bulk_bytes);
+    // No body limit while the header is read: which limit applies, and
+    // whether the client may send a body at all, are known only from the
+    // whole header (OnHeader), and no body byte is read before. (Beast
+    // 1.74 checks Content-Length against the limit at the header's end,
+    // so a limit here would refuse before the key is seen, naming no
+    // route's limit; boost::none would refuse every Content-Length.)
+    parser_->body_limit(std::numeric_limits<uint64_t>::max());
     reading_header_ = true;
     stream_.tcp().expires_after(std::min(server_.options.header_timeout, server_.options.idle_timeout));
     http::async_read_header(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
@@ -459,14 +466,17 @@ class Session final : public SessionBase {
     reading_header_ = false;
     if (ec) return OnReadError(ec);
     Request& req = parser_->request();
-    body_limit_ = server_.router->BodyLimit(req.method, req.target);
-    if (parser_->content_length() && *parser_->content_length() > body_limit_)
-      return TooLarge(parser_->content_length());
+    body_limit_ = server_.router->BodyLimit(req.method, req.target, &body_limit_name_);
     if (!parser_->is_done()) {
-      // A body follows: refuse an unauthenticated one before reading it.
+      // A body follows. First whether this client may send it, from the
+      // header alone (a refused body is never read, and an unauthenticated
+      // client learns nothing of the limits: 401/403 before any 413); then
+      // its size, from Content-Length, before anything is allocated.
       if (auto refusal =
               server_.router->Admit(req.method, req.target, req.has_authorization ? &req.authorization : nullptr))
         return WriteAndDrain(std::move(*refusal));
+      if (parser_->content_length() && *parser_->content_length() > body_limit_)
+        return TooLarge(parser_->content_length());
     }
     parser_->body_limit(body_limit_);
     if (parser_->expects_continue() && !parser_->is_done()) {
@@ -569,6 +579,7 @@ class Session final : public SessionBase {
   void TooLarge(boost::optional<uint64_t> content_length) {  // the parser's: none for a chunked body
     std::string msg = "request body exceeds the limit of " + std::to_string(body_limit_) + " bytes";
     if (content_length) msg += " (Content-Length " + std::to_string(*content_length) + ")";
+    if (!body_limit_name_.empty()) msg += " for " + std::string(body_limit_name_);
     Reject(RejectReason::kBodyTooLarge, 413, "body_too_large", msg);
   }
 
@@ -732,7 +743,8 @@ class Session final : public SessionBase {
   beast::flat_buffer buffer_;
   std::optional<RequestParser> parser_;
   bool keep_alive_ = true;
-  size_t body_limit_ = 0;  // the current request's (OnHeader), for its 413
+  size_t body_limit_ = 0;              // the current request's (OnHeader), for its 413
+  std::string_view body_limit_name_;  // and what it is (Router::BodyLimit's static text)
   bool draining_input_ = false;
   bool reading_header_ = false;
   bool idle_ = false;             // waiting for a request's first byte (reclaimable)

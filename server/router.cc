@@ -70,14 +70,18 @@ Router::~Router() {
   state_->JoinJobs();
 }
 
-size_t Router::BodyLimit(std::string_view method, std::string_view target) const {
+size_t Router::BodyLimit(std::string_view method, std::string_view target, std::string_view* what) const {
+  auto named = [what](size_t limit, std::string_view name) {
+    if (what != nullptr) *what = name;
+    return limit;
+  };
   // Decoded as Handle will decode it, so that /docs/c/%5Fbulk, which
   // Dispatch sends to Bulk, gets the bulk limit too. A target that does not
   // parse is refused by Handle before its body matters.
   const RouterOptions& o = state_->options;
   if (method == "POST") {
     std::optional<Target> t = ParseTarget(target);
-    if (t && IsBulkPath(*t)) return o.max_bulk_bytes;
+    if (t && IsBulkPath(*t)) return named(o.max_bulk_bytes, "a bulk body (--max-bulk-bytes)");
   }
   // Documents are written under /docs/; every other body (a definition, a
   // search, an analyze text) is small. The raw prefix decides in the common
@@ -87,7 +91,10 @@ size_t Router::BodyLimit(std::string_view method, std::string_view target) const
     std::optional<Target> t = ParseTarget(target);
     documents = t && !t->segments.empty() && t->segments[0] == "docs";
   }
-  return documents ? o.max_doc_bytes : std::min(o.max_doc_bytes, o.max_control_body_bytes);
+  if (documents) return named(o.max_doc_bytes, "a document (--max-doc-bytes)");
+  if (o.max_doc_bytes < o.max_control_body_bytes)
+    return named(o.max_doc_bytes, "a body that is not a document's (--max-doc-bytes)");
+  return named(o.max_control_body_bytes, "a body that is not a document's (an index definition, a search, an analyze text)");
 }
 
 void Router::CompleteWaiters() {

@@ -127,8 +127,10 @@ class Router {
   // with `method`: a POST that Handle routes to the bulk endpoint
   // (/docs/{collection}/_bulk, decoded) gets the bulk limit, other requests
   // under /docs/ the document limit, everything else the smaller of that
-  // and the control-body limit. Cost: one parse of the target (POST only).
-  size_t BodyLimit(std::string_view method, std::string_view target) const;
+  // and the control-body limit. `what`, when given, is set to the limit's
+  // name for a 413's message ("a bulk body (--max-bulk-bytes)"; static
+  // text). Cost: one parse of the target (POST only).
+  size_t BodyLimit(std::string_view method, std::string_view target, std::string_view* what = nullptr) const;
 
   // Decides from the request line and the Authorization header alone
   // (nullptr: none), before any body is read, whether the request may go

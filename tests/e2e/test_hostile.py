@@ -1337,6 +1337,45 @@ class LimitsTest(CorvidTestCase):
                        length=False)
         self.assertRawError(self.send(head, quiet=3.0), 413, 'body_too_large', closed=True)
 
+    def test_413_names_the_limit_of_its_route(self):
+        # The message named "the limit of 0 bytes" when Content-Length was
+        # over the bulk limit (refused before the route's limit was known).
+        doc = 'for a document (--max-doc-bytes)'
+        bulk = 'for a bulk body (--max-bulk-bytes)'
+        for method, target, size, limit, what in ((b'PUT', b'/docs/lim/cl', DOC_LIMIT + 1, DOC_LIMIT, doc),
+                                                  (b'PUT', b'/docs/lim/cl', BULK_LIMIT + 1, DOC_LIMIT, doc),
+                                                  (b'PUT', b'/docs/lim/cl', 1 << 62, DOC_LIMIT, doc),
+                                                  (b'POST', b'/docs/lim/_bulk', BULK_LIMIT + 1, BULK_LIMIT, bulk),
+                                                  (b'POST', b'/docs/lim/%5Fbulk', 1 << 40, BULK_LIMIT, bulk),
+                                                  (b'POST', b'/indexes/i/search', BULK_LIMIT + 1, 1 << 20,
+                                                   'not a document')):
+            with self.subTest(method=method, target=target, size=size):
+                head = request(method, target, auth_headers(KEY) + [b'Content-Length: %d' % size], length=False)
+                out = self.send(head, quiet=3.0)
+                self.assertRawError(out, 413, 'body_too_large', closed=True)
+                message = error_of(out.replies[0])['message']
+                self.assertIn('exceeds the limit of %d bytes (Content-Length %d)' % (limit, size), message)
+                self.assertIn(what, message)
+        self.assertAbsent('lim', 'cl')
+
+    def test_unauthorized_before_too_large(self):
+        # API.md: 401/403 for a missing or wrong key; a client without the
+        # key learns nothing of the limits (it got 413 first), and its body
+        # is still never read.
+        for key, status in ((None, 401), ('wrong', 403)):
+            for method, target, size in ((b'PUT', b'/docs/lim/u', DOC_LIMIT + 1),
+                                         (b'PUT', b'/docs/lim/u', BULK_LIMIT + 1),
+                                         (b'POST', b'/docs/lim/_bulk', BULK_LIMIT + 1),
+                                         (b'POST', b'/indexes/i/search', 1 << 40)):
+                with self.subTest(key=key, target=target, size=size):
+                    head = request(method, target, auth_headers(key) + [b'Content-Length: %d' % size],
+                                   length=False) + b'{"a":"' + b'x' * 100
+                    t0 = time.monotonic()
+                    out = self.send(head, quiet=3.0)
+                    self.assertRawError(out, status, 'unauthorized' if status == 401 else 'forbidden', closed=True)
+                    self.assertLess(time.monotonic() - t0, 2.5, 'answered only after waiting for the body')
+        self.assertAbsent('lim', 'u')
+
     # -- malformed -----------------------------------------------------------------
     def test_malformed_http_400_and_closed(self):
         auth = b'Authorization: Bearer ' + KEY.encode() + b'\r\n'   # so that the key is not what fails

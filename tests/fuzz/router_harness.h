@@ -105,13 +105,14 @@ class RouterEnv {
   void Run(server::Request req, bool keyed) {
     server::Router& router = keyed ? *keyed_ : *plain_;
     const uint64_t etag_before = store_->LastEtag();
-    if (req.body.size() > router.BodyLimit(req.method, req.target)) return;  // 413 from the transport
     if (!req.body.empty()) {
-      // A body follows: the transport refuses an unauthenticated one first.
+      // A body follows: the transport refuses an unauthenticated one first,
+      // then one over its route's limit (413).
       if (auto refusal = router.Admit(req.method, req.target, req.has_authorization ? &req.authorization : nullptr)) {
         CheckResponse(*refusal, req.method, req.target);
         return;
       }
+      if (req.body.size() > router.BodyLimit(req.method, req.target)) return;  // 413 from the transport
     }
     struct Box {
       std::mutex mu;

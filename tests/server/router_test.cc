@@ -828,6 +828,24 @@ TEST_CASE("router: bodies other than documents get the control-body limit", "[se
     INFO(method << " " << target);
     CHECK(fx.router->BodyLimit(method, target) == 5000);
   }
+  // Each limit says what it is, for the 413's message.
+  std::string_view what;
+  CHECK(fx.router->BodyLimit("POST", "/docs/c/%5Fbulk", &what) == 1000000);
+  CHECK(what == "a bulk body (--max-bulk-bytes)");
+  CHECK(fx.router->BodyLimit("PUT", "/%64ocs/c/1", &what) == 100000);
+  CHECK(what == "a document (--max-doc-bytes)");
+  CHECK(fx.router->BodyLimit("POST", "/indexes/i/search", &what) == 5000);
+  CHECK(what.starts_with("a body that is not a document's (an index definition"));
+}
+
+TEST_CASE("router: a control body under a smaller document limit names that limit", "[server]") {
+  RouterOptions options;
+  options.max_doc_bytes = 100;
+  options.max_control_body_bytes = 5000;
+  Fixture fx(options);
+  std::string_view what;
+  CHECK(fx.router->BodyLimit("PUT", "/indexes/i", &what) == 100);
+  CHECK(what == "a body that is not a document's (--max-doc-bytes)");
 }
 
 TEST_CASE("router: GET /docs/{collection} lists documents in id order, paged by key", "[server]") {
