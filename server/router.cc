@@ -569,20 +569,46 @@ void Router::State::Changes(const Target& t, Reply& reply) {
     w.EndObject();
     return JsonResponse(200, buf);
   };
-  if (wait_ms == 0 || limit == 0 || store.LastEtag() > since) return reply(answer());
-
-  // Long poll: answered by the first commit after `since`, or at waitMs.
+  if (wait_ms == 0 || limit == 0) return reply(answer());
   auto& st = store;
+  auto subscribe = [&st](std::function<void()> wake) {
+    return st.AddCommitListener([wake](uint64_t) { wake(); });
+  };
+  auto unsubscribe = [&st](uint64_t handle) { st.RemoveCommitListener(handle); };
+  if (!collection) {
+    if (st.LastEtag() > since) return reply(answer());
+    // Long poll: answered by the first commit after `since`, or at waitMs.
+    return WaitThen(
+        std::chrono::milliseconds(wait_ms), [&st, since] { return st.LastEtag() > since; }, subscribe, unsubscribe,
+        [reply = std::move(reply), answer] { reply(answer()); });
+  }
+  // With collection=C, only a change of C newer than `since` ends the wait
+  // (as CouchDB's filtered longpoll): a write elsewhere, or a `since` below
+  // the server's last etag with nothing newer in C, keeps it waiting until
+  // waitMs. Whether C has one is a read, done on an I/O thread after a
+  // commit newer than `checked`, the last etag through which C was found
+  // to have none: one read per commit at most, none between commits.
+  auto checked = std::make_shared<std::atomic<uint64_t>>(0);
+  auto news = [&st, since, c = *collection, checked] {
+    const uint64_t last = st.LastEtag();  // first: the read below sees every commit through it
+    if (since > 0 && since < st.PurgedMax()) return true;  // 410 now
+    auto changes = st.ChangesSince(since, 1, std::string_view(c));
+    if (!changes.ok() || !changes->empty()) return true;  // an error is answered, not waited on
+    uint64_t seen = checked->load();
+    while (seen < last && !checked->compare_exchange_weak(seen, last)) {
+    }
+    return false;
+  };
+  if (news()) return reply(answer());
   WaitThen(
-      std::chrono::milliseconds(wait_ms), [&st, since] { return st.LastEtag() > since; },
-      [&st](std::function<void()> wake) { return st.AddCommitListener([wake](uint64_t) { wake(); }); },
-      [&st](uint64_t handle) { st.RemoveCommitListener(handle); },
-      [reply = std::move(reply), answer] { reply(answer()); });
+      std::chrono::milliseconds(wait_ms), [&st, checked] { return st.LastEtag() > checked->load(); }, subscribe,
+      unsubscribe, [reply = std::move(reply), answer] { reply(answer()); }, news);
 }
 
 void Router::State::WaitThen(std::chrono::milliseconds wait, std::function<bool()> ready,
                              const std::function<uint64_t(std::function<void()>)>& subscribe,
-                             std::function<void(uint64_t)> unsubscribe, std::function<void()> then) {
+                             std::function<void(uint64_t)> unsubscribe, std::function<void()> then,
+                             std::function<bool()> confirm) {
   auto w = std::make_shared<Waiter>();
   w->finish = std::move(then);
   {
@@ -592,19 +618,22 @@ void Router::State::WaitThen(std::chrono::milliseconds wait, std::function<bool(
   std::weak_ptr<State> weak_self = weak_from_this();
   std::weak_ptr<Waiter> weak_w = w;
   // Subscribe first, then check: a wake-up between the two is never lost.
-  uint64_t handle = subscribe([weak_self, weak_w, ready] {
+  uint64_t handle = subscribe([weak_self, weak_w, ready, confirm] {
     auto self = weak_self.lock();
     auto w = weak_w.lock();
     if (!self || !w || w->done || !ready()) return;
-    // Finish on an I/O thread, not on the notifying (merger/worker) thread.
-    self->timers.RunAfter(std::chrono::milliseconds(0), [self, w] { self->Finish(w); });
+    // Finish on an I/O thread, not on the notifying (merger/worker) thread;
+    // the confirming read runs there too.
+    self->timers.RunAfter(std::chrono::milliseconds(0), [self, w, confirm] {
+      if (!w->done && (!confirm || confirm())) self->Finish(w);
+    });
   });
   {
     std::lock_guard lock(w->mu);
     w->unsubscribe = [unsubscribe = std::move(unsubscribe), handle] { unsubscribe(handle); };
   }
   timers.RunAfter(wait, [self = shared_from_this(), w] { self->Finish(w); });
-  if (ready()) Finish(w);
+  if (ready() && (!confirm || confirm())) Finish(w);
 }
 
 void Router::State::Finish(const std::shared_ptr<Waiter>& w) {

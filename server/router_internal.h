@@ -251,10 +251,16 @@ struct Router::State : std::enable_shared_from_this<Router::State> {
 
   // Runs `then` once `ready()` holds (checked whenever `subscribe`'s wake-up
   // fires) or after `wait`, whichever comes first. `subscribe` registers a
-  // wake-up and returns its handle; `unsubscribe` removes it.
+  // wake-up and returns its handle; `unsubscribe` removes it. `ready` runs
+  // on the notifying thread (the merger's), so it must be cheap; a
+  // `confirm`, when given, is the costlier check (a read) that must also
+  // hold: it runs on an I/O thread after `ready()` held, and when it does
+  // not, the request goes on waiting for the next wake-up. Nothing runs
+  // between wake-ups: no polling.
   void WaitThen(std::chrono::milliseconds wait, std::function<bool()> ready,
                 const std::function<uint64_t(std::function<void()>)>& subscribe,
-                std::function<void(uint64_t)> unsubscribe, std::function<void()> then);
+                std::function<void(uint64_t)> unsubscribe, std::function<void()> then,
+                std::function<bool()> confirm = nullptr);
   void Finish(const std::shared_ptr<Waiter>& w);
 
   Response Health() const;

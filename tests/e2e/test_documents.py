@@ -754,6 +754,49 @@ class DocumentsTest(CorvidTestCase):
             self.assertGreaterEqual(len(result['resp'].json['results']), 1, action)
             self.assertGreater(result['resp'].json['results'][0]['etag'], last)
 
+    def test_changes_long_poll_with_collection_waits_for_it(self):
+        # API.md: with waitMs, /changes long-polls until something newer
+        # than `since` exists; collection=C keeps one collection's changes.
+        # It answered at once, empty, on a write to another collection (and
+        # whenever `since` was below the server's last etag).
+        c, other = self.coll(), self.coll()
+        self.putOk(c, 'old', '{}')
+        self.putOk(other, 'o0', '{}')
+        since = self.c.last_etag() - 1     # below the server's last etag; nothing newer in c
+        waiter = self.server.client(timeout=30)
+        result = {}
+
+        def poll():
+            t0 = time.monotonic()
+            result['resp'] = waiter.get('/changes?since=%d&collection=%s&waitMs=8000' % (since, q(c)))
+            result['elapsed'] = time.monotonic() - t0
+
+        thread = threading.Thread(target=poll)
+        t0 = time.monotonic()
+        thread.start()
+        for i in range(5):
+            time.sleep(0.2)
+            self.putOk(other, 'o%d' % (i + 1), '{}')
+        time.sleep(0.3)
+        self.assertTrue(thread.is_alive(), 'answered before any change of %s: %r' % (c, result.get('resp')))
+        etag = self.putOk(c, 'wake', '{}')
+        thread.join(10)
+        waiter.close()
+        self.assertFalse(thread.is_alive())
+        self.assertStatus(result['resp'], 200)
+        self.assertLess(time.monotonic() - t0, 5.0, 'long poll did not return promptly after a PUT in its collection')
+        self.assertEqual(result['resp'].json, {'results': [{'etag': etag, 'collection': c, 'id': 'wake',
+                                                            'deleted': False}],
+                                               'lastEtag': etag})
+        # Nothing in c: the empty page at waitMs, with the server's last etag.
+        t0 = time.monotonic()
+        self.putOk(other, 'o9', '{}')
+        resp = self.c.get('/changes?since=%d&collection=%s&waitMs=1200' % (etag, q(c)))
+        elapsed = time.monotonic() - t0
+        self.assertStatus(resp, 200)
+        self.assertEqual(resp.json, {'results': [], 'lastEtag': self.c.last_etag()})
+        self.assertGreaterEqual(elapsed, 1.1, 'returned before waitMs')
+
     def test_changes_long_poll_times_out_empty(self):
         last = self.c.last_etag()
         t0 = time.monotonic()

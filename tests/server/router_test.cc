@@ -361,6 +361,11 @@ class ManualTimers : public Timers {
     }
     for (auto& f : run) f();
   }
+  // Work queued to run now (a parked request's check after a wake-up).
+  size_t Due() {
+    std::lock_guard lock(mu_);
+    return now_.size();
+  }
 
  private:
   std::mutex mu_;
@@ -725,6 +730,82 @@ TEST_CASE("router: collections, changes and long polls", "[server]") {
   fx.timers.RunDue(true);
   REQUIRE(f2.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
   CHECK(Parse(f2.get().body)["results"].Size() == 0);
+}
+
+TEST_CASE("router: a long poll with collection=C waits for a change of C", "[server]") {
+  // API.md: with waitMs, /changes long-polls until something newer than
+  // `since` exists; collection=C keeps one collection's changes. It once
+  // answered at once, empty, on a write elsewhere, or whenever the
+  // server's last etag was above `since`.
+  Fixture fx;
+  REQUIRE(fx.Call("PUT", "/docs/a/1", "{}").status == 201);  // etag 1
+  REQUIRE(fx.Call("PUT", "/docs/b/1", "{}").status == 201);  // etag 2
+  auto poll = [&fx](const std::string& target) {
+    auto p = std::make_shared<std::promise<Response>>();
+    Request lp;
+    lp.method = "GET";
+    lp.target = target;
+    fx.router->Handle(lp, [p](Response r) { p->set_value(std::move(r)); });
+    return p->get_future();
+  };
+  auto pending = [](std::future<Response>& f) {
+    return f.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout;
+  };
+  // `since` is below the server's last etag, but a has nothing newer: it waits.
+  auto f = poll("/changes?since=1&collection=a&waitMs=60000");
+  fx.timers.RunDue(false);
+  CHECK(pending(f));
+  CHECK(fx.timers.Due() == 0);  // nothing runs between commits
+  // Writes elsewhere wake it for one read each, and it waits on.
+  for (int i = 2; i < 5; ++i) {
+    REQUIRE(fx.Call("PUT", "/docs/b/" + std::to_string(i), "{}").status == 201);
+    CHECK(fx.timers.Due() == 1);
+    fx.timers.RunDue(false);
+    CHECK(pending(f));
+  }
+  CHECK(fx.timers.Due() == 0);
+  // A change of a answers it, with that change.
+  REQUIRE(fx.Call("PUT", "/docs/a/2", "{}").status == 201);  // etag 6
+  fx.timers.RunDue(false);
+  REQUIRE(f.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  auto got = Parse(f.get().body);
+  REQUIRE(got["results"].Size() == 1);
+  CHECK(std::string(got["results"][0]["collection"].GetString()) == "a");
+  CHECK(std::string(got["results"][0]["id"].GetString()) == "2");
+  CHECK(got["results"][0]["etag"].GetUint64() == 6);
+  CHECK(got["lastEtag"].GetUint64() == 6);
+  // A deletion in a counts too; one already there answers at once.
+  auto d = poll("/changes?since=6&collection=a&waitMs=60000");
+  fx.timers.RunDue(false);
+  CHECK(pending(d));
+  REQUIRE(fx.Call("DELETE", "/docs/a/1").status == 200);  // etag 7
+  fx.timers.RunDue(false);
+  REQUIRE(d.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  got = Parse(d.get().body);
+  REQUIRE(got["results"].Size() == 1);
+  CHECK(got["results"][0]["deleted"].GetBool());
+  auto now = poll("/changes?since=5&collection=a&waitMs=60000");
+  REQUIRE(now.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  CHECK(Parse(now.get().body)["results"].Size() == 2);
+  // At its deadline: no results, and the server's last etag.
+  auto late = poll("/changes?since=7&collection=a&waitMs=10");
+  REQUIRE(fx.Call("PUT", "/docs/b/9", "{}").status == 201);  // etag 8
+  fx.timers.RunDue(false);
+  CHECK(pending(late));
+  fx.timers.RunDue(true);
+  REQUIRE(late.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  got = Parse(late.get().body);
+  CHECK(got["results"].Size() == 0);
+  CHECK(got["lastEtag"].GetUint64() == 8);
+  // Shutdown answers a parked one the same way.
+  auto parked = poll("/changes?since=8&collection=a&waitMs=60000");
+  fx.timers.RunDue(false);
+  CHECK(pending(parked));
+  fx.router->CompleteWaiters();
+  REQUIRE(parked.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  got = Parse(parked.get().body);
+  CHECK(got["results"].Size() == 0);
+  CHECK(got["lastEtag"].GetUint64() == 8);
 }
 
 TEST_CASE("router: API key", "[server]") {
