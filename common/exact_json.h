@@ -4,7 +4,9 @@
 // (GetCachedPowerByIndex) on numbers such as 0.<700 zeros>1, which the
 // store accepts (any number of digits within a double's range), so an
 // index worker parsing such a stored document with it crashed, and again
-// after every restart. Header-only; include where RapidJSON is a dependency.
+// after every restart. The integers beyond 64 bits, which a double cannot
+// hold, can be kept as their text for writing values back (BigIntegers).
+// Header-only; include where RapidJSON is a dependency.
 #pragma once
 
 #include <rapidjson/document.h>
@@ -18,8 +20,85 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace corvid {
+
+// The integers of a parsed document that fit neither int64 nor uint64 (a
+// JSON integer may have any number of digits, and the store keeps them as
+// written). The document holds each as its nearest double, which has lost
+// digits; a parse given a BigIntegers records their text, so that
+// WriteExactly writes them back digit for digit (API.md: "an integer too
+// large for uint64 keeps its digits"). Costs nothing for a document
+// without one. Valid while its document is neither changed nor moved.
+class BigIntegers {
+ public:
+  bool empty() const { return located_.empty(); }
+  // The text of `v` if it is one of them, else nullptr.
+  const std::string* Find(const rapidjson::Value& v) const {
+    auto it = located_.find(&v);
+    return it == located_.end() ? nullptr : &it->second;
+  }
+
+  // For the parse below: the `nth` double it gave the document (from 0)
+  // is the integer `text`.
+  void Record(size_t nth, std::string_view text) { recorded_.emplace_back(nth, std::string(text)); }
+  // After the parse: ties the recorded texts to the document's values, by
+  // walking it in document order, which is the order of its doubles.
+  void Locate(const rapidjson::Value& root) {
+    located_.clear();
+    if (recorded_.empty()) return;
+    size_t nth = 0, next = 0;
+    Walk(root, nth, next);
+    recorded_.clear();
+  }
+  void Clear() {
+    recorded_.clear();
+    located_.clear();
+  }
+
+ private:
+  void Walk(const rapidjson::Value& v, size_t& nth, size_t& next) {
+    if (next == recorded_.size()) return;
+    if (v.IsObject()) {
+      for (auto m = v.MemberBegin(); m != v.MemberEnd(); ++m) Walk(m->value, nth, next);
+    } else if (v.IsArray()) {
+      for (const auto& e : v.GetArray()) Walk(e, nth, next);
+    } else if (v.IsDouble()) {
+      if (recorded_[next].first == nth) located_.emplace(&v, std::move(recorded_[next++].second));
+      ++nth;
+    }
+  }
+
+  std::vector<std::pair<size_t, std::string>> recorded_;  // (nth double, text), in parse order
+  std::unordered_map<const rapidjson::Value*, std::string> located_;
+};
+
+// Writes `v` as v.Accept(w) does, but each of `big`'s integers as its text
+// (null or empty `big`: exactly Accept). Returns what the writer returns.
+template <class Writer>
+bool WriteExactly(const rapidjson::Value& v, Writer& w, const BigIntegers* big) {
+  if (big == nullptr || big->empty()) return v.Accept(w);
+  if (v.IsObject()) {
+    if (!w.StartObject()) return false;
+    for (auto m = v.MemberBegin(); m != v.MemberEnd(); ++m) {
+      if (!w.Key(m->name.GetString(), m->name.GetStringLength())) return false;
+      if (!WriteExactly(m->value, w, big)) return false;
+    }
+    return w.EndObject(v.MemberCount());
+  }
+  if (v.IsArray()) {
+    if (!w.StartArray()) return false;
+    for (const auto& e : v.GetArray())
+      if (!WriteExactly(e, w, big)) return false;
+    return w.EndArray(v.Size());
+  }
+  if (const std::string* text = v.IsDouble() ? big->Find(v) : nullptr)
+    return w.RawValue(text->data(), text->size(), rapidjson::kNumberType);
+  return v.Accept(w);
+}
 
 namespace detail {
 
@@ -32,7 +111,7 @@ class ExactNumberHandler {
   using Ch = typename Document::Ch;
   using SizeType = rapidjson::SizeType;
 
-  explicit ExactNumberHandler(Document& doc) : doc_(doc) {}
+  explicit ExactNumberHandler(Document& doc, BigIntegers* big = nullptr) : doc_(doc), big_(big) {}
 
   bool Null() { return doc_.Null(); }
   bool Bool(bool b) { return doc_.Bool(b); }
@@ -61,7 +140,9 @@ class ExactNumberHandler {
         uint64_t u;
         if (auto [p, ec] = std::from_chars(s, end, u); ec == std::errc() && p == end) return doc_.Uint64(u);
       }
+      if (big_ != nullptr) big_->Record(doubles_, std::string_view(s, n));  // beyond 64 bits
     }
+    ++doubles_;
     double d;
     if (auto [p, ec] = std::from_chars(s, end, d); ec == std::errc() && p == end) return doc_.Double(d);
     // Out of range: strtod gives the rounded denormal, zero or infinity
@@ -73,42 +154,55 @@ class ExactNumberHandler {
 
  private:
   Document& doc_;
+  BigIntegers* big_;
+  size_t doubles_ = 0;  // Double values given so far (BigIntegers::Record)
 };
 
 }  // namespace detail
 
 // Parses `json` into `doc` (RapidJSON's other parse flags may be added in
 // kFlags). Returns RapidJSON's parse result; on error `doc` is left as
-// Populate leaves it (null).
+// Populate leaves it (null). With `big`, records the text of the integers
+// beyond 64 bits (BigIntegers), for writing `doc`'s values back out.
 template <unsigned kFlags = 0, class Document>
-rapidjson::ParseResult ParseWithExactNumbers(Document& doc, std::string_view json) {
+rapidjson::ParseResult ParseWithExactNumbers(Document& doc, std::string_view json, BigIntegers* big = nullptr) {
   rapidjson::MemoryStream ms(json.data(), json.size());
   rapidjson::EncodedInputStream<rapidjson::UTF8<>, rapidjson::MemoryStream> is(ms);
   rapidjson::Reader reader;
   rapidjson::ParseResult result;
+  if (big != nullptr) big->Clear();
   auto generate = [&](Document& d) {
-    detail::ExactNumberHandler<Document> handler(d);
+    detail::ExactNumberHandler<Document> handler(d, big);
     result = reader.template Parse<kFlags | rapidjson::kParseNumbersAsStringsFlag>(is, handler);
     return !result.IsError();
   };
   doc.Populate(generate);
+  if (big != nullptr) {
+    if (result.IsError()) big->Clear();
+    else big->Locate(doc);
+  }
   return result;
 }
 
 // As ParseWithExactNumbers, in place: strings point into `json` (which
 // must be NUL-terminated and outlive `doc`), as Document::ParseInsitu.
 template <unsigned kFlags = 0, class Document>
-rapidjson::ParseResult ParseInsituWithExactNumbers(Document& doc, char* json) {
+rapidjson::ParseResult ParseInsituWithExactNumbers(Document& doc, char* json, BigIntegers* big = nullptr) {
   rapidjson::InsituStringStream is(json);
   rapidjson::Reader reader;
   rapidjson::ParseResult result;
+  if (big != nullptr) big->Clear();
   auto generate = [&](Document& d) {
-    detail::ExactNumberHandler<Document> handler(d);
+    detail::ExactNumberHandler<Document> handler(d, big);
     result = reader.template Parse<kFlags | rapidjson::kParseInsituFlag | rapidjson::kParseNumbersAsStringsFlag>(
         is, handler);
     return !result.IsError();
   };
   doc.Populate(generate);
+  if (big != nullptr) {
+    if (result.IsError()) big->Clear();
+    else big->Locate(doc);
+  }
   return result;
 }
 

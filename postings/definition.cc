@@ -8,6 +8,8 @@
 #include <set>
 #include <cmath>
 
+#include "common/exact_json.h"
+
 namespace corvid::postings {
 namespace {
 
@@ -80,14 +82,14 @@ const rapidjson::Value* ValueAt(const rapidjson::Value& doc, const std::vector<s
 
 void WriteStoredFields(const rapidjson::Value& doc, const std::vector<std::string>& paths,
                        const std::vector<std::vector<std::string>>& split,
-                       rapidjson::Writer<rapidjson::StringBuffer>& w) {
+                       rapidjson::Writer<rapidjson::StringBuffer>& w, const BigIntegers* big) {
   w.StartObject();
   std::vector<const rapidjson::Value*> found;
   for (size_t i = 0; i < paths.size(); ++i) {
     const std::string& p = paths[i];
     if (const rapidjson::Value* v = ValueAt(doc, split[i])) {
       w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
-      v->Accept(w);
+      WriteExactly(*v, w, big);
       continue;
     }
     found.clear();
@@ -95,7 +97,7 @@ void WriteStoredFields(const rapidjson::Value& doc, const std::vector<std::strin
     if (found.empty()) continue;
     w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
     w.StartArray();
-    for (const rapidjson::Value* v : found) v->Accept(w);
+    for (const rapidjson::Value* v : found) WriteExactly(*v, w, big);
     w.EndArray();
   }
   w.EndObject();
@@ -344,6 +346,9 @@ Result<std::shared_ptr<const SearchDefinitionImpl>> SearchDefinitionImpl::Compil
   for (auto& f : def->fields_) (f.kind == FieldKind::kText ? def->text_ : def->numeric_).push_back(&f);
   canon += def->store_all_ ? "*" : "";
   for (auto& s : def->store_) canon += s + ",";
+  // Likewise stored paths since they keep the digits of integers beyond
+  // 64 bits (BigIntegers): older segments hold such a number's double.
+  if (!def->store_.empty()) canon += "digits2;";
   def->fingerprint_ = Fnv1a64(canon);
   // The top-level fields read: each path's first component (the store adds
   // the dotted keys that start with it, KeySpells and DecodeFields); none

@@ -16,6 +16,10 @@
 #include "common/fnv1a.h"
 #include "postings/search_index.h"
 
+namespace corvid {
+class BigIntegers;  // common/exact_json.h
+}
+
 namespace corvid::postings {
 
 enum class FieldKind { kText, kNumber, kDate };
@@ -125,11 +129,13 @@ void ForEachValue(const rapidjson::Value& v, const std::vector<std::string>& pat
 // {path: value} for each path `doc` has, where a path through arrays of
 // objects ("author.name" of "author": [{"name": …}, …]) gives every value it
 // reaches as an array, arrays flattened, in document order (as
-// Elasticsearch's `fields`); paths `doc` lacks are left out. The index
-// writes this for the definition's "store" when it indexes a document.
+// Elasticsearch's `fields`); paths `doc` lacks are left out. Values are
+// written as `doc` holds them, and the integers beyond 64 bits in `big`
+// (its parse's, common/exact_json.h) with their digits. The index writes
+// this for the definition's "store" when it indexes a document.
 void WriteStoredFields(const rapidjson::Value& doc, const std::vector<std::string>& paths,
                        const std::vector<std::vector<std::string>>& split,
-                       rapidjson::Writer<rapidjson::StringBuffer>& w);
+                       rapidjson::Writer<rapidjson::StringBuffer>& w, const BigIntegers* big = nullptr);
 
 // Parses an ISO-8601 date or date-time (YYYY, YYYY-MM, YYYY-MM-DD,
 // YYYY-MM-DDTHH[:MM[:SS[.fff…]]][Z|±HH:MM|±HHMM]; a space may replace 'T') into

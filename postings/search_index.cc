@@ -359,7 +359,10 @@ Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std
   pool.Clear();
   json.assign(c.json.data(), c.json.size());
   rapidjson::Document d(&pool);
-  const rapidjson::ParseResult parsed = ParseInsituWithExactNumbers(d, json.data());
+  // Stored fields keep the digits of integers beyond 64 bits (none: no cost).
+  BigIntegers big;
+  const rapidjson::ParseResult parsed =
+      ParseInsituWithExactNumbers(d, json.data(), def_->stores_in_segments() ? &big : nullptr);
   if (parsed.IsError() || !d.IsObject()) {
     errors.push_back(IndexError{c.etag, std::string(c.id), "not a JSON object; document skipped"});
     return Status::Ok();
@@ -371,7 +374,7 @@ Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std
   stored.Clear();
   if (def_->stores_in_segments()) {
     rapidjson::Writer<rapidjson::StringBuffer> w(stored);
-    WriteStoredFields(d, def_->store(), def_->store_split(), w);
+    WriteStoredFields(d, def_->store(), def_->store_split(), w, &big);
   }
   const uint32_t doc = b.AddDoc(c.id, std::string_view(stored.GetString(), stored.GetSize()));
   char numbuf[64];

@@ -67,14 +67,15 @@ Status RenderHits(const Snapshot& snap, const SearchRequest& req, const std::vec
       } else {
         scratch.assign(stored.data(), stored.size());
         rapidjson::Document d;
-        if (ParseInsituWithExactNumbers(d, scratch.data()).IsError() || !d.IsObject())
+        BigIntegers big;
+        if (ParseInsituWithExactNumbers(d, scratch.data(), &big).IsError() || !d.IsObject())
           return Status::Corruption("a stored-fields record of segment " + std::to_string(h.seg) + " is not an object");
         w.StartObject();
         for (const std::string& p : *store_paths) {
           auto m = d.FindMember(rapidjson::StringRef(p.data(), p.size()));
           if (m == d.MemberEnd()) continue;
           w.Key(p.data(), static_cast<rapidjson::SizeType>(p.size()));
-          m->value.Accept(w);
+          WriteExactly(m->value, w, &big);
         }
         w.EndObject();
       }
@@ -91,14 +92,15 @@ Status RenderHits(const Snapshot& snap, const SearchRequest& req, const std::vec
         w.RawValue(json->data(), json->size(), rapidjson::kObjectType);
       }
       rapidjson::Document d;
+      BigIntegers big;  // the digits of integers beyond 64 bits, for "fields"
       // In place: the values point into *json (which outlives d) instead
       // of being copied; a stored body was validated when written, so it
       // holds no raw NUL before its end.
       const bool parse = json && ((want_fields && !fields_from_segment && !store_all) || !highlight.empty());
-      if (parse && !ParseInsituWithExactNumbers(d, json->data()).IsError() && d.IsObject()) {
+      if (parse && !ParseInsituWithExactNumbers(d, json->data(), &big).IsError() && d.IsObject()) {
         if (want_fields && !fields_from_segment && !store_all) {
           w.Key("fields");
-          WriteStoredFields(d, *store_paths, *store_split, w);
+          WriteStoredFields(d, *store_paths, *store_split, w, &big);
         }
         if (!highlight.empty()) {
           w.Key("highlights");

@@ -6,7 +6,11 @@
 #include <fstream>
 #include <string>
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
 #include "common/durable_file.h"
+#include "common/exact_json.h"
 #include "common/fnv1a.h"
 #include "common/log.h"
 #include "common/varint.h"
@@ -91,4 +95,48 @@ TEST_CASE("varints are LEB128, up to 64 bits") {
   const std::string long_one(11, '\x80');
   p = long_one.data();
   CHECK_FALSE(GetVarint(p, long_one.data() + long_one.size(), v));  // more than 64 bits
+}
+
+TEST_CASE("integers beyond 64 bits are written back with their digits") {
+  // API.md: an integer too large for uint64 keeps its digits. The DOM
+  // holds its double; BigIntegers keeps its text for WriteExactly.
+  const std::string json =
+      R"({"big":123456789012345678901234567890,"neg":-9223372036854775809,"u":18446744073709551615,)"
+      R"("i":-9223372036854775808,"d":1.5,"e":1e30,"same":[123456789012345678901234567891,)"
+      R"(123456789012345678901234567890,{"x":18446744073709551616}],"s":"123456789012345678901234567890"})";
+  const std::string exact =
+      R"({"big":123456789012345678901234567890,"neg":-9223372036854775809,"u":18446744073709551615,)"
+      R"("i":-9223372036854775808,"d":1.5,"e":1e30,"same":[123456789012345678901234567891,)"
+      R"(123456789012345678901234567890,{"x":18446744073709551616}],"s":"123456789012345678901234567890"})";
+  auto write = [](const rapidjson::Value& v, const BigIntegers* big) {
+    rapidjson::StringBuffer sb;
+    rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+    REQUIRE(WriteExactly(v, w, big));
+    return std::string(sb.GetString(), sb.GetSize());
+  };
+  rapidjson::Document d;
+  BigIntegers big;
+  REQUIRE_FALSE(ParseWithExactNumbers(d, json, &big).IsError());
+  CHECK(d["big"].IsDouble());  // numbers are what they were: the digits are beside them
+  CHECK(d["u"].IsUint64());
+  CHECK(write(d, &big) == exact);
+  CHECK(write(d["same"], &big) == R"([123456789012345678901234567891,123456789012345678901234567890,{"x":18446744073709551616}])");
+  CHECK(write(d["neg"], &big) == "-9223372036854775809");
+  CHECK(*big.Find(d["same"][2]["x"]) == "18446744073709551616");
+  CHECK(big.Find(d["d"]) == nullptr);
+  CHECK(big.Find(d["e"]) == nullptr);  // not an integer as written
+  // Without them, as Accept writes: the doubles.
+  CHECK(write(d, nullptr).find("\"big\":1.2345678901234568e29") != std::string::npos);
+  // In place, too; and a document without any costs nothing and writes as Accept.
+  std::string copy = json;
+  rapidjson::Document di;
+  REQUIRE_FALSE(ParseInsituWithExactNumbers(di, copy.data(), &big).IsError());
+  CHECK(write(di, &big) == exact);
+  std::string plain = R"({"a":1,"b":[2.5,-3],"c":"x"})";
+  REQUIRE_FALSE(ParseWithExactNumbers(d, plain, &big).IsError());
+  CHECK(big.empty());
+  CHECK(write(d, &big) == plain);
+  // A failed parse leaves none behind.
+  CHECK(ParseWithExactNumbers(d, "{\"a\":123456789012345678901234567890,", &big).IsError());
+  CHECK(big.empty());
 }

@@ -1579,6 +1579,48 @@ def crash_doc(rng, i):
             'd': random_date(rng)}
 
 
+class StoredBigIntegersTest(CorvidTestCase):
+    """API.md, General rules: an integer too large for uint64 keeps its
+    digits, in a hit's `fields` too. The index's stored fields held the
+    double (`1.2345678901234568e29`) while `fields=*` (the store) had the
+    digits."""
+
+    def test_stored_fields_keep_the_digits(self):
+        c = self.coll()
+        docs = {'a': b'{"t":"dogs","big":123456789012345678901234567890,"n":{"neg":-98765432109876543210},'
+                     b'"u":18446744073709551615,"x":1.5}',
+                'b': b'{"t":"dogs","big":[18446744073709551616,7,-9223372036854775809],"u":0,"x":2}'}
+        resp = self.c.put('/indexes/' + c, json.dumps({'type': 'search', 'collection': c, 'fields': {'t': {}},
+                                                       'store': ['t', 'big', 'u']}))
+        self.assertIn(resp.status, (200, 201), resp.describe())
+        for doc_id, body in docs.items():
+            self.assertIn(self.c.put(doc_path(c, doc_id), body).status, (200, 201))
+        etag = self.c.last_etag()
+
+        def fields(extra=''):
+            resp = self.c.get('/indexes/%s/search?q=dogs&minEtag=%d&waitMs=%d%s' % (q(c), etag, WAIT_MS, extra))
+            self.assertStatus(resp, 200)
+            self.assertFalse(resp.json['stale'])
+            hits = {}
+            for m in re.finditer(rb'"id":"(\w+)".*?"fields":(\{.*?\})(?:,"sort")', resp.body):
+                hits[m.group(1).decode()] = m.group(2)
+            self.assertEqual(set(hits), set(docs), resp.describe())
+            return hits
+
+        # The definition's store (the index's copy), some of its paths, and a
+        # path it does not store (read from the document), as raw JSON text.
+        self.assertEqual(fields(), {
+            'a': b'{"t":"dogs","big":123456789012345678901234567890,"u":18446744073709551615}',
+            'b': b'{"t":"dogs","big":[18446744073709551616,7,-9223372036854775809],"u":0}'})
+        self.assertEqual(fields('&fields=big'), {
+            'a': b'{"big":123456789012345678901234567890}',
+            'b': b'{"big":[18446744073709551616,7,-9223372036854775809]}'})
+        self.assertEqual(fields('&fields=n.neg,big'), {
+            'a': b'{"n.neg":-98765432109876543210,"big":123456789012345678901234567890}',
+            'b': b'{"big":[18446744073709551616,7,-9223372036854775809]}'})
+        self.assertEqual(fields('&fields=*'), docs)
+
+
 class SearchCrashTest(SearchMixin, unittest.TestCase):
     DOCS = 20000
     BULK = 2500

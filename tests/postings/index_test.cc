@@ -99,6 +99,12 @@ TEST_CASE("definition fingerprints: pinned, and an analyzer revision changes the
         Fnv1a64("search|a|n:1::1.000000:0;"));
   CHECK(Def(R"({"type":"search","collection":"a","fields":{"n":{"type":"date"}}})")->Fingerprint() ==
         Fnv1a64("search|a|n:2::1.000000:0;"));
+  // Stored paths keep the digits of integers beyond 64 bits: segments that
+  // stored their doubles rebuild. "*" is not copied into segments.
+  CHECK(Def(R"({"type":"search","collection":"a","fields":{"t":{}},"store":["t"]})")->Fingerprint() ==
+        Fnv1a64("search|a|t:0:standard:1.000000:0;t,digits2;"));
+  CHECK(Def(R"({"type":"search","collection":"a","fields":{"t":{}},"store":"*"})")->Fingerprint() ==
+        Fnv1a64("search|a|t:0:standard:1.000000:0;*"));
 }
 
 TEST_CASE("ISO-8601 dates", "[postings]") {
@@ -765,6 +771,34 @@ TEST_CASE("integers beyond 2^53 are exact in matches, ranges and sorts, also aft
     CHECK(order("-score") == "big umax b53 c53 d53 e53 half imin ");
   };
   CheckThroughMergeAndReopen(fx, 1, check);  // merges carry the residuals
+}
+
+TEST_CASE("stored fields keep the digits of integers beyond 64 bits, also after merges", "[postings]") {
+  // API.md: an integer too large for uint64 keeps its digits. Stored
+  // fields wrote the double (1.2345678901234568e29).
+  Fixture fx;
+  fx.store.Put("a", R"({"title": "x", "score": 123456789012345678901234567890, "n": {"big": -98765432109876543210}})");
+  fx.store.Put("b", R"({"title": "x", "score": [18446744073709551616, 1, 2.50, 18446744073709551615]})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  auto fields = [&](std::optional<std::vector<std::string>> paths) {
+    SearchRequest r;
+    r.q = "title:x";
+    r.fields = std::move(paths);
+    r.fetch_document = fx.store.Fetcher();
+    return fx.Run(r).hits_json;
+  };
+  auto check = [&] {
+    using V = std::vector<std::string>;
+    const std::string stored = fields(std::nullopt);  // the segment's record as it is
+    CHECK_THAT(stored, Catch::Contains(R"("fields":{"title":"x","score":123456789012345678901234567890})"));
+    CHECK_THAT(stored, Catch::Contains(R"("fields":{"title":"x","score":[18446744073709551616,1,2.5,18446744073709551615]})"));
+    const std::string picked = fields(V{"score"});  // some of the record's paths: parsed and picked
+    CHECK_THAT(picked, Catch::Contains(R"("fields":{"score":123456789012345678901234567890})"));
+    CHECK_THAT(picked, Catch::Contains(R"("fields":{"score":[18446744073709551616,1,2.5,18446744073709551615]})"));
+    const std::string read = fields(V{"n.big", "score"});  // a path not stored: from the document
+    CHECK_THAT(read, Catch::Contains(R"("fields":{"n.big":-98765432109876543210,"score":123456789012345678901234567890})"));
+  };
+  CheckThroughMergeAndReopen(fx, 1, check);
 }
 
 TEST_CASE("date values and bounds stand for their whole period", "[postings]") {
