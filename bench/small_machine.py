@@ -12,6 +12,11 @@ Phases (run in this order; --phases picks a subset):
            nor written to disk) as ~6 MB NDJSON requests on one keep-alive
            connection: MB/s and docs/s, then the store's size on disk (du)
            over the JSON bytes.
+  overwrite  rewrites every document once, in random id order (new bodies
+           from the generator's vocabulary, drawn with seed --seed + 1), as
+           load does: MB/s, then
+           the store's size again (how much of the space the old bodies
+           leave is reused). Not in the default set.
   get      random GET /docs/questions/q%2F<n> over every id with 64
            connections for --get-seconds, first cold (page cache dropped)
            then hot: req/s, p50, p99. The client is wrk (bench/wrk/
@@ -79,6 +84,7 @@ COLLECTION = "questions"
 MAPREDUCE_INDEX = "questions_by_month"
 SEARCH_INDEX = "questions_search"
 ALL_PHASES = ("load", "get", "build", "sigterm", "restart")
+OPTIONAL_PHASES = ("overwrite",)  # run only when --phases names them
 BATCH_BYTES = 6_000_000        # one bulk request (the issue asks for 4-8 MB)
 GET_CONNECTIONS = 64
 HTTP_TIMEOUT = 30              # seconds, every control-plane call
@@ -381,6 +387,33 @@ def phase_load(run):
     run.end("load", figures)
 
 
+def phase_overwrite(run):
+    """Rewrites every document once, in random id order, as load writes them."""
+    run.begin("overwrite")
+    docs = run.docs or run.args.docs
+    order = list(range(docs))
+    random.Random(run.args.seed + 1).shuffle(order)
+    corpus = Corpus(run.args.seed)  # the same vocabulary (the dictionary was trained on it), other documents
+    corpus.rng = random.Random(run.args.seed + 1)
+
+    def document(i):
+        doc = corpus.document(i)
+        doc["id"] = "q/%d" % order[i]
+        return doc
+
+    batches = ((body, count, seconds) for body, count, seconds, _ in ndjson_batches(document, docs, BATCH_BYTES))
+    conn = run.client(BULK_TIMEOUT)
+    figures, _ = bulk_load(run, "overwrite", conn, COLLECTION, batches)
+    conn.close()
+    run.docs, run.last_etag = run.collection_state()
+    figures.update(store_figures(run.args.data, figures["json_bytes"]))
+    say("overwrite: %d docs rewritten in random id order, %.1f MB/s (time in requests: %.2f s); "
+        "store: %s on disk = %.2fx the JSON; collection count %d, lastEtag %d" % (
+            figures["docs"], figures["mb_per_s"], figures["seconds_in_requests"], mib(figures["store_du_bytes"]),
+            figures["store_over_json"], run.docs, run.last_etag))
+    run.end("overwrite", figures)
+
+
 def wrk_usable(args):
     return args.client in ("auto", "wrk") and shutil.which("wrk") and os.path.exists(
         os.path.join(ROOT, "bench", "wrk", "get_random.lua"))
@@ -523,17 +556,41 @@ def minute_rates(samples, width=60.0):
     it is at least 10 s long or the only one. Returns (rates, partial?)."""
     if len(samples) < 2:
         return [], False
-    rates, (t0, e0) = [], samples[0]
+    rates, (t0, e0) = [], samples[0][:2]
     partial = False
-    for t, e in samples[1:]:
+    for t, e, *_ in samples[1:]:
         if t - t0 >= width:
             rates.append((e - e0) / (t - t0))
             t0, e0 = t, e
-    t, e = samples[-1]
+    t, e = samples[-1][:2]
     if t > t0 and (t - t0 >= 10 or not rates):
         rates.append((e - e0) / (t - t0))
         partial = True
     return rates, partial
+
+
+def reported_rate_errors(samples, width=60.0):
+    """How far each reported docsPerSec is from the rate lastIndexedEtag
+    moved at over the same trailing window: for every poll at least `width`
+    seconds after the first, reported / ((e(t) - e(t - width)) / width) - 1,
+    e(t - width) interpolated between the polls around it. The server's
+    window is the same minute (batches that ended in it, from the start of
+    the earliest), so the two differ by at most a batch at either end.
+    `samples` are (t, lastIndexedEtag, docsPerSec) until the index was
+    done. Returns the relative errors."""
+    errors = []
+    for t, e, reported in samples:
+        start = t - width
+        if start < samples[0][0] or not reported:
+            continue
+        before = [s for s in samples if s[0] <= start][-1]
+        after = next(s for s in samples if s[0] >= start)
+        e0 = before[1] if after[0] == before[0] else \
+            before[1] + (after[1] - before[1]) * (start - before[0]) / (after[0] - before[0])
+        measured = (e - e0) / width
+        if measured > 0:
+            errors.append(reported / measured - 1)
+    return errors
 
 
 def phase_build(run, name="build"):
@@ -555,8 +612,7 @@ def phase_build(run, name="build"):
                 raise RuntimeError("PUT /indexes/%s -> %d %s" % (index, status, payload[:300]))
     queries = QueryLoad(run)
     queries.start()
-    samples = {i: [] for i in INDEX_DEFINITIONS}        # (t, lastIndexedEtag) until done
-    reported = {i: [] for i in INDEX_DEFINITIONS}       # docsPerSec while building
+    samples = {i: [] for i in INDEX_DEFINITIONS}        # (t, lastIndexedEtag, docsPerSec) until done
     done_at, last_seen, admin_latency = {}, {}, []
     interrupted = timed_out = False
     next_progress = 30.0
@@ -583,9 +639,7 @@ def phase_build(run, name="build"):
                 last_seen[index] = x
                 if index in done_at:
                     continue
-                samples[index].append((now, x["lastIndexedEtag"]))
-                if x.get("docsPerSec"):
-                    reported[index].append(x["docsPerSec"])
+                samples[index].append((now, x["lastIndexedEtag"], x.get("docsPerSec") or 0))
                 if x["lastIndexedEtag"] >= target:
                     done_at[index] = now
             if len(done_at) == len(INDEX_DEFINITIONS):
@@ -626,12 +680,21 @@ def phase_build(run, name="build"):
         name, "resumed" if resume else "both indexes defined at once", state, total, target, others))
     for index in INDEX_DEFINITIONS:
         rates, partial = minute_rates(samples[index])
+        reported = [s[2] for s in samples[index] if s[2]]
+        errors = reported_rate_errors(samples[index])
+        abs_errors = sorted(abs(x) for x in errors)
         x = last_seen.get(index, {})
         f = {"seconds": done_at.get(index), "minute_rates": rates, "last_window_partial": partial,
              "docs_per_s_min": min(rates) if rates else None,
              "docs_per_s_median": statistics.median(rates) if rates else None,
-             "reported_docs_per_s_median": statistics.median(reported[index]) if reported[index] else None,
-             "reported_docs_per_s_last": reported[index][-1] if reported[index] else None,
+             "reported_docs_per_s_median": statistics.median(reported) if reported else None,
+             "reported_docs_per_s_last": reported[-1] if reported else None,
+             "reported_vs_same_minute": {
+                 "polls": len(errors),
+                 "median_error": statistics.median(errors) if errors else None,
+                 "median_abs_error": statistics.median(abs_errors) if errors else None,
+                 "p90_abs_error": abs_errors[int(0.9 * (len(abs_errors) - 1))] if errors else None,
+                 "max_abs_error": abs_errors[-1] if errors else None},
              "lastIndexedEtag": x.get("lastIndexedEtag"), "state": x.get("state"),
              "errors": x.get("errors", {}).get("count"), "entries": x.get("entries"),
              "memoryBytes": x.get("memoryBytes"), "diskBytes": x.get("diskBytes")}
@@ -647,6 +710,14 @@ def phase_build(run, name="build"):
                 "%.0f" % f["reported_docs_per_s_median"] if f["reported_docs_per_s_median"] else "n/a",
                 "%.0f" % f["reported_docs_per_s_last"] if f["reported_docs_per_s_last"] else "n/a",
                 f["entries"], f["errors"], mib(f["memoryBytes"]), mib(f["diskBytes"])))
+        c = f["reported_vs_same_minute"]
+        if c["polls"]:
+            say("  %-19s docsPerSec against lastIndexedEtag's move over the same minute, %d polls: "
+                "median error %+.1f%%, |error| median %.1f%%, p90 %.1f%%, max %.1f%%" % (
+                    index, c["polls"], 100 * c["median_error"], 100 * c["median_abs_error"],
+                    100 * c["p90_abs_error"], 100 * c["max_abs_error"]))
+        else:
+            say("  %-19s docsPerSec: no poll a minute into the build to compare over the same minute" % index)
     a, q = figures["admin_latency_ms"], figures["queries"]
     say("  GET /admin/indexes: %d polls, p99 %.2f ms, max %.2f ms" % (a["polls"], a["p99"], a["max"] or 0))
     for kind, v in q.items():
@@ -743,7 +814,8 @@ def parse_args():
     ap.add_argument("--seed", type=int, default=26, help="corpus seed: same seed, same documents (default 26)")
     ap.add_argument("--get-seconds", type=int, default=10, help="length of each GET phase (default 10)")
     ap.add_argument("--phases", default=",".join(ALL_PHASES),
-                    help="comma list among %s (default: all)" % ",".join(ALL_PHASES))
+                    help="comma list among %s (default: all but %s)" % (
+                        ",".join(ALL_PHASES + OPTIONAL_PHASES), ",".join(OPTIONAL_PHASES)))
     ap.add_argument("--sigterm-during-build", action="store_true",
                     help="send SIGTERM when both indexes are half-way, then restart")
     ap.add_argument("--client", choices=("auto", "wrk", "python"), default="auto",
@@ -753,9 +825,10 @@ def parse_args():
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     if args.docs < 1:
         ap.error("--docs must be at least 1")
-    unknown = [p for p in phases if p not in ALL_PHASES]
+    unknown = [p for p in phases if p not in ALL_PHASES + OPTIONAL_PHASES]
     if unknown:
-        ap.error("unknown phase(s) %s (want a subset of %s)" % (",".join(unknown), ",".join(ALL_PHASES)))
+        ap.error("unknown phase(s) %s (want a subset of %s)" % (
+            ",".join(unknown), ",".join(ALL_PHASES + OPTIONAL_PHASES)))
     if args.client == "wrk" and not shutil.which("wrk"):
         ap.error("--client wrk: wrk is not installed")
     args.binary = os.path.abspath(args.binary)
@@ -854,6 +927,9 @@ def run_phases(run, phases):
         else:
             run.docs, run.last_etag = run.collection_state()
             run.summary["docs"] = run.docs
+        if "overwrite" in phases:
+            phase = "overwrite"
+            phase_overwrite(run)
         if "get" in phases:
             phase = "get (cold)"
             phase_get(run, "get (cold)", drop_cache=True)
