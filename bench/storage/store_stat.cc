@@ -1,7 +1,8 @@
 // store_stat: how a document store uses its LMDB file (issue 26, "measure
 // LMDB's overflow and leaf use"): per database its entries, branch, leaf
-// and overflow pages; for "docs", how many bodies each encoding holds and
-// their stored sizes, against the JSON they decode to.
+// and overflow pages; the file's free pages (freed by earlier transactions,
+// reused by later ones); for "docs" (and "bodies"), how many bodies each
+// encoding holds and their stored sizes, against the JSON they decode to.
 //   store_stat DATA_DIR/store
 #include <lmdb.h>
 
@@ -35,6 +36,20 @@ int main(int argc, char** argv) {
   mdb_env_info(env, &info);
   std::printf("page size %u, pages used %zu (%.1f MiB)\n", envst.ms_psize, size_t(info.me_last_pgno + 1),
               double(info.me_last_pgno + 1) * envst.ms_psize / 1048576.0);
+  // The free list (LMDB's database 0): each value is a list of page
+  // numbers, its first word their count.
+  size_t free_pages = 0;
+  {
+    MDB_cursor* fc = nullptr;
+    MDB_val fk, fv;
+    if (mdb_cursor_open(txn, 0, &fc) == 0) {
+      for (int rc = mdb_cursor_get(fc, &fk, &fv, MDB_FIRST); rc == 0; rc = mdb_cursor_get(fc, &fk, &fv, MDB_NEXT))
+        if (fv.mv_size >= sizeof(size_t)) free_pages += *static_cast<const size_t*>(fv.mv_data);
+      mdb_cursor_close(fc);
+    }
+  }
+  std::printf("free pages %zu (%.1f MiB): the file less these is in use\n", free_pages,
+              double(free_pages) * envst.ms_psize / 1048576.0);
   const char* names[] = {"meta", "collections", "docs", "bodies", "changes", "coll_changes", "dicts", "clock"};
   MDB_dbi docs = 0, dicts = 0, bodies = 0;
   for (const char* n : names) {
