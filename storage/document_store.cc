@@ -236,18 +236,22 @@ std::string DocumentStore::Impl::CollectionName(uint32_t number) const {
   return number < names_by_number.size() ? names_by_number[number] : std::string();
 }
 
-Status DocumentStore::Impl::ResolveBody(MDB_txn* txn, fmt::DocView& view) const {
-  if (!(view.flags & fmt::kFlagBodyApart)) return Status::Ok();
+Status DocumentStore::Impl::ReadBodyApart(MDB_txn* txn, fmt::DocView& view) const {
   const std::string key = fmt::BodyKey(view.etag);
   MDB_val k = ToVal(key), v;
   const int rc = mdb_get(txn, bodies_db, &k, &v);
-  if (rc == MDB_NOTFOUND) return Status::Corruption("the body of the document at etag " + std::to_string(view.etag) + " is missing");
+  if (rc == MDB_NOTFOUND) return Status::NotFound("no body at etag " + std::to_string(view.etag));
   if (rc != 0) return LmdbStatus(rc, "read a body");
-  uint8_t encoding = 0;
-  if (!fmt::DecodeBodyEntry(FromVal(v), encoding, view.body))
-    return Status::Corruption("the body at etag " + std::to_string(view.etag));
-  view.flags = uint8_t((view.flags & ~fmt::kFlagBodyApart) | encoding);
+  if (!fmt::ApplyBodyEntry(FromVal(v), view)) return Status::Corruption("the body at etag " + std::to_string(view.etag));
   return Status::Ok();
+}
+
+Status DocumentStore::Impl::ResolveBody(MDB_txn* txn, fmt::DocView& view) const {
+  if (!(view.flags & fmt::kFlagBodyApart)) return Status::Ok();
+  Status s = ReadBodyApart(txn, view);
+  if (s.code() == StatusCode::kNotFound)
+    return Status::Corruption("the body of the document at etag " + std::to_string(view.etag) + " is missing");
+  return s;
 }
 
 Result<Document> DocumentStore::Get(std::string_view collection, std::string_view id) const {
@@ -459,18 +463,14 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
   for (size_t i = 0; i < batch->items.size(); ++i) {
     const DocChange& change = batch->items[i];
     if (change.deleted) continue;
-    const std::string bk = fmt::BodyKey(change.etag);
-    MDB_val bkv = ToVal(bk), bv;
-    const int grc = mdb_get(txn, impl_->bodies_db, &bkv, &bv);
-    if (grc == MDB_NOTFOUND) {
+    Located d{{}, i, {}, 0};
+    d.view.etag = change.etag;
+    Status s = impl_->ReadBodyApart(txn, d.view);
+    if (s.code() == StatusCode::kNotFound) {  // kept in its DocValue (format 1 or 2)
       in_docs.push_back(Located{fmt::DocKey(*coll, change.id), i, {}, 0});
       continue;
     }
-    if (grc != 0) return LmdbStatus(grc, "read a body");
-    Located d{{}, i, {}, 0};
-    d.view.etag = change.etag;
-    if (!fmt::DecodeBodyEntry(FromVal(bv), d.view.flags, d.view.body))
-      return Status::Corruption("the body at etag " + std::to_string(change.etag));
+    if (!s.ok()) return s;
     docs.push_back(std::move(d));
   }
   std::sort(in_docs.begin(), in_docs.end(), [](const Located& a, const Located& b) { return a.key < b.key; });

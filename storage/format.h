@@ -180,11 +180,13 @@ inline bool DecodeDoc(std::string_view v, DocView& out) {
   return true;
 }
 
-// A "bodies" entry: its encoding flags and the body. False if malformed.
-inline bool DecodeBodyEntry(std::string_view v, uint8_t& flags, std::string_view& body) {
+// Points `view` (a DocValue flagged kFlagBodyApart, or one with only its
+// etag set) at the "bodies" entry `v`: its body, and its encoding flags in
+// place of kFlagBodyApart. False if `v` is malformed.
+inline bool ApplyBodyEntry(std::string_view v, DocView& view) {
   if (v.empty() || (uint8_t(v[0]) & ~kBodyEncodingFlags) != 0) return false;
-  flags = uint8_t(v[0]);
-  body = v.substr(1);
+  view.flags = uint8_t((view.flags & ~kFlagBodyApart) | uint8_t(v[0]));
+  view.body = v.substr(1);
   return true;
 }
 

@@ -141,10 +141,12 @@ class DocumentStore::Impl {
   bool NoteCompression(uint32_t coll, uint64_t raw, uint64_t stored);
   Status StoreDictionary(uint32_t coll, const std::string& bytes);
   Status LoadDictionaries(MDB_txn* txn);
+  // Points `view` at the "bodies" entry at view.etag (format::ApplyBodyEntry);
+  // NotFound if there is none, Corruption if it is malformed.
+  Status ReadBodyApart(MDB_txn* txn, format::DocView& view) const;
   // Points a live document's `view` at its body: for a DocValue flagged
-  // kFlagBodyApart, the "bodies" entry at its etag, whose encoding flags
-  // then replace kFlagBodyApart in view.flags. Corruption if that entry is
-  // missing or malformed.
+  // kFlagBodyApart, the "bodies" entry at its etag (ReadBodyApart), which
+  // must be there (Corruption if not); otherwise the body it holds.
   Status ResolveBody(MDB_txn* txn, format::DocView& view) const;
   // A stored body (resolved) back to its text.
   Status Decode(const format::DocView& view, std::string& out) const {

@@ -178,9 +178,8 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
   if (have_bodies)
     walk(impl.bodies_db, "bodies", [&](std::string_view k, std::string_view v) {
       ++body_entries;
-      uint8_t encoding = 0;
-      std::string_view body;
-      if (k.size() != 8 || !fmt::DecodeBodyEntry(v, encoding, body)) damage("bodies: a malformed entry");
+      fmt::DocView view;
+      if (k.size() != 8 || !fmt::ApplyBodyEntry(v, view)) damage("bodies: a malformed entry");
     });
   if (body_entries != apart)
     damage("bodies holds " + std::to_string(body_entries) + " entries for " + std::to_string(apart) +

@@ -79,12 +79,9 @@ int main(int argc, char** argv) {
     if (view.flags & fmt::kFlagBodyApart) {  // format 3: the body is in "bodies" at its etag
       const std::string bk = fmt::BodyKey(view.etag);
       MDB_val bkv{bk.size(), const_cast<char*>(bk.data())}, bv;
-      uint8_t encoding = 0;
       if (bodies == 0 || mdb_get(txn, bodies, &bkv, &bv) != 0 ||
-          !fmt::DecodeBodyEntry(std::string_view(static_cast<const char*>(bv.mv_data), bv.mv_size), encoding,
-                                view.body))
+          !fmt::ApplyBodyEntry(std::string_view(static_cast<const char*>(bv.mv_data), bv.mv_size), view))
         continue;
-      view.flags = uint8_t((view.flags & ~fmt::kFlagBodyApart) | encoding);
     }
     std::string kind = view.flags & fmt::kFlagStructured ? "structured"
                        : view.flags & fmt::kFlagDict     ? "zstd+dictionary"

@@ -601,13 +601,8 @@ struct RawStore {
 
 RawStore Inspect(const std::filesystem::path& dir) {
   RawStore out;
-  MDB_env* env = nullptr;
-  REQUIRE(mdb_env_create(&env) == 0);
-  mdb_env_set_maxdbs(env, 8);
-  mdb_env_set_mapsize(env, size_t{1} << 30);
-  REQUIRE(mdb_env_open(env, dir.c_str(), MDB_RDONLY | MDB_NOTLS, 0644) == 0);
-  MDB_txn* txn = nullptr;
-  REQUIRE(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) == 0);
+  testing::RawEnv raw(dir, false);
+  MDB_txn* txn = raw.txn;
   auto open = [&](const char* name, MDB_dbi& dbi) { return mdb_dbi_open(txn, name, 0, &dbi) == 0; };
   auto str = [](const MDB_val& v) { return std::string(static_cast<const char*>(v.mv_data), v.mv_size); };
   MDB_dbi meta, colls, docs, dicts, bodies;
@@ -637,21 +632,16 @@ RawStore Inspect(const std::filesystem::path& dir) {
     d.collection = names[fmt::GetBE32(key.data())];
     d.id = (view.flags & fmt::kFlagLongId) ? std::string(view.long_id) : key.substr(4);
     d.etag = view.etag;
-    d.flags = view.flags;
-    d.body = std::string(view.body);
-    if (view.flags & fmt::kFlagBodyApart) {  // format 3: the body and its encoding, by etag
+    d.apart = view.flags & fmt::kFlagBodyApart;
+    if (d.apart) {  // format 3: the body and its encoding, by etag
       REQUIRE(has_bodies);
       const std::string bk = fmt::BodyKey(view.etag);
       MDB_val bkv{bk.size(), const_cast<char*>(bk.data())}, bv;
       REQUIRE(mdb_get(txn, bodies, &bkv, &bv) == 0);
-      const std::string entry = str(bv);
-      uint8_t encoding = 0;
-      std::string_view body;
-      REQUIRE(fmt::DecodeBodyEntry(entry, encoding, body));
-      d.flags = uint8_t((view.flags & ~fmt::kFlagBodyApart) | encoding);
-      d.body = std::string(body);
-      d.apart = true;
+      REQUIRE(fmt::ApplyBodyEntry(std::string_view(static_cast<const char*>(bv.mv_data), bv.mv_size), view));
     }
+    d.flags = view.flags;
+    d.body = std::string(view.body);
     out.docs[{d.collection, d.id}] = d;
   }
   mdb_cursor_close(cur);
@@ -663,8 +653,6 @@ RawStore Inspect(const std::filesystem::path& dir) {
                                                                       str(v).substr(4)};
     mdb_cursor_close(cur);
   }
-  mdb_txn_abort(txn);
-  mdb_env_close(env);
   return out;
 }
 

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <lmdb.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,5 +68,43 @@ inline WriteResult Bulk(DocumentStore& store, std::vector<WriteOp> ops) {
   req.ops = std::move(ops);
   return store.Write(std::move(req));
 }
+
+// The store's LMDB file opened directly (the store closed), for what the
+// API cannot show: where a body is kept, and damage made on purpose.
+struct RawEnv {
+  MDB_env* env = nullptr;
+  MDB_txn* txn = nullptr;
+  RawEnv(const std::filesystem::path& dir, bool write) {
+    REQUIRE(mdb_env_create(&env) == 0);
+    mdb_env_set_maxdbs(env, 16);
+    mdb_env_set_mapsize(env, size_t{1} << 30);
+    REQUIRE(mdb_env_open(env, dir.c_str(), MDB_NOTLS | (write ? 0 : MDB_RDONLY), 0644) == 0);
+    REQUIRE(mdb_txn_begin(env, nullptr, write ? 0 : MDB_RDONLY, &txn) == 0);
+  }
+  ~RawEnv() {
+    if (txn) mdb_txn_abort(txn);
+    mdb_env_close(env);
+  }
+  MDB_dbi Db(const char* name) {
+    MDB_dbi dbi;
+    REQUIRE(mdb_dbi_open(txn, name, 0, &dbi) == 0);
+    return dbi;
+  }
+  void Commit() {
+    REQUIRE(mdb_txn_commit(txn) == 0);
+    txn = nullptr;
+  }
+  // key -> value of one database.
+  std::map<std::string, std::string> All(const char* name) {
+    std::map<std::string, std::string> out;
+    MDB_cursor* cur;
+    REQUIRE(mdb_cursor_open(txn, Db(name), &cur) == 0);
+    MDB_val k, v;
+    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+      out[std::string(static_cast<char*>(k.mv_data), k.mv_size)] = std::string(static_cast<char*>(v.mv_data), v.mv_size);
+    mdb_cursor_close(cur);
+    return out;
+  }
+};
 
 }  // namespace corvid::storage::testing
