@@ -158,6 +158,13 @@ class ExactNumberHandler {
   size_t doubles_ = 0;  // Double values given so far (BigIntegers::Record)
 };
 
+// After a parse given `big`: its texts tied to the document's values, or
+// none if the parse failed.
+inline void FinishBigIntegers(BigIntegers& big, const rapidjson::ParseResult& result, const rapidjson::Value& doc) {
+  if (result.IsError()) big.Clear();
+  else big.Locate(doc);
+}
+
 }  // namespace detail
 
 // Parses `json` into `doc` (RapidJSON's other parse flags may be added in
@@ -177,10 +184,7 @@ rapidjson::ParseResult ParseWithExactNumbers(Document& doc, std::string_view jso
     return !result.IsError();
   };
   doc.Populate(generate);
-  if (big != nullptr) {
-    if (result.IsError()) big->Clear();
-    else big->Locate(doc);
-  }
+  if (big != nullptr) detail::FinishBigIntegers(*big, result, doc);
   return result;
 }
 
@@ -199,10 +203,7 @@ rapidjson::ParseResult ParseInsituWithExactNumbers(Document& doc, char* json, Bi
     return !result.IsError();
   };
   doc.Populate(generate);
-  if (big != nullptr) {
-    if (result.IsError()) big->Clear();
-    else big->Locate(doc);
-  }
+  if (big != nullptr) detail::FinishBigIntegers(*big, result, doc);
   return result;
 }
 
