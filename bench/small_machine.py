@@ -57,6 +57,7 @@ Needs root (cgroup v1 memory controller at /sys/fs/cgroup/memory, and
 MB means 10^6 bytes of JSON; MiB 2^20 bytes of memory or disk.
 """
 import argparse
+import bisect
 import http.client
 import itertools
 import json
@@ -579,12 +580,13 @@ def reported_rate_errors(samples, width=60.0):
     `samples` are (t, lastIndexedEtag, docsPerSec) until the index was
     done. Returns the relative errors."""
     errors = []
+    times = [s[0] for s in samples]
     for t, e, reported in samples:
         start = t - width
         if start < samples[0][0] or not reported:
             continue
-        before = [s for s in samples if s[0] <= start][-1]
-        after = next(s for s in samples if s[0] >= start)
+        before = samples[bisect.bisect_right(times, start) - 1]   # the last poll at or before start
+        after = samples[bisect.bisect_left(times, start)]         # the first at or after it
         e0 = before[1] if after[0] == before[0] else \
             before[1] + (after[1] - before[1]) * (start - before[0]) / (after[0] - before[0])
         measured = (e - e0) / width
