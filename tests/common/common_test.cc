@@ -2,9 +2,12 @@
 // whose output is on disk, so that no refactoring changes a format.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -12,6 +15,7 @@
 #include "common/durable_file.h"
 #include "common/exact_json.h"
 #include "common/fnv1a.h"
+#include "common/listener_set.h"
 #include "common/log.h"
 #include "common/varint.h"
 
@@ -139,4 +143,42 @@ TEST_CASE("integers beyond 64 bits are written back with their digits") {
   // A failed parse leaves none behind.
   CHECK(ParseWithExactNumbers(d, "{\"a\":123456789012345678901234567890,", &big).IsError());
   CHECK(big.empty());
+}
+
+TEST_CASE("ListenerSet: once Remove returns, the callback is not running and never runs again") {
+  // An index slot removes its commit listener (which captures `this`) and
+  // is destroyed: a call still in flight on the committing thread would
+  // touch freed memory (TSan caught it in CI).
+  ListenerSet<int> set;
+  std::atomic<bool> in_call{false};
+  std::atomic<int> calls{0};
+  const uint64_t h = set.Add([&](int) {
+    in_call = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    calls++;
+    in_call = false;
+  });
+  std::thread notifier([&] { set.Notify(1); });
+  while (!in_call) std::this_thread::yield();
+  set.Remove(h);
+  CHECK_FALSE(in_call);
+  CHECK(calls == 1);
+  notifier.join();
+  set.Notify(2);
+  CHECK(calls == 1);
+
+  SECTION("a callback may remove itself, and others") {
+    uint64_t self = 0, other = 0;
+    int self_calls = 0, other_calls = 0;
+    other = set.Add([&](int) { other_calls++; });
+    self = set.Add([&](int) {
+      self_calls++;
+      set.Remove(self);
+      set.Remove(other);
+    });
+    set.Notify(3);  // `other` was added first: it runs, then `self` removes both
+    set.Notify(4);
+    CHECK(self_calls == 1);
+    CHECK(other_calls == 1);
+  }
 }

@@ -541,11 +541,36 @@ class CorvidServer:
             self._finish_stdout()
 
     def restart(self):
-        """kill -9 (if running) and start again on the same data directory."""
+        """kill -9 (if running) and start again on the same data directory.
+
+        A server that has already died of a crash (a sanitizer report, a
+        fatal signal) fails the restart with its stderr: a kill -9 must not
+        hide it."""
+        crash = self.crash_report()
+        if crash:
+            raise AssertionError(crash)
         self.kill()
         return self.start()
 
+    def crash_report(self):
+        """A description with the stderr tail if the process ended by itself
+        in a crash: a fatal signal other than the harness's SIGKILL/SIGTERM,
+        a sanitizer's exit code 66, or a sanitizer report; else None."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        rc = self.proc.returncode
+        tail = self.stderr_tail(20000)
+        crashed = (rc < 0 and -rc not in (signal.SIGKILL, signal.SIGTERM)) or rc == 66 \
+            or 'Sanitizer' in tail or 'runtime error:' in tail
+        if not crashed:
+            return None
+        return 'corvid (%s) crashed, exit code %s; stderr tail:\n%s' % (self.binary, rc, tail)
+
     def cleanup(self):
+        crash = self.crash_report()
+        if crash:
+            # A test that failed on a refused connection says why here.
+            print('\n' + crash, file=sys.stderr)
         self.kill()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
