@@ -1,5 +1,6 @@
 // SearchIndexImpl: the index worker's side of a search index — turning
-// batches into segment files, deletes into per-segment bitmaps, committing
+// batches into segment files (each document through AddDocument,
+// document_writer.h), deletes into per-segment bitmaps, committing
 // the manifest (manifest.h), running merges (picked by merge_policy.h,
 // written by segment_merger.h) on a background thread — and publication
 // of reader snapshots. Queries run in searcher.cc.
@@ -23,7 +24,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
@@ -31,12 +31,12 @@
 #include <thread>
 #include <unordered_map>
 
-#include "common/exact_json.h"
 #include "common/background_thread.h"
 #include "common/resident_pages.h"
 #include "common/faults.h"
 #include "common/hash.h"
 #include "common/memory_budget.h"
+#include "postings/document_writer.h"
 #include "postings/manifest.h"
 #include "postings/merge_policy.h"
 #include "postings/segment_merger.h"
@@ -63,28 +63,6 @@ std::string SegmentName(uint64_t id) {
 
 std::mutex merge_hook_mu;
 std::function<void()> merge_hook;  // guarded by merge_hook_mu; SetMergeCommitHookForTesting
-
-// Hands the tokens of one text field of one document (all its values) to
-// the builder as they come: a token costs a dictionary probe and a log
-// entry there (SegmentBuilder), so nothing is gained by collecting them.
-class BuildSink final : public analyzers::TokenSink {
- public:
-  BuildSink(SegmentBuilder& b, uint32_t field, uint32_t doc) : b_(b), field_(field), doc_(doc) {}
-  void OnToken(const analyzers::Token& t) override {
-    const uint32_t p = base_ + t.position;
-    b_.AddToken(field_, doc_, t.term, p);
-    ++count_;
-    next_base_ = std::max(next_base_, p + 1 + kArrayPositionGap);
-  }
-  void NextValue() { base_ = next_base_; }
-  uint32_t count() const { return count_; }
-
- private:
-  SegmentBuilder& b_;
-  uint32_t field_, doc_;
-  uint32_t base_ = 0, next_base_ = 0, count_ = 0;
-};
-
 
 bool AnySegmentFile(const std::string& dir);  // any seg-* file in `dir`
 
@@ -141,7 +119,6 @@ class SearchIndexImpl final : public SearchIndex {
   void RemoveUnreferenced(const Snapshot& s);
   bool HasSegmentFiles() const;  // any seg-* file in the directory
   void Unlink(uint64_t segment_id) const { ::unlink((dir_ + "/" + SegmentName(segment_id)).c_str()); }
-  Status IndexDocument(SegmentBuilder& b, const DocChange& c, std::vector<IndexError>& errors) const;
   void TrimBuilder(size_t cap);
   // Encodes `b` into `image` (a reusable buffer) and writes it crash-safely.
   Result<std::shared_ptr<const Segment>> WriteSegment(SegmentBuilder& b, uint64_t id, std::string& image);
@@ -350,92 +327,6 @@ Status SearchIndexImpl::Init() {
   return Status::Ok();
 }
 
-Status SearchIndexImpl::IndexDocument(SegmentBuilder& b, const DocChange& c, std::vector<IndexError>& errors) const {
-  // One pool per thread, reset per document (no per-document chunk
-  // allocation); parsed in place in a reused copy (strings not copied).
-  static thread_local std::string json;
-  static thread_local char pool_buf[64 * 1024];
-  static thread_local rapidjson::MemoryPoolAllocator<> pool(pool_buf, sizeof pool_buf);
-  pool.Clear();
-  json.assign(c.json.data(), c.json.size());
-  rapidjson::Document d(&pool);
-  // Stored fields keep the digits of integers beyond 64 bits (none: no cost).
-  BigIntegers big;
-  const rapidjson::ParseResult parsed =
-      ParseInsituWithExactNumbers(d, json.data(), def_->stores_in_segments() ? &big : nullptr);
-  if (parsed.IsError() || !d.IsObject()) {
-    errors.push_back(IndexError{c.etag, std::string(c.id), "not a JSON object; document skipped"});
-    return Status::Ok();
-  }
-  // Stored fields are rendered once, here, as a hit returns them: a search
-  // copies them from the segment instead of reading and parsing the
-  // document (and shows the version the index matched).
-  static thread_local rapidjson::StringBuffer stored;
-  stored.Clear();
-  if (def_->stores_in_segments()) {
-    rapidjson::Writer<rapidjson::StringBuffer> w(stored);
-    WriteStoredFields(d, def_->store(), def_->store_split(), w, &big);
-  }
-  const uint32_t doc = b.AddDoc(c.id, std::string_view(stored.GetString(), stored.GetSize()));
-  char numbuf[64];
-  for (const FieldDef& f : def_->fields()) {
-    if (f.kind == FieldKind::kText) {
-      BuildSink sink(b, f.slot, doc);
-      Status st = Status::Ok();
-      bool object_seen = false;
-      ForEachValue(d, f.path, 0, [&](const rapidjson::Value& v) {
-        std::string_view text;
-        if (v.IsString()) {
-          text = std::string_view(v.GetString(), v.GetStringLength());
-        } else if (v.IsBool()) {
-          text = v.GetBool() ? "true" : "false";
-        } else if (v.IsInt64()) {
-          text = std::string_view(numbuf, snprintf(numbuf, sizeof numbuf, "%lld", static_cast<long long>(v.GetInt64())));
-        } else if (v.IsUint64()) {
-          text = std::string_view(numbuf, snprintf(numbuf, sizeof numbuf, "%llu", static_cast<unsigned long long>(v.GetUint64())));
-        } else if (v.IsDouble()) {
-          text = std::string_view(numbuf, snprintf(numbuf, sizeof numbuf, "%.17g", v.GetDouble()));
-        } else {
-          object_seen |= v.IsObject();  // an error, as Elasticsearch's; null is just absent
-          return;
-        }
-        Status s = f.analyzer->Analyze(text, sink);
-        if (!s.ok() && st.ok()) st = s;
-        sink.NextValue();
-      });
-      if (!st.ok()) errors.push_back(IndexError{c.etag, std::string(c.id), "fields." + f.name + ": " + st.message()});
-      if (object_seen)
-        errors.push_back(IndexError{c.etag, std::string(c.id), "fields." + f.name + ": an object, not text; value skipped"});
-      b.SetLength(f.slot, doc, sink.count());
-    } else {
-      bool reported = false;
-      ForEachValue(d, f.path, 0, [&](const rapidjson::Value& v) {
-        std::optional<Number> x;
-        if (v.IsInt64()) {
-          x = Number::Of(v.GetInt64());  // exact: Number
-        } else if (v.IsUint64()) {
-          x = Number::Of(v.GetUint64());
-        } else if (v.IsNumber()) {
-          x = Number{v.GetDouble(), 0};
-        } else if (f.kind == FieldKind::kDate && v.IsString()) {
-          if (auto ms = ParseIsoDate(std::string_view(v.GetString(), v.GetStringLength()))) x = Number{*ms, 0};
-        }
-        if (v.IsNull()) return;
-        if (!x || !std::isfinite(x->value)) {
-          if (!reported)
-            errors.push_back(IndexError{c.etag, std::string(c.id),
-                                        "fields." + f.name + ": not a " + (f.kind == FieldKind::kDate ? "date" : "number") +
-                                            "; value skipped"});
-          reported = true;
-          return;
-        }
-        b.AddNumber(f.slot, doc, *x);
-      });
-    }
-  }
-  return Status::Ok();
-}
-
 Result<std::shared_ptr<const Segment>> SearchIndexImpl::WriteSegment(SegmentBuilder& b, uint64_t id,
                                                                      std::string& image) {
   b.Encode(def_->Fingerprint(), image);
@@ -461,7 +352,7 @@ Status SearchIndexImpl::ApplyBatch(std::span<const DocChange> batch, uint64_t th
   const size_t errors_before = errors.size();
   for (size_t i = 0; i < batch.size(); ++i) {
     if (last[batch[i].id] != i || batch[i].deleted) continue;
-    Status st = IndexDocument(b, batch[i], errors);
+    Status st = AddDocument(b, *def_, batch[i], errors);
     if (!st.ok()) return st;
   }
   if (before_commit_ && errors.size() > errors_before)
