@@ -8,7 +8,9 @@
 // runs again: an owner may unregister a callback that captures `this` and
 // then destroy itself. (Each callback has its own call mutex, held while
 // it runs and taken by Remove; it is recursive, so a callback may remove
-// itself.)
+// itself.) So Remove blocks while that callback runs: never call it
+// holding a lock the callback takes, nor from callbacks that remove each
+// other's listeners on two threads.
 #pragma once
 
 #include <cstdint>

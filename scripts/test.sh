@@ -70,13 +70,13 @@ for stage in $stages; do
       # cd build-tsan && ctest -R postings_tests`): under TSan it takes longer
       # than CI's whole budget leaves; its merges and queries run
       # concurrently inside the server in e2e_indexes and e2e_search.
-      cmake --build "$root/build-tsan" --target corvid indexing_tests storage_tests cluster_tests
+      cmake --build "$root/build-tsan" --target corvid common_tests indexing_tests storage_tests cluster_tests
       # A race ends the process that has it (exit 66): a unit test or a
       # server under an e2e test then fails.
       (cd "$root/build-tsan" && CORVID_SKIP_RSS=1 CORVID_SANITIZER_BUILD=1 \
         TSAN_OPTIONS="halt_on_error=1 exitcode=66 suppressions=$root/tests/tsan.supp" \
         ctest --output-on-failure --timeout 1800 \
-          -R '^(indexing_tests|storage_tests|cluster_tests|e2e_indexes|e2e_search|e2e_crash)$')
+          -R '^(common_tests|indexing_tests|storage_tests|cluster_tests|e2e_indexes|e2e_search|e2e_crash)$')
       end tsan
       ;;
     fuzz)

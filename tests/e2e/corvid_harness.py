@@ -560,6 +560,8 @@ class CorvidServer:
             return None
         rc = self.proc.returncode
         tail = self.stderr_tail(20000)
+        # Only this start's output: the log is shared by every start.
+        tail = tail[tail.rfind('\n==== start ') + 1:] if '\n==== start ' in tail else tail
         crashed = (rc < 0 and -rc not in (signal.SIGKILL, signal.SIGTERM)) or rc == 66 \
             or 'Sanitizer' in tail or 'runtime error:' in tail
         if not crashed:

@@ -1218,8 +1218,9 @@ class LimitsTest(CorvidTestCase):
 
     def setUp(self):
         super().setUp()
-        if not self.server.running():   # an earlier test killed it: go on with a fresh one
-            self.server.restart()
+        if not self.server.running():   # an earlier test killed it (its tearDown said so): go on with a fresh one
+            self.server.kill()
+            self.server.start()
             type(self).c = self.server.client(**self.client_kwargs)
 
     def tearDown(self):
