@@ -1,6 +1,7 @@
 // The first step of a search index's write path: one stored document into
-// the batch's segment builder, as the definition says. Its stored fields
-// (rendered once, as a hit returns them), each text field's tokens (all its
+// the batch's segment builder, as the definition says. Its stored fields,
+// if the definition keeps any in segments (rendered once, as a hit returns
+// them), each text field's tokens (all its
 // values, kArrayPositionGap apart), each number or date field's values.
 // The rest of the write path: SegmentBuilder (segment.h) holds the batch,
 // the encoder writes it (segment_format.h), SearchIndexImpl commits it

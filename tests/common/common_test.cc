@@ -166,19 +166,20 @@ TEST_CASE("ListenerSet: once Remove returns, the callback is not running and nev
   notifier.join();
   set.Notify(2);
   CHECK(calls == 1);
+}
 
-  SECTION("a callback may remove itself, and others") {
-    uint64_t self = 0, other = 0;
-    int self_calls = 0, other_calls = 0;
-    other = set.Add([&](int) { other_calls++; });
-    self = set.Add([&](int) {
-      self_calls++;
-      set.Remove(self);
-      set.Remove(other);
-    });
-    set.Notify(3);  // `other` was added first: it runs, then `self` removes both
-    set.Notify(4);
-    CHECK(self_calls == 1);
-    CHECK(other_calls == 1);
-  }
+TEST_CASE("ListenerSet: a callback may remove itself, and others") {
+  ListenerSet<int> set;
+  uint64_t self = 0, other = 0;
+  int self_calls = 0, other_calls = 0;
+  other = set.Add([&](int) { other_calls++; });
+  self = set.Add([&](int) {
+    self_calls++;
+    set.Remove(self);  // the recursive call mutex: not a deadlock
+    set.Remove(other);
+  });
+  set.Notify(3);  // `other` was added first: it runs, then `self` removes both
+  set.Notify(4);
+  CHECK(self_calls == 1);
+  CHECK(other_calls == 1);
 }
