@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -23,6 +24,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "cluster/ack_gate.h"
 #include "cluster/log_entry.h"
 #include "common/durable_file.h"
 #include "common/faults.h"
@@ -264,6 +266,13 @@ class ClusterNode::Impl {
 
   Status Start() {
     if (Status s = conn_.Open(options_, &Impl::OnAck, this); !s.ok()) return s;
+    // Every node's publish acknowledgements, before the applier reads an
+    // entry: entries stored from now on are confirmed by them (ack_gate.h).
+    natsStatus ns = natsConnection_Subscribe(&acks_sub_, conn_.nc, AckSubject().c_str(), &Impl::OnConfirmations, this);
+    if (ns == NATS_OK) ns = natsSubscription_SetPendingLimits(acks_sub_, -1, 64 << 20);
+    if (ns == NATS_OK) ns = natsConnection_FlushTimeout(conn_.nc, 5000);
+    if (ns != NATS_OK) return NatsError(ns, "listen for the log's acknowledgements");
+    watch_start_ms_ = NowMs();
     auto log = conn_.ReadLog(options_);
     if (!log.ok()) return log.status();
     log_ = *log;
@@ -271,6 +280,7 @@ class ClusterNode::Impl {
     applied_seq_ = pos.applied;
     applied_fp_ = pos.applied_hash;
     history_.Reset(pos.applied, pos.history);
+    gate_.Reset(pos.applied);
     if (!history_.enabled())
       logging::Warn("cluster.history_unrecorded", "this store predates history digests: comparing whole histories with the peers is off until it installs a snapshot",
                     {{"node", options_.node_id}});
@@ -280,6 +290,7 @@ class ClusterNode::Impl {
     applier_ = std::thread([this] { RunGuarded([this] { ApplierLoop(); }); });
     sweeper_ = std::thread([this] { RunGuarded([this] { SweeperLoop(); }); });
     membership_ = std::thread([this] { RunGuarded([this] { MembershipLoop(); }); });
+    verifier_ = std::thread([this] { RunGuarded([this] { VerifierLoop(); }); });
     return Status::Ok();
   }
 
@@ -292,6 +303,7 @@ class ClusterNode::Impl {
     if (applier_.joinable()) applier_.join();
     if (sweeper_.joinable()) sweeper_.join();
     if (membership_.joinable()) membership_.join();
+    if (verifier_.joinable()) verifier_.join();
     // The store's merger may still answer entries submitted by the
     // applier: wait for them (they reference this object).
     {
@@ -304,6 +316,11 @@ class ClusterNode::Impl {
       left.swap(pending_);
     }
     for (auto& [id, p] : left) p.done(Applied{Status::Unavailable("the node is shutting down"), {}, 0});
+    // No acknowledgement may reach this object once it is gone.
+    if (acks_sub_) {
+      if (natsSubscription_Drain(acks_sub_) == NATS_OK) natsSubscription_WaitForDrainCompletion(acks_sub_, 2000);
+      natsSubscription_Destroy(acks_sub_);
+    }
   }
 
   struct Applied {
@@ -487,10 +504,11 @@ class ClusterNode::Impl {
       ~Destroy() { natsMsg_Destroy(m); }
     } destroy{msg};
     auto* self = static_cast<Impl*>(closure);
+    const std::string_view data(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg)));
+    if (pa) self->Acknowledged(pa->Sequence, EntryFingerprint(data));
     EntryHeader h;
     std::string_view payload;
-    if (!DecodeHeader(std::string_view(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg))), h, payload).ok() ||
-        h.type == EntryType::kChunk)  // a request's last entry answers for it
+    if (!DecodeHeader(data, h, payload).ok() || h.type == EntryType::kChunk)  // a request's last entry answers for it
       return;
     if (pa) {
       std::lock_guard lock(self->mu_);
@@ -504,6 +522,79 @@ class ClusterNode::Impl {
       self->Resolve(h.request_id, {Status::Unavailable("no JetStream server answered for the log stream (no quorum "
                                                        "or no stream): the write was not stored"),
                                    {}, 0});
+    }
+  }
+
+  // ---- Confirmations: answers wait for them (ack_gate.h) ----
+
+  std::string AckSubject() const { return "_corvid.acks." + options_.stream; }
+
+  // This node's entry `seq` was acknowledged: the gate here, and every
+  // peer's, learns it (16 bytes: seq, fingerprint; outside the log).
+  void Acknowledged(uint64_t seq, uint64_t fp) {
+    gate_.Confirm(seq, fp);
+    char buf[16];
+    std::memcpy(buf, &seq, 8);
+    std::memcpy(buf + 8, &fp, 8);
+    natsConnection_Publish(conn_.nc, AckSubject().c_str(), buf, int(sizeof buf));  // lost: the leader is asked
+  }
+
+  // Acknowledgements broadcast by any node (a NATS thread).
+  static void OnConfirmations(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
+    auto* self = static_cast<Impl*>(closure);
+    const char* data = natsMsg_GetData(msg);
+    const int n = natsMsg_GetDataLength(msg);
+    for (int off = 0; off + 16 <= n; off += 16) {
+      uint64_t seq, fp;
+      std::memcpy(&seq, data + off, 8);
+      std::memcpy(&fp, data + off + 8, 8);
+      self->gate_.Confirm(seq, fp);
+    }
+    natsMsg_Destroy(msg);
+  }
+
+  // Answers request `id`, decided at entry `seq`, once every entry this
+  // node applied up to it is confirmed; if the gate drops it (this node
+  // diverged) the write's fate is unknown here.
+  void AnswerAfter(uint64_t seq, uint64_t id, Applied a) {
+    auto answer = std::make_shared<Applied>(std::move(a));
+    gate_.Hold(seq, [this, id, answer](bool confirmed) {
+      if (confirmed) return Resolve(id, std::move(*answer));
+      Resolve(id, {Status::CommitUnknown("this node applied a log entry the log does not hold and stopped taking writes: "
+                                         "the write is applied on every node or on none (read it back to know which)"),
+                   {}, 0});
+    });
+  }
+
+  // Asks the stream's leader for entries no acknowledgement confirmed.
+  void VerifierLoop() {
+    std::unique_lock lock(mu_);
+    bool busy = false;
+    while (!stopping_) {
+      if (cv_.wait_for(lock, std::chrono::milliseconds(busy ? 0 : 50), [&] { return stopping_; })) break;
+      lock.unlock();
+      busy = false;
+      if (!diverged_.load()) {
+        const std::vector<AckGate::Ask> asks = gate_.ToAsk(Clock::now(), 64);
+        busy = asks.size() == 64;  // more may wait: no pause before the next round
+        for (const AckGate::Ask& ask : asks) {
+          const std::optional<uint64_t> theirs = conn_.LeaderFingerprint(options_, ask.seq);
+          if (!theirs) {  // no leader now: next round
+            busy = false;
+            break;
+          }
+          {
+            std::lock_guard l(mu_);
+            ++stats_.leader_asks;
+          }
+          if (*theirs != ask.fingerprint)
+            logging::Warn("cluster.entry_mismatch", "the log's leader holds another entry where this node applied one; later answers wait",
+                          {{"node", options_.node_id}, {"seq", ask.seq}});
+          if (gate_.LeaderSays(ask.seq, *theirs))
+            Diverge("it applied an entry the log does not hold", "entry " + std::to_string(ask.seq));
+        }
+      }
+      lock.lock();
     }
   }
 
@@ -672,6 +763,7 @@ class ClusterNode::Impl {
   // even a restart installs a peer's snapshot (docs/cluster.md).
   void Diverge(const std::string& why, const std::string& detail) {
     if (diverged_.exchange(true)) return;
+    gate_.DropHeld();
     logging::Error("cluster.diverged", "this node diverged from the log (" + why + "); it refuses writes until it has installed a peer's snapshot",
                    {{"node", options_.node_id}, {"detail", detail}});
     if (options_.data_dir.empty()) return;
@@ -815,6 +907,7 @@ class ClusterNode::Impl {
       applied_fp_ = pos.applied_hash;
     }
     history_.Reset(pos.applied, pos.history);
+    gate_.Reset(pos.applied);
     replay_below_ = pos.applied;
     store_.ResetLogFence();
     rewind_ = false;
@@ -976,6 +1069,7 @@ class ClusterNode::Impl {
     const uint64_t fp = EntryFingerprint(data);
     // Every entry applied for the first time, whatever it holds.
     const uint64_t history = seq > replay_below_ ? history_.Record(seq, fp) : 0;
+    if (seq > replay_below_) gate_.Applied(seq, fp, ts_ms >= watch_start_ms_, Clock::now());
     EntryHeader h;
     std::string_view payload;
     if (Status s = DecodeHeader(data, h, payload); !s.ok()) {
@@ -1013,8 +1107,8 @@ class ClusterNode::Impl {
         ++stats_.skipped_late;
       }
       if (mine)
-        Resolve(h.request_id, {Status::Unavailable("the entry reached the log after its deadline: it is not applied"),
-                               {}, 0});
+        AnswerAfter(seq, h.request_id,
+                    {Status::Unavailable("the entry reached the log after its deadline: it is not applied"), {}, 0});
       return MarkApplied(seq, ts_ms, fp);
     }
     storage::WriteRequest request;
@@ -1046,7 +1140,7 @@ class ClusterNode::Impl {
     }
     if (!decoded.ok()) {
       logging::Warn("cluster.entry_skipped", "log entry skipped: " + decoded.message(), {{"node", options_.node_id}, {"seq", seq}});
-      if (mine) Resolve(h.request_id, {Status::Internal(decoded.message()), {}, 0});
+      if (mine) AnswerAfter(seq, h.request_id, {Status::Internal(decoded.message()), {}, 0});
       return MarkApplied(seq, ts_ms, fp);
     }
     SubmitToStore(std::move(request), seq, ts_ms, fp, history,
@@ -1071,7 +1165,7 @@ class ClusterNode::Impl {
                        {{"node", options_.node_id}, {"seq", seq}, {"error", r.status.message()}});
       } else {
         MarkApplied(seq, ts_ms, fp);
-        if (mine) Resolve(*mine, {Status::Ok(), std::move(r), 0});
+        if (mine) AnswerAfter(seq, *mine, {Status::Ok(), std::move(r), 0});
       }
       std::lock_guard lock(mu_);
       --in_flight_;
@@ -1094,7 +1188,7 @@ class ClusterNode::Impl {
     } else {
       a.status = engine_->DeleteIndex(name);
     }
-    if (mine) Resolve(h.request_id, std::move(a));
+    if (mine) AnswerAfter(seq, h.request_id, std::move(a));
     // Recorded, so that a restart does not define it again.
     SubmitToStore(storage::WriteRequest{}, seq, ts_ms, fp, history, std::nullopt);
   }
@@ -1110,6 +1204,9 @@ class ClusterNode::Impl {
   uint64_t next_request_ = 0;              // guarded by mu_
   std::map<uint64_t, Pending> pending_;    // guarded by mu_
   HistoryCheck history_;  // its own lock: the applier records, membership compares
+  AckGate gate_;          // its own lock: answers wait for confirmed entries
+  natsSubscription* acks_sub_ = nullptr;
+  int64_t watch_start_ms_ = 0;  // entries the log stored before it are not gated
   bool warned_unverifiable_ = false;  // membership thread only
   uint64_t applied_seq_ = 0, applied_fp_ = 0;  // guarded by mu_: the last entry applied, its fingerprint
   uint64_t seen_last_seq_ = 0;             // guarded by mu_
@@ -1136,7 +1233,7 @@ class ClusterNode::Impl {
   std::vector<PeerInfo> peers_;  // guarded by view_mu_
   LogInfo log_;                  // guarded by view_mu_
 
-  std::thread applier_, sweeper_, membership_;
+  std::thread applier_, sweeper_, membership_, verifier_;
 };
 
 ClusterNode::ClusterNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

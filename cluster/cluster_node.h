@@ -134,6 +134,7 @@ class ClusterNode {
     double commit_seconds_sum = 0;   // publish -> confirmation
     uint64_t skipped_late = 0;       // entries past their deadline
     uint64_t timeouts = 0;           // requests answered 503 by their deadline
+    uint64_t leader_asks = 0;        // entries asked of the leader: no acknowledgement confirmed them
   };
   Stats GetStats() const;
 

@@ -707,6 +707,8 @@ Response Router::State::MetricsText() const {
     metric("corvid_cluster_skipped_late_total", "counter", "Log entries stored after their deadline (skipped).",
            cs.skipped_late);
     metric("corvid_cluster_write_timeouts_total", "counter", "Writes answered 503 by their deadline.", cs.timeouts);
+    metric("corvid_cluster_leader_asks_total", "counter",
+           "Applied log entries no publish acknowledgement confirmed, asked of the stream's leader.", cs.leader_asks);
   }
   out += "# HELP corvid_documents Live documents per collection.\n# TYPE corvid_documents gauge\n";
   for (const auto& c : store.Collections()) {

@@ -662,6 +662,21 @@ class ClusterTest(unittest.TestCase):
             self.assertIsNone(problem, 'GET /admin/cluster on %s after %.0f s: %s; %s'
                               % (node.node_id, timeout, problem, resp.describe()))
 
+    def assert_acked_everywhere(self, cl, coll, acked, last):
+        """Every node: the same change feed, each acknowledged document with
+        its body at its acknowledged etag, and every node active at `last`."""
+        clients = [cl.client(i) for i in range(len(cl.nodes))]
+        feeds = [x.all_changes(0) for x in clients]
+        self.assertTrue(all(f == feeds[0] for f in feeds), 'change feeds differ')
+        for doc_id, (body, etag) in acked.items():
+            for i, x in enumerate(clients):
+                resp = x.get(doc_path(coll, doc_id))
+                self.assertEqual((resp.status, resp.body, etag_of(resp)), (200, body, etag),
+                                 'n%d %s' % (i + 1, doc_id))
+        for x in clients:
+            x.close()
+        self.assert_cluster_view(cl, cl.nodes, last, timeout=20)
+
     # -- 1 ------------------------------------------------------------------
     def test_1_replication(self):
         rng = random.Random(SEED + 1)
@@ -1646,17 +1661,7 @@ class ClusterTest(unittest.TestCase):
 
             last = cl.marker(2, 'after-the-fork')
             last = cl.wait_converged(60, at_least=last)
-            clients = [cl.client(i) for i in range(3)]
-            feeds = [x.all_changes(0) for x in clients]
-            self.assertTrue(feeds[0] == feeds[1] == feeds[2], 'change feeds differ')
-            for doc_id, (body, etag) in acked.items():
-                for i, x in enumerate(clients):
-                    resp = x.get(doc_path(coll, doc_id))
-                    self.assertEqual((resp.status, resp.body, etag_of(resp)), (200, body, etag),
-                                     'n%d %s' % (i + 1, doc_id))
-            for x in clients:
-                x.close()
-            self.assert_cluster_view(cl, cl.nodes, last, timeout=20)
+            self.assert_acked_everywhere(cl, coll, acked, last)
 
 
     # -- 8 ------------------------------------------------------------------
@@ -1736,6 +1741,54 @@ class ClusterTest(unittest.TestCase):
         finally:
             shutil.rmtree(certs, ignore_errors=True)
 
+
+    # -- 9 ------------------------------------------------------------------
+    def test_9_entry_no_node_acknowledged(self):
+        """A node answers a write only once every entry it applied before it
+        is confirmed (docs/cluster.md, "Answers wait for confirmed entries"):
+        by the publish acknowledgement its origin broadcasts, or else by the
+        stream leader's copy. An entry stored by no node (here the test's
+        own, whose acknowledgement nobody broadcasts) is confirmed by the
+        leader: the writes after it are answered, not left to time out."""
+        coll = 'gate'
+        with self.cluster('gate', node_args=lambda i: ['--nats-timeout-ms', '4000']) as cl:
+            c = cl.client(0)
+            last = 0
+            for k in range(20):
+                last = self.put_ok(c, coll, 'before-%d' % k, compact({'k': k}), statuses=(201,))
+            c.close()
+            cl.wait_converged(30, at_least=last)
+
+            raw = RawNats(cl.nats[1].url)
+            foreign_seq = raw.publish_entry(b'not a corvid log entry')
+            raw.close()
+            acked = {}
+            for i in range(3):
+                x = cl.client(i)
+                for k in range(5):
+                    doc_id = 'after-n%d-%d' % (i + 1, k)
+                    body = compact({'node': i, 'k': k})
+                    started = time.monotonic()
+                    acked[doc_id] = (body, self.put_ok(x, coll, doc_id, body, statuses=(201,)))
+                    # Held at most until the leader is asked (250 ms after
+                    # the entry was applied), far within the write's 4 s.
+                    self.assertLess(time.monotonic() - started, 3.0 * SLACK, doc_id)
+                x.close()
+            last = cl.wait_converged(30, at_least=max(e for _, e in acked.values()))
+            for i, node in enumerate(cl.nodes):
+                x = node.client(timeout=10)
+                metrics = x.get('/metrics').body.decode()
+                x.close()
+                asks = [float(line.split()[1]) for line in metrics.splitlines()
+                        if line.startswith('corvid_cluster_leader_asks_total ')]
+                self.assertEqual(len(asks), 1, 'n%d /metrics has no corvid_cluster_leader_asks_total' % (i + 1))
+                self.assertGreaterEqual(asks[0], 1, 'n%d asked the leader for no entry, though entry %d '
+                                        'was acknowledged to no node' % (i + 1, foreign_seq))
+                with open(node.stderr_path, 'rb') as f:
+                    err = f.read().decode('utf-8', 'replace')
+                self.assertNotIn('cluster.entry_mismatch', err, 'n%d' % (i + 1))
+                self.assertNotIn('cluster.diverged', err, 'n%d' % (i + 1))
+            self.assert_acked_everywhere(cl, coll, acked, last)
 
 if __name__ == '__main__':
     main()
