@@ -24,6 +24,7 @@ void AckGate::Applied(uint64_t seq, uint64_t fingerprint, bool watched, Clock::t
     std::lock_guard lock(mu_);
     if (seq <= last_applied_) return;  // applied before the position: nothing to confirm
     last_applied_ = seq;
+    while (!vouches_.empty() && vouches_.begin()->first < seq) vouches_.erase(vouches_.begin());
     const Slot& s = ring_[seq % kRingEntries];
     const bool acknowledged = s.seq == seq && s.fingerprint == fingerprint;
     if (waiting_.empty() && (!watched || acknowledged)) {
@@ -35,6 +36,10 @@ void AckGate::Applied(uint64_t seq, uint64_t fingerprint, bool watched, Clock::t
       e.applied_at = now;
       e.confirmed = !watched || acknowledged;
       e.contradicted = s.seq == seq && !acknowledged;
+      if (auto v = vouches_.find(seq); v != vouches_.end()) {
+        if (v->second.first != fingerprint || v->second.second) e.contradicted = true;
+        else if (!e.contradicted) e.confirmed = true;
+      }
       waiting_.push_back(e);
     }
     Advance(released);
@@ -52,6 +57,26 @@ void AckGate::Confirm(uint64_t seq, uint64_t fingerprint) {
       if (e->fingerprint == fingerprint) e->confirmed = true;
       else e->contradicted = true;
     }
+    Advance(released);
+  }
+  Run(released, true);
+}
+
+void AckGate::Vouch(uint64_t seq, uint64_t fingerprint) {
+  std::vector<Answer> released;
+  {
+    std::lock_guard lock(mu_);
+    if (seq <= confirmed_through_) return;
+    if (seq > last_applied_) {  // this node has not applied it yet
+      auto [v, fresh] = vouches_.try_emplace(seq, fingerprint, false);
+      if (!fresh && v->second.first != fingerprint) v->second.second = true;  // two peers disagree
+      if (vouches_.size() > kVouchesKept) vouches_.erase(std::prev(vouches_.end()));
+      return;
+    }
+    Entry* e = Find(seq);
+    if (!e) return;
+    if (e->fingerprint != fingerprint) e->contradicted = true;
+    else if (!e->contradicted) e->confirmed = true;
     Advance(released);
   }
   Run(released, true);

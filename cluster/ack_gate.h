@@ -11,9 +11,15 @@
 //  - a publish acknowledgement named the same sequence and fingerprint (the
 //    stream's leader sends one once a quorum holds the entry; every node
 //    broadcasts the acknowledgements it receives, outside the log), or
-//  - the leader's own copy has the same fingerprint (asked for an entry
-//    with no acknowledgement after kAskAfter: its origin died before it
-//    broadcast, or the broadcast was lost).
+//  - or, for an entry with no acknowledgement after kAskAfter (its origin
+//    died or was cut off before it broadcast, or the broadcast was lost):
+//    the leader's own copy has the same fingerprint, or a peer that applied
+//    the entry without an acknowledgement too vouches for the same bytes.
+//    Peers vouch for what they ask the leader about, so the nodes that
+//    still reach each other confirm an entry while JetStream cannot answer
+//    (its meta leader being elected). A vouch never outweighs a
+//    contradiction: an entry an acknowledgement or a peer contradicted
+//    waits for the leader.
 // The leader's copy differing kConfirmations times, kRecheck apart, means
 // this node diverged (a deposed leader may answer for a moment from its own
 // copy, so one answer is not enough). Entries stored in the log before this
@@ -46,6 +52,7 @@ class AckGate {
   static constexpr std::chrono::milliseconds kAskAfter{250};
   static constexpr std::chrono::milliseconds kRecheck{1000};
   static constexpr int kConfirmations = 5;
+  static constexpr size_t kVouchesKept = 65536;  // vouches for entries not applied yet
 
   AckGate();
 
@@ -57,6 +64,8 @@ class AckGate {
   void Applied(uint64_t seq, uint64_t fingerprint, bool watched, Clock::time_point now);
   // A publish acknowledgement: the log holds `fingerprint` at `seq`.
   void Confirm(uint64_t seq, uint64_t fingerprint);
+  // Another node applied `fingerprint` at `seq` without an acknowledgement.
+  void Vouch(uint64_t seq, uint64_t fingerprint);
   // The answer for entry `seq` (already Applied): runs now if the entries up
   // to it are confirmed, else once they are.
   void Hold(uint64_t seq, Answer answer);
@@ -99,6 +108,7 @@ class AckGate {
   uint64_t last_applied_ = 0;
   uint64_t confirmed_through_ = 0;
   std::multimap<uint64_t, Answer> held_;  // by entry seq
+  std::map<uint64_t, std::pair<uint64_t, bool>> vouches_;  // seq -> (fingerprint, contradicted) ahead of the applier
 };
 
 }  // namespace corvid::cluster

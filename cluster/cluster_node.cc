@@ -270,6 +270,7 @@ class ClusterNode::Impl {
     // entry: entries stored from now on are confirmed by them (ack_gate.h).
     natsStatus ns = natsConnection_Subscribe(&acks_sub_, conn_.nc, AckSubject().c_str(), &Impl::OnConfirmations, this);
     if (ns == NATS_OK) ns = natsSubscription_SetPendingLimits(acks_sub_, -1, 64 << 20);
+    if (ns == NATS_OK) ns = natsConnection_Subscribe(&vouch_sub_, conn_.nc, VouchSubject().c_str(), &Impl::OnVouch, this);
     if (ns == NATS_OK) ns = natsConnection_FlushTimeout(conn_.nc, 5000);
     if (ns != NATS_OK) return NatsError(ns, "listen for the log's acknowledgements");
     watch_start_ms_ = NowMs();
@@ -316,11 +317,20 @@ class ClusterNode::Impl {
       left.swap(pending_);
     }
     for (auto& [id, p] : left) p.done(Applied{Status::Unavailable("the node is shutting down"), {}, 0});
-    // No acknowledgement may reach this object once it is gone.
-    if (acks_sub_) {
-      if (natsSubscription_Drain(acks_sub_) == NATS_OK) natsSubscription_WaitForDrainCompletion(acks_sub_, 2000);
-      natsSubscription_Destroy(acks_sub_);
+    // Nothing from NATS may reach this object once its members are gone:
+    // the broadcast acknowledgements and JetStream's answers to publishes
+    // (OnAck) arrive on the library's threads. Draining the connection lets
+    // the callbacks under way finish, then closes it.
+    if (conn_.nc) {
+      if (natsConnection_DrainTimeout(conn_.nc, 2000) == NATS_OK) {
+        const auto until = Clock::now() + std::chrono::milliseconds(2500);
+        while (!natsConnection_IsClosed(conn_.nc) && Clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      natsConnection_Close(conn_.nc);
     }
+    if (acks_sub_) natsSubscription_Destroy(acks_sub_);
+    if (vouch_sub_) natsSubscription_Destroy(vouch_sub_);
   }
 
   struct Applied {
@@ -528,6 +538,29 @@ class ClusterNode::Impl {
   // ---- Confirmations: answers wait for them (ack_gate.h) ----
 
   std::string AckSubject() const { return "_corvid.acks." + options_.stream; }
+  std::string VouchSubject() const { return "_corvid.vouches." + options_.stream; }
+
+  // This node applied entry `seq` with no acknowledgement: peers that did
+  // too may count it confirmed (16 bytes: seq, fingerprint; then the node id).
+  void VouchFor(uint64_t seq, uint64_t fp) {
+    std::string buf(16, '\0');
+    std::memcpy(buf.data(), &seq, 8);
+    std::memcpy(buf.data() + 8, &fp, 8);
+    buf += options_.node_id;
+    natsConnection_Publish(conn_.nc, VouchSubject().c_str(), buf.data(), int(buf.size()));
+  }
+
+  static void OnVouch(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
+    auto* self = static_cast<Impl*>(closure);
+    const std::string_view data(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg)));
+    if (data.size() > 16 && data.substr(16) != self->options_.node_id) {
+      uint64_t seq, fp;
+      std::memcpy(&seq, data.data(), 8);
+      std::memcpy(&fp, data.data() + 8, 8);
+      self->gate_.Vouch(seq, fp);
+    }
+    natsMsg_Destroy(msg);
+  }
 
   // This node's entry `seq` was acknowledged: the gate here, and every
   // peer's, learns it (16 bytes: seq, fingerprint; outside the log).
@@ -577,6 +610,7 @@ class ClusterNode::Impl {
       if (!diverged_.load()) {
         const std::vector<AckGate::Ask> asks = gate_.ToAsk(Clock::now(), 64);
         busy = asks.size() == 64;  // more may wait: no pause before the next round
+        for (const AckGate::Ask& ask : asks) VouchFor(ask.seq, ask.fingerprint);
         for (const AckGate::Ask& ask : asks) {
           const std::optional<uint64_t> theirs = conn_.LeaderFingerprint(options_, ask.seq);
           if (!theirs) {  // no leader now: next round
@@ -1205,7 +1239,7 @@ class ClusterNode::Impl {
   std::map<uint64_t, Pending> pending_;    // guarded by mu_
   HistoryCheck history_;  // its own lock: the applier records, membership compares
   AckGate gate_;          // its own lock: answers wait for confirmed entries
-  natsSubscription* acks_sub_ = nullptr;
+  natsSubscription *acks_sub_ = nullptr, *vouch_sub_ = nullptr;
   int64_t watch_start_ms_ = 0;  // entries the log stored before it are not gated
   bool warned_unverifiable_ = false;  // membership thread only
   uint64_t applied_seq_ = 0, applied_fp_ = 0;  // guarded by mu_: the last entry applied, its fingerprint

@@ -133,6 +133,56 @@ TEST_CASE("an entry nobody acknowledged is asked of the leader after a while and
   CHECK(a.given[0] == std::make_pair(uint64_t{2}, true));
 }
 
+// A partition: the entry's origin is cut off before it could broadcast its
+// acknowledgement, and JetStream answers no get while it elects its meta
+// leader. The nodes that still reach each other vouch for what they applied.
+TEST_CASE("a peer's vouch for the same bytes confirms an entry nobody acknowledged", "[ack_gate]") {
+  AckGate gate;
+  Answers a;
+  const auto t0 = Clock::now();
+  gate.Reset(0);
+  gate.Applied(1, Fp(1), true, t0);
+  gate.Applied(2, Fp(2), true, t0);
+  gate.Confirm(2, Fp(2));
+  gate.Hold(2, a.For(2));
+  CHECK(a.given.empty());
+  gate.Vouch(1, Fp(1));
+  REQUIRE(a.given.size() == 1);
+  CHECK(a.given[0] == std::make_pair(uint64_t{2}, true));
+
+  // A vouch that arrives before this node applied the entry.
+  gate.Vouch(3, Fp(3));
+  gate.Applied(3, Fp(3), true, t0);
+  gate.Hold(3, a.For(3));
+  CHECK(a.given.size() == 2);
+}
+
+TEST_CASE("a vouch never outweighs a contradiction: the leader decides", "[ack_gate]") {
+  AckGate gate;
+  Answers a;
+  const auto t0 = Clock::now();
+  gate.Reset(0);
+  gate.Applied(1, 0xbad, true, t0);  // this node's copy
+  gate.Hold(1, a.For(1));
+  gate.Vouch(1, Fp(1));   // a peer applied other bytes there
+  gate.Vouch(1, 0xbad);   // and another the same as this node
+  CHECK(a.given.empty());
+  auto ask = gate.ToAsk(t0, 8);  // contradicted: asked at once
+  REQUIRE(ask.size() == 1);
+  CHECK_FALSE(gate.LeaderSays(1, 0xbad));
+  CHECK(a.given.size() == 1);
+
+  // Two peers disagreeing ahead of this node: its entry waits for the leader.
+  gate.Vouch(2, Fp(2));
+  gate.Vouch(2, 0xbad);
+  gate.Applied(2, Fp(2), true, t0);
+  gate.Hold(2, a.For(2));
+  CHECK(a.given.size() == 1);
+  // An acknowledgement is the log's own word and settles it.
+  gate.Confirm(2, Fp(2));
+  CHECK(a.given.size() == 2);
+}
+
 TEST_CASE("a rewind forgets entries past the store's position; they are applied again", "[ack_gate]") {
   AckGate gate;
   Answers a;
