@@ -103,8 +103,7 @@ std::vector<AckGate::Ask> AckGate::ToAsk(Clock::time_point now, size_t max) {
     if (out.size() >= max || ++scanned > 4 * max) break;
     if (e.confirmed) continue;
     if (!e.contradicted && now - e.applied_at < kAskAfter) break;  // younger ones too
-    if (e.asked && now - e.asked_at < kRecheck) continue;
-    e.asked = true;
+    if (e.asked_at != Clock::time_point{} && now - e.asked_at < kRecheck) continue;
     e.asked_at = now;
     out.push_back({e.seq, e.fingerprint});
   }

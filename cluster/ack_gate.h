@@ -90,8 +90,8 @@ class AckGate {
  private:
   struct Entry {
     uint64_t seq = 0, fingerprint = 0;
-    Clock::time_point applied_at{}, asked_at{};
-    bool confirmed = false, contradicted = false, asked = false;
+    Clock::time_point applied_at{}, asked_at{};  // asked_at: never asked while {}
+    bool confirmed = false, contradicted = false;
     int mismatches = 0;
   };
   struct Slot {

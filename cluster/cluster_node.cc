@@ -268,9 +268,9 @@ class ClusterNode::Impl {
     if (Status s = conn_.Open(options_, &Impl::OnAck, this); !s.ok()) return s;
     // Every node's publish acknowledgements, before the applier reads an
     // entry: entries stored from now on are confirmed by them (ack_gate.h).
-    natsStatus ns = natsConnection_Subscribe(&acks_sub_, conn_.nc, AckSubject().c_str(), &Impl::OnConfirmations, this);
+    natsStatus ns = natsConnection_Subscribe(&acks_sub_, conn_.nc, ack_subject_.c_str(), &Impl::OnConfirmations, this);
     if (ns == NATS_OK) ns = natsSubscription_SetPendingLimits(acks_sub_, -1, 64 << 20);
-    if (ns == NATS_OK) ns = natsConnection_Subscribe(&vouch_sub_, conn_.nc, VouchSubject().c_str(), &Impl::OnVouch, this);
+    if (ns == NATS_OK) ns = natsConnection_Subscribe(&vouch_sub_, conn_.nc, vouch_subject_.c_str(), &Impl::OnVouch, this);
     if (ns == NATS_OK) ns = natsConnection_FlushTimeout(conn_.nc, 5000);
     if (ns != NATS_OK) return NatsError(ns, "listen for the log's acknowledgements");
     watch_start_ms_ = NowMs();
@@ -301,6 +301,7 @@ class ClusterNode::Impl {
       stopping_ = true;
     }
     cv_.notify_all();
+    drained_cv_.notify_all();
     if (applier_.joinable()) applier_.join();
     if (sweeper_.joinable()) sweeper_.join();
     if (membership_.joinable()) membership_.join();
@@ -309,7 +310,7 @@ class ClusterNode::Impl {
     // applier: wait for them (they reference this object).
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return in_flight_ == 0; });
+      drained_cv_.wait(lock, [&] { return in_flight_ == 0; });
     }
     std::map<uint64_t, Pending> left;
     {
@@ -537,51 +538,54 @@ class ClusterNode::Impl {
 
   // ---- Confirmations: answers wait for them (ack_gate.h) ----
 
-  std::string AckSubject() const { return "_corvid.acks." + options_.stream; }
-  std::string VouchSubject() const { return "_corvid.vouches." + options_.stream; }
-
-  // This node applied entry `seq` with no acknowledgement: peers that did
-  // too may count it confirmed (16 bytes: seq, fingerprint; then the node id).
-  void VouchFor(uint64_t seq, uint64_t fp) {
-    std::string buf(16, '\0');
-    std::memcpy(buf.data(), &seq, 8);
-    std::memcpy(buf.data() + 8, &fp, 8);
-    buf += options_.node_id;
-    natsConnection_Publish(conn_.nc, VouchSubject().c_str(), buf.data(), int(buf.size()));
+  // Both broadcasts carry one entry as 16 bytes (seq, fingerprint, host
+  // order: every node runs this build on the same machines' kind).
+  static void PutEntry(char* out, uint64_t seq, uint64_t fp) {
+    std::memcpy(out, &seq, 8);
+    std::memcpy(out + 8, &fp, 8);
   }
-
-  static void OnVouch(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
-    auto* self = static_cast<Impl*>(closure);
-    const std::string_view data(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg)));
-    if (data.size() > 16 && data.substr(16) != self->options_.node_id) {
-      uint64_t seq, fp;
-      std::memcpy(&seq, data.data(), 8);
-      std::memcpy(&fp, data.data() + 8, 8);
-      self->gate_.Vouch(seq, fp);
-    }
-    natsMsg_Destroy(msg);
+  static std::pair<uint64_t, uint64_t> GetEntry(const char* in) {
+    uint64_t seq, fp;
+    std::memcpy(&seq, in, 8);
+    std::memcpy(&fp, in + 8, 8);
+    return {seq, fp};
   }
 
   // This node's entry `seq` was acknowledged: the gate here, and every
-  // peer's, learns it (16 bytes: seq, fingerprint; outside the log).
+  // peer's, learns it (outside the log).
   void Acknowledged(uint64_t seq, uint64_t fp) {
     gate_.Confirm(seq, fp);
     char buf[16];
-    std::memcpy(buf, &seq, 8);
-    std::memcpy(buf + 8, &fp, 8);
-    natsConnection_Publish(conn_.nc, AckSubject().c_str(), buf, int(sizeof buf));  // lost: the leader is asked
+    PutEntry(buf, seq, fp);
+    natsConnection_Publish(conn_.nc, ack_subject_.c_str(), buf, int(sizeof buf));  // lost: the leader is asked
   }
 
   // Acknowledgements broadcast by any node (a NATS thread).
   static void OnConfirmations(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
     auto* self = static_cast<Impl*>(closure);
     const char* data = natsMsg_GetData(msg);
-    const int n = natsMsg_GetDataLength(msg);
-    for (int off = 0; off + 16 <= n; off += 16) {
-      uint64_t seq, fp;
-      std::memcpy(&seq, data + off, 8);
-      std::memcpy(&fp, data + off + 8, 8);
+    if (natsMsg_GetDataLength(msg) == 16) {
+      const auto [seq, fp] = GetEntry(data);
       self->gate_.Confirm(seq, fp);
+    }
+    natsMsg_Destroy(msg);
+  }
+
+  // This node applied entry `seq` with no acknowledgement: peers that did
+  // too may count it confirmed (the entry, then this node's id).
+  void VouchFor(uint64_t seq, uint64_t fp) {
+    std::string buf(16, '\0');
+    PutEntry(buf.data(), seq, fp);
+    buf += options_.node_id;
+    natsConnection_Publish(conn_.nc, vouch_subject_.c_str(), buf.data(), int(buf.size()));
+  }
+
+  static void OnVouch(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
+    auto* self = static_cast<Impl*>(closure);
+    const std::string_view data(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg)));
+    if (data.size() > 16 && data.substr(16) != self->options_.node_id) {
+      const auto [seq, fp] = GetEntry(data.data());
+      self->gate_.Vouch(seq, fp);
     }
     natsMsg_Destroy(msg);
   }
@@ -931,7 +935,7 @@ class ClusterNode::Impl {
   void Rewind() {
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return in_flight_ == 0; });
+      drained_cv_.wait(lock, [&] { return in_flight_ == 0; });
     }
     const storage::LogPosition pos = store_.GetLogPosition();
     bulks_.clear();
@@ -1187,7 +1191,7 @@ class ClusterNode::Impl {
     {
       std::unique_lock lock(mu_);
       // Bounded: the merger takes what is queued in one transaction.
-      cv_.wait(lock, [&] { return in_flight_ < 20000 || stopping_; });
+      drained_cv_.wait(lock, [&] { return in_flight_ < 20000 || stopping_; });
       ++in_flight_;
     }
     store_.Submit(std::move(request), [this, seq, ts_ms, fp, mine](storage::WriteResult r) {
@@ -1203,7 +1207,7 @@ class ClusterNode::Impl {
       }
       std::lock_guard lock(mu_);
       --in_flight_;
-      cv_.notify_all();
+      drained_cv_.notify_all();  // only the waits on in_flight_: the loops sleeping on cv_ are not woken per entry
     });
   }
 
@@ -1228,12 +1232,15 @@ class ClusterNode::Impl {
   }
 
   const ClusterOptions options_;
+  const std::string ack_subject_ = "_corvid.acks." + options_.stream;  // ack_gate.h: outside the log
+  const std::string vouch_subject_ = "_corvid.vouches." + options_.stream;
   storage::DocumentStore& store_;
   indexing::IndexEngine* const engine_;
   Connection conn_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;          // stopping_, and the loops' sleeps
+  std::condition_variable drained_cv_;  // in_flight_ went down
   bool stopping_ = false;                  // guarded by mu_
   uint64_t next_request_ = 0;              // guarded by mu_
   std::map<uint64_t, Pending> pending_;    // guarded by mu_
