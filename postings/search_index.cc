@@ -97,7 +97,7 @@ class SearchIndexImpl final : public SearchIndex {
     uint64_t disk = 0, mem = 0;
     for (const auto& seg : s->segments) {
       disk += seg.segment->file_bytes();
-      mem += roaring_bitmap_size_in_bytes(seg.deleted.get());
+      mem += roaring_bitmap_size_in_bytes(seg.deleted.get()) + seg.segment->memory_bytes();
     }
     disk_bytes_ = disk;
     memory_bytes_ = mem;
@@ -228,6 +228,9 @@ Result<StateSnapshot> SearchIndexImpl::SnapshotFiles() const {
                                        const std::string_view file = snap->segments[i].segment->file();
                                        constexpr size_t kPiece = size_t{1} << 20;
                                        for (size_t at = 0; at < file.size(); at += kPiece) {
+                                         // The mapping reads a page per fault (queries'
+                                         // advice): ask for this piece and the next at once.
+                                         WillNeed(file.data() + at, std::min(2 * kPiece, file.size() - at));
                                          if (Status s = sink(file.substr(at, kPiece)); !s.ok()) return s;
                                        }
                                        // Out of the resident set again (as the store's copy):
@@ -492,9 +495,23 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
   // The merger's buffers (segment_merger.h): two 1 MiB write buffers, the
   // id filter, the remaps of inputs with deletes, a long list's bitmap.
   uint64_t held = uint64_t{3} << 20;
+  // The merge reads its inputs through mappings of its own, read ahead:
+  // the queries' mappings read a page per fault (Segment::Open), which
+  // would make a pass over a cold input a read per 4 KiB. An input whose
+  // file is already gone (the worker drops a segment once every document
+  // of it is deleted) is read through the queries' mapping.
+  std::vector<std::shared_ptr<const Segment>> streamed;
   for (size_t k : which) {
     const SegmentState& s = base->segments[k];
-    inputs.push_back(MergeInput{s.segment.get(), s.deleted.get()});
+    auto own = Segment::Open(dir_ + "/" + SegmentName(s.id), def_->Fingerprint(), nt, nn,
+                             Segment::Checksum::kWrittenByUs, ReadAdvice::kSequential);
+    const Segment* read = s.segment.get();
+    if (own.ok()) {
+      streamed.push_back(std::move(own).value());
+      read = streamed.back().get();
+      held += read->memory_bytes();
+    }
+    inputs.push_back(MergeInput{read, s.deleted.get()});
     live += s.live();
     if (s.deleted_count > 0) held += uint64_t{s.segment->doc_count()} * 3 / 16 + 64;
   }

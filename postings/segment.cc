@@ -86,10 +86,12 @@ bool CheckList(const char* b, uint64_t size, uint64_t off) {
 }  // namespace
 
 Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, uint64_t fingerprint,
-                                                     uint32_t text_fields, uint32_t numeric_fields, Checksum checksum) {
+                                                     uint32_t text_fields, uint32_t numeric_fields, Checksum checksum,
+                                                     ReadAdvice advice) {
   auto mf = MappedFile::Open(path);
   if (!mf.ok()) return mf.status();
   std::shared_ptr<Segment> s(new Segment(std::move(mf).value()));
+  s->file_.Advise(ReadAdvice::kSequential);  // the checks below go front to back
   const char* b = s->file_.data();
   const size_t size = s->file_.size();
   auto bad = [&](const std::string& why) { return Status::Corruption(path + ": " + why); };
@@ -184,6 +186,7 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     for (size_t i = 0; i < nf.sorted_count && !nf.has_residuals; ++i) nf.has_residuals = nf.sorted[i].residual != 0;
     s->numeric_.push_back(nf);
   }
+  s->file_.Advise(advice);
   return std::shared_ptr<const Segment>(std::move(s));
 }
 
@@ -226,7 +229,25 @@ TermEntry Segment::entry(uint32_t f, uint32_t i) const {
   const uint64_t off = text_[f].list_offs[i];
   TermEntry e;
   DecodeHeader(reinterpret_cast<const uint8_t*>(base() + off), off, &e);  // checked by Open
+  if (e.bitmap_len > 0) WillNeedLongList(f, e);
   return e;
+}
+
+// A query's mapping reads a page per fault (Open): a scorer walking a long
+// list page by page would wait for one read per 4 KiB of a cold list. So
+// the parts of it a scorer reads (the tfs; the skip table, block maxima and
+// bitmap), and the field's lengths when the list touches most of their
+// pages, are asked for at once, each in one request, when they span enough
+// pages for that to matter; the syscall is then small beside the walk.
+void Segment::WillNeedLongList(uint32_t f, const TermEntry& e) const {
+  constexpr uint64_t kMinBytes = 16 << 10;
+  const uint64_t tfs = uint64_t{e.doc_freq} * e.tf_width;
+  if (tfs >= kMinBytes) WillNeed(base() + e.tfs_off, tfs);
+  const uint64_t tail = e.tfs_off + tfs + e.pos_len;
+  const uint64_t end = BitmapOffset(e) + e.bitmap_len;
+  if (end - tail >= kMinBytes) WillNeed(base() + tail, end - tail);
+  const uint64_t lengths = 4 * uint64_t{doc_count_};
+  if (lengths >= kMinBytes && uint64_t{e.doc_freq} * 16 >= doc_count_) WillNeed(text_[f].lengths, lengths);
 }
 
 const char* Segment::FrozenBitmap(const TermEntry& e) const { return base() + BitmapOffset(e); }

@@ -351,13 +351,26 @@ class Segment {
   // mismatch; IOError if it cannot be read. kWrittenByUs skips only the
   // checksum, a pass over the whole file: for a file this process has just
   // written from an image Encode checksummed (its pages are that image).
+  //
+  // `advice` is how the mapping is read once open (Open's own checks read
+  // it front to back): kRandom for a segment that serves queries (a cold
+  // page then costs a read of that page, not of the device's readahead
+  // window, and evicts no more than it reads), kSequential for a merge's
+  // private mapping of its input (segment_merger.h).
   enum class Checksum { kVerify, kWrittenByUs };
   static Result<std::shared_ptr<const Segment>> Open(const std::string& path, uint64_t fingerprint,
                                                      uint32_t text_fields, uint32_t numeric_fields,
-                                                     Checksum checksum = Checksum::kVerify);
+                                                     Checksum checksum = Checksum::kVerify,
+                                                     ReadAdvice advice = ReadAdvice::kRandom);
 
   uint32_t doc_count() const { return doc_count_; }
   size_t file_bytes() const { return file_.size(); }
+  // What Open allocated beside the mapping (the sampled term keys).
+  size_t memory_bytes() const {
+    size_t bytes = sizeof(Segment);
+    for (const TextField& t : text_) bytes += sizeof(TextField) + t.keys.capacity() * sizeof(uint64_t);
+    return bytes + numeric_.capacity() * sizeof(NumericField);
+  }
   // The whole file as mapped (a backup copies it from here).
   std::string_view file() const { return std::string_view(file_.data(), file_.size()); }
   std::string_view id(uint32_t doc) const {
@@ -476,6 +489,7 @@ class Segment {
 
  private:
   explicit Segment(MappedFile f) : file_(std::move(f)) {}
+  void WillNeedLongList(uint32_t f, const TermEntry& e) const;
   const char* base() const { return file_.data(); }
   struct TextField {
     const uint32_t* lengths;

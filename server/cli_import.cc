@@ -9,7 +9,6 @@
 // import after a failure rewrites the same documents. A bad record stops
 // the import with its line number, after every record before it was
 // written (exit 1).
-#include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -299,7 +298,7 @@ int Import(const ImportOptions& o, server::HttpClient& client) {
     std::fprintf(stderr, "corvid: import: %s\n", file.status().message().c_str());
     return 1;
   }
-  if (file->size() > 0) ::madvise(const_cast<char*>(file->data()), file->size(), MADV_SEQUENTIAL);
+  file->Advise(ReadAdvice::kSequential);
   const std::string_view text = file->view();
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(XXH3_64bits(text.data(), text.size())));

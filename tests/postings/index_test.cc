@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -398,6 +399,58 @@ TEST_CASE("batches applied during a merge: its deletes and updates survive the c
   CHECK(Results(*fx.idx) == expected2);
   fx.Reopen();
   CHECK(Results(*fx.idx) == expected2);
+}
+
+TEST_CASE("a merge whose inputs' files are gone reads them through the queries' mappings", "[postings]") {
+  // A merge maps its inputs again to read them ahead; the worker may have
+  // unlinked one meanwhile (a segment whose every document was deleted).
+  Fixture fx;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool merging = false, release = false;
+  SetMergeCommitHookForTesting([&] {
+    std::unique_lock<std::mutex> l(mu);
+    if (merging) return;
+    merging = true;
+    cv.notify_all();
+    cv.wait(l, [&] { return release; });
+  });
+  struct Unhook {
+    ~Unhook() { SetMergeCommitHookForTesting(nullptr); }
+  } unhook;
+  auto flush_ten = [&](int from) {
+    for (int b = 0; b < 10; ++b) {
+      for (int i = 0; i < 100; ++i) fx.store.Put(std::to_string(from + b * 100 + i), DocJson(from + b * 100 + i, 0));
+      REQUIRE(fx.store.Flush(*fx.idx).ok());
+    }
+  };
+  flush_ten(0);
+  {
+    std::unique_lock<std::mutex> l(mu);
+    REQUIRE(cv.wait_for(l, std::chrono::seconds(60), [&] { return merging; }));
+  }
+  // The first merge waits to commit: ten more segments, whose files go.
+  std::set<std::string> before;
+  for (auto& e : std::filesystem::directory_iterator(fx.dir.path())) before.insert(e.path().filename().string());
+  flush_ten(1000);
+  size_t unlinked = 0;
+  for (auto& e : std::filesystem::directory_iterator(fx.dir.path())) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("seg-", 0) == 0 && !before.count(name)) unlinked += std::filesystem::remove(e.path());
+  }
+  REQUIRE(unlinked == 10);
+  const std::string expected = FreshResults(fx.store, fx.def);
+  CHECK(Results(*fx.idx) == expected);  // the mappings keep their pages
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  WaitForMerges(*fx.idx);
+  CHECK(SegmentFiles(fx.dir.path()) <= 2);  // the ten were merged, from their old mappings
+  CHECK(Results(*fx.idx) == expected);
+  fx.Reopen();  // the manifest names none of the unlinked files
+  CHECK(Results(*fx.idx) == expected);
 }
 
 TEST_CASE("many small batches with updates and deletes while merges run", "[postings]") {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
@@ -163,6 +164,48 @@ void FillBatch(SegmentBuilder& b, uint32_t seed) {
     b.SetLength(0, doc, n);
     if (next() % 3 == 0) b.AddNumber(0, doc, Number{static_cast<double>(next() % 1000)});
   }
+}
+
+// The VmFlags line /proc/self/smaps gives the mapping that starts at `at`.
+std::string MappingFlags(const void* at) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  char start[32];
+  std::snprintf(start, sizeof start, "%lx-", static_cast<unsigned long>(reinterpret_cast<uintptr_t>(at)));
+  while (std::getline(smaps, line)) {
+    const size_t space = line.find(' ');
+    if (line.find('-') < space && line.find(':') > space) in = line.rfind(start, 0) == 0;  // "a-b perms offset dev:..."
+    if (in && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST_CASE("a segment for queries reads a page per fault; one for a merge reads ahead", "[postings]") {
+  // The kernel's default reads around a faulting page as much as the
+  // device's readahead (8 MiB on some machines): under a memory cap every
+  // cold page a query touches would read and evict that much.
+  TempDir dir;
+  SegmentBuilder b(1, 0);
+  for (uint32_t d = 0; d < 2000; ++d) {
+    const uint32_t doc = b.AddDoc("doc" + std::to_string(d));
+    b.AddToken(0, doc, "w" + std::to_string(d % 97), 0);
+    b.SetLength(0, doc, 1);
+  }
+  REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(7)).ok());
+  auto queries = Segment::Open(dir.path() + "/s.cvs", 7, 1, 0);
+  REQUIRE(queries.ok());
+  auto merge = Segment::Open(dir.path() + "/s.cvs", 7, 1, 0, Segment::Checksum::kWrittenByUs, ReadAdvice::kSequential);
+  REQUIRE(merge.ok());
+  const std::string q = MappingFlags((*queries)->file().data()), m = MappingFlags((*merge)->file().data());
+  INFO(q << "\n" << m);
+  REQUIRE(!q.empty());
+  REQUIRE(!m.empty());
+  CHECK(q.find(" rr") != std::string::npos);  // MADV_RANDOM
+  CHECK(q.find(" sr") == std::string::npos);
+  CHECK(m.find(" sr") != std::string::npos);  // MADV_SEQUENTIAL
+  CHECK(m.find(" rr") == std::string::npos);
+  CHECK((*queries)->FindTerm(0, "w5") == (*merge)->FindTerm(0, "w5"));
 }
 
 TEST_CASE("stored fields round trip per document, and a segment without them has none", "[postings]") {
