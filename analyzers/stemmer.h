@@ -47,15 +47,17 @@ class CachedStemmer {
 
  private:
   static constexpr uint32_t kSlots = 8192;
-  static constexpr uint32_t kMaxTermBytes = 26;
+  static constexpr uint32_t kMaxTermBytes = 29;
   static constexpr uint32_t kMaxStemBytes = 32;
-  struct Slot {
+  // One cache line each: a lookup misses the cache at most once.
+  struct alignas(64) Slot {
     uint8_t term_len = 0;  // 0 = empty slot
     uint8_t stem_len = 0;
     uint8_t is_stop = 0;
     char term[kMaxTermBytes];
     char stem[kMaxStemBytes];
   };
+  static_assert(sizeof(Slot) == 64);
 
   CachedStemmer(std::unique_ptr<sb_stemmer, SbStemmerDeleter> stemmer, bool english_stop_words);
   Status RunStemmer(std::string_view term, std::string_view* stem);

@@ -5,50 +5,13 @@
 #include <limits>
 #include <numeric>
 
+#include "common/hash.h"
 #include "postings/segment.h"
 #include "postings/segment_format.h"
 
 namespace corvid::postings {
-namespace {
 
 using namespace segment_format;
-
-// The dictionary's in-memory hash (never stored; any good mix will do):
-// HashShortBytes' multiply-xorshift rounds, but the bytes after the last
-// whole word are read with fixed-size loads (one overlapping 8-byte load,
-// or two 4-byte ones, or three bytes) instead of a variable-length memcpy,
-// which is a library call per token.
-inline uint64_t TermHash(std::string_view s) {
-  const char* p = s.data();
-  const size_t n = s.size();
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
-  size_t i = 0;
-  uint64_t w;
-  for (; i + 8 <= n; i += 8) {
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0xFF51AFD7ED558CCDull;
-    h ^= h >> 32;
-  }
-  const size_t rest = n - i;
-  if (rest == 0) {
-    w = 0;
-  } else if (n >= 8) {
-    std::memcpy(&w, p + n - 8, 8);
-  } else if (rest >= 4) {
-    uint32_t a, b;
-    std::memcpy(&a, p, 4);
-    std::memcpy(&b, p + n - 4, 4);
-    w = (uint64_t{a} << 32) | b;
-  } else {
-    w = (uint64_t{static_cast<uint8_t>(p[0])} << 16) | (uint64_t{static_cast<uint8_t>(p[rest / 2])} << 8) |
-        static_cast<uint8_t>(p[rest - 1]);
-  }
-  h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
-  h ^= h >> 29;
-  return h * 0x9E3779B97F4A7C15ull;
-}
-
-}  // namespace
 
 SegmentBuilder::SegmentBuilder(uint32_t text_fields, uint32_t numeric_fields)
     : text_(text_fields), lengths_(text_fields), columns_(numeric_fields), numbers_(numeric_fields) {}
@@ -168,7 +131,7 @@ uint32_t SegmentBuilder::AddDoc(std::string_view id, std::string_view stored) {
 
 namespace {
 inline bool SameTerm(std::string_view a, std::string_view b) {
-  // Fixed-size (overlapping) loads, as TermHash reads: most terms are
+  // Fixed-size (overlapping) loads, as HashShortBytes reads: most terms are
   // shorter than 8 bytes, and a byte loop mispredicts on every length.
   const size_t n = b.size();
   if (a.size() != n) return false;
@@ -220,7 +183,7 @@ uint32_t SegmentBuilder::InsertTerm(std::string_view term, uint64_t tag, size_t 
     std::vector<uint64_t> bigger(dict_.slots.size() * 2, 0);
     const size_t m2 = bigger.size() - 1;
     for (uint32_t t = 0; t < pool.size(); ++t) {
-      uint64_t h2 = TermHash(pool.Name(t));
+      uint64_t h2 = HashShortBytes(pool.Name(t));
       size_t j = h2 & m2;
       while (bigger[j] != 0) j = (j + 1) & m2;
       bigger[j] = ((h2 >> 32) << 32) | (t + 1);
@@ -242,7 +205,7 @@ SegmentBuilder::Lists& SegmentBuilder::TermLists(uint32_t field, std::string_vie
   ResolvePending();
   FieldBuild& fb = text_[field];
   FlushLog(fb);  // postings added directly go after the logged ones
-  return ListsOf(fb, TermIndex(term, TermHash(term)));
+  return ListsOf(fb, TermIndex(term, HashShortBytes(term)));
 }
 
 inline void SegmentBuilder::Log(FieldBuild& fb, uint32_t doc, uint32_t term, uint32_t position) {
@@ -358,13 +321,13 @@ void SegmentBuilder::ResolveOldest() {
 void SegmentBuilder::AddToken(uint32_t field, uint32_t doc, std::string_view term, uint32_t position) {
   if (term.size() > kPendingTermBytes) {
     ResolvePending();  // the log keeps the order tokens came in
-    ProbeAndLog(field, doc, term, TermHash(term), position);
+    ProbeAndLog(field, doc, term, HashShortBytes(term), position);
     return;
   }
   if (pending_size_ == kPendingTokens) ResolveOldest();
   Pending& p = pending_[(pending_begin_ + pending_size_) % kPendingTokens];
   ++pending_size_;
-  p.hash = TermHash(term);
+  p.hash = HashShortBytes(term);
   p.field = field;
   p.doc = doc;
   p.position = position;
