@@ -348,31 +348,51 @@ std::string FreshResults(const testing::Store& store, const std::shared_ptr<cons
   return Results(*idx);
 }
 
+// Holds the first merge that gets to its commit until Release(); later
+// merges go through. Waited() returns once the first one is held.
+class FirstMergeHeld {
+ public:
+  FirstMergeHeld() {
+    SetMergeCommitHookForTesting([this] {
+      std::unique_lock<std::mutex> l(mu_);
+      if (merging_) return;
+      merging_ = true;
+      cv_.notify_all();
+      cv_.wait(l, [&] { return release_; });
+    });
+  }
+  ~FirstMergeHeld() {
+    Release();
+    SetMergeCommitHookForTesting(nullptr);
+  }
+  bool Waited() {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::seconds(60), [&] { return merging_; });
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      release_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool merging_ = false, release_ = false;
+};
+
 TEST_CASE("batches applied during a merge: its deletes and updates survive the commit", "[postings]") {
   Fixture fx;
   // The first merge stops before its commit until the batches below are in.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool merging = false, release = false;
-  SetMergeCommitHookForTesting([&] {
-    std::unique_lock<std::mutex> l(mu);
-    if (merging) return;
-    merging = true;
-    cv.notify_all();
-    cv.wait(l, [&] { return release; });
-  });
-  struct Unhook {
-    ~Unhook() { SetMergeCommitHookForTesting(nullptr); }
-  } unhook;
+  FirstMergeHeld held;
   // Ten segments of 100 documents: one level, so they merge.
   for (int b = 0; b < 10; ++b) {
     for (int i = 0; i < 100; ++i) fx.store.Put(std::to_string(b * 100 + i), DocJson(b * 100 + i, 0));
     REQUIRE(fx.store.Flush(*fx.idx).ok());
   }
-  {
-    std::unique_lock<std::mutex> l(mu);
-    REQUIRE(cv.wait_for(l, std::chrono::seconds(60), [&] { return merging; }));
-  }
+  REQUIRE(held.Waited());
   // The merge is built and waiting: update and delete documents of its
   // sources (ApplyBatch does not wait for it), one source entirely.
   for (int i = 0; i < 1000; i += 3) fx.store.Put(std::to_string(i), DocJson(i, 1));
@@ -383,11 +403,7 @@ TEST_CASE("batches applied during a merge: its deletes and updates survive the c
   REQUIRE(fx.store.Flush(*fx.idx).ok());
   const std::string expected = FreshResults(fx.store, fx.def);
   CHECK(Results(*fx.idx) == expected);
-  {
-    std::lock_guard<std::mutex> l(mu);
-    release = true;
-  }
-  cv.notify_all();
+  held.Release();
   WaitForMerges(*fx.idx);
   CHECK(SegmentFiles(fx.dir.path()) < 5);  // the merge committed
   CHECK(Results(*fx.idx) == expected);
@@ -405,19 +421,7 @@ TEST_CASE("a merge whose inputs' files are gone reads them through the queries' 
   // A merge maps its inputs again to read them ahead; the worker may have
   // unlinked one meanwhile (a segment whose every document was deleted).
   Fixture fx;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool merging = false, release = false;
-  SetMergeCommitHookForTesting([&] {
-    std::unique_lock<std::mutex> l(mu);
-    if (merging) return;
-    merging = true;
-    cv.notify_all();
-    cv.wait(l, [&] { return release; });
-  });
-  struct Unhook {
-    ~Unhook() { SetMergeCommitHookForTesting(nullptr); }
-  } unhook;
+  FirstMergeHeld held;
   auto flush_ten = [&](int from) {
     for (int b = 0; b < 10; ++b) {
       for (int i = 0; i < 100; ++i) fx.store.Put(std::to_string(from + b * 100 + i), DocJson(from + b * 100 + i, 0));
@@ -425,10 +429,7 @@ TEST_CASE("a merge whose inputs' files are gone reads them through the queries' 
     }
   };
   flush_ten(0);
-  {
-    std::unique_lock<std::mutex> l(mu);
-    REQUIRE(cv.wait_for(l, std::chrono::seconds(60), [&] { return merging; }));
-  }
+  REQUIRE(held.Waited());
   // The first merge waits to commit: ten more segments, whose files go.
   std::set<std::string> before;
   for (auto& e : std::filesystem::directory_iterator(fx.dir.path())) before.insert(e.path().filename().string());
@@ -441,11 +442,7 @@ TEST_CASE("a merge whose inputs' files are gone reads them through the queries' 
   REQUIRE(unlinked == 10);
   const std::string expected = FreshResults(fx.store, fx.def);
   CHECK(Results(*fx.idx) == expected);  // the mappings keep their pages
-  {
-    std::lock_guard<std::mutex> l(mu);
-    release = true;
-  }
-  cv.notify_all();
+  held.Release();
   WaitForMerges(*fx.idx);
   CHECK(SegmentFiles(fx.dir.path()) <= 2);  // the ten were merged, from their old mappings
   CHECK(Results(*fx.idx) == expected);
