@@ -1,6 +1,9 @@
 // Segment files: encode, memory-map, read back postings, term
 // frequencies, positions, lengths, numeric columns; corruption detection.
 #include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +13,7 @@
 #include <random>
 #include <set>
 
+#include "common/resident_pages.h"
 #include "postings/posting_cursor.h"
 #include "postings/segment.h"
 #include "tests/postings/test_util.h"
@@ -206,6 +210,47 @@ TEST_CASE("a segment for queries reads a page per fault; one for a merge reads a
   CHECK(m.find(" sr") != std::string::npos);  // MADV_SEQUENTIAL
   CHECK(m.find(" rr") == std::string::npos);
   CHECK((*queries)->FindTerm(0, "w5") == (*merge)->FindTerm(0, "w5"));
+}
+
+// How many of the mapping's pages are in the page cache.
+size_t ResidentPages(std::string_view file) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((file.size() + page - 1) / page);
+  REQUIRE(::mincore(const_cast<char*>(file.data()), file.size(), in.data()) == 0);
+  return static_cast<size_t>(std::count_if(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; }));
+}
+
+TEST_CASE("a cold term lookup reads a few pages and not a readahead window", "[postings]") {
+  TempDir dir;
+  SegmentBuilder b(1, 0);
+  for (uint32_t d = 0; d < 60000; ++d) {
+    const uint32_t doc = b.AddDoc("doc" + std::to_string(d));
+    b.AddToken(0, doc, "term" + std::to_string(d * 7919 % 60000), 0);
+    b.AddToken(0, doc, "common", 1);
+    b.SetLength(0, doc, 2);
+  }
+  REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(7)).ok());  // fsynced: its pages are clean
+  auto seg = Segment::Open(dir.path() + "/s.cvs", 7, 1, 0);
+  REQUIRE(seg.ok());
+  const std::string_view file = (*seg)->file();
+  const size_t pages = file.size() >> 12;
+  REQUIRE(file.size() > (size_t{1} << 20));
+  // Out of our page tables, then out of the page cache.
+  DropResidentPages(file.data(), file.size());
+  const int fd = ::open((dir.path() + "/s.cvs").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  if (ResidentPages(file) > 0) {
+    WARN("the page cache kept the file (tmpfs?): nothing to measure");
+    return;
+  }
+  // A lookup reads the term offsets and names around the term.
+  CHECK((*seg)->FindTerm(0, "term12345") >= 0);
+  const size_t read = ResidentPages(file);
+  INFO("file pages " << pages << ", read by one lookup " << read);
+  CHECK(read >= 1);
+  CHECK(read <= 8);  // the default read-around: 32 pages (128 KiB) up to the whole file (8 MiB)
 }
 
 TEST_CASE("stored fields round trip per document, and a segment without them has none", "[postings]") {
