@@ -22,20 +22,11 @@
 
 namespace corvid {
 
-// kNormal: the kernel's read-around. kRandom: a fault reads its page only
-// (queries; they ask for what they know they will read with WillNeed).
-// kSequential: a fault reads ahead of itself (one pass front to back).
-enum class ReadAdvice { kNormal, kRandom, kSequential };
-
-// Starts reading [data, data + size) of a file mapping into the page cache
-// without waiting for it (MADV_WILLNEED): one request for a range a
-// reader is about to walk, instead of a fault per page.
-inline void WillNeed(const void* data, size_t size) {
-  if (data == nullptr || size == 0) return;
-  const auto page = uintptr_t(::sysconf(_SC_PAGESIZE));
-  const uintptr_t start = uintptr_t(data) & ~(page - 1);
-  (void)::madvise(reinterpret_cast<void*>(start), uintptr_t(data) + size - start, MADV_WILLNEED);
-}
+// kRandom: a fault reads its page only (queries; they ask for what they
+// know they will read with WillNeed, resident_pages.h). kSequential: a
+// fault reads ahead of itself (one pass front to back). A mapping given
+// neither has the kernel's read-around.
+enum class ReadAdvice { kRandom, kSequential };
 
 class MappedFile {
  public:
@@ -79,10 +70,7 @@ class MappedFile {
   // holds for every reader of this MappedFile).
   void Advise(ReadAdvice advice) const {
     if (data_ == nullptr || size_ == 0) return;
-    const int a = advice == ReadAdvice::kRandom       ? MADV_RANDOM
-                  : advice == ReadAdvice::kSequential ? MADV_SEQUENTIAL
-                                                      : MADV_NORMAL;
-    (void)::madvise(const_cast<char*>(data_), size_, a);
+    (void)::madvise(const_cast<char*>(data_), size_, advice == ReadAdvice::kRandom ? MADV_RANDOM : MADV_SEQUENTIAL);
   }
 
   const char* data() const { return data_; }

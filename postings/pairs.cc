@@ -230,6 +230,15 @@ bool PairTable::Parse(const char* base, uint64_t size, uint64_t off, uint32_t te
   return true;
 }
 
+PairTable PairTable::Rebased(const char* base) const {
+  PairTable t = *this;
+  if (base_ == nullptr) return t;
+  t.base_ = base;
+  t.common_ = reinterpret_cast<const uint32_t*>(base + (reinterpret_cast<const char*>(common_) - base_));
+  t.entries_ = reinterpret_cast<const PairEntry*>(base + (reinterpret_cast<const char*>(entries_) - base_));
+  return t;
+}
+
 int PairTable::Common(uint32_t term) const {
   const uint32_t* end = common_ + common_count_;
   const uint32_t* it = std::lower_bound(common_, end, term);

@@ -110,6 +110,9 @@ class PairTable {
   // caller frees, or nullptr if there are none — and returns true;
   // otherwise returns false (the table cannot tell).
   bool Find(uint32_t i, uint32_t j, const roaring_bitmap_t** docs) const;
+  // The same table in another mapping of the same file, whose bytes start
+  // at `base` (Segment::MapAgain).
+  PairTable Rebased(const char* base) const;
 
  private:
   int Common(uint32_t term) const;

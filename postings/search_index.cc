@@ -503,8 +503,7 @@ Status SearchIndexImpl::Merge(const std::shared_ptr<const Snapshot>& base, const
   std::vector<std::shared_ptr<const Segment>> streamed;
   for (size_t k : which) {
     const SegmentState& s = base->segments[k];
-    auto own = Segment::Open(dir_ + "/" + SegmentName(s.id), def_->Fingerprint(), nt, nn,
-                             Segment::Checksum::kWrittenByUs, ReadAdvice::kSequential);
+    auto own = s.segment->MapAgain(dir_ + "/" + SegmentName(s.id), ReadAdvice::kSequential);
     const Segment* read = s.segment.get();
     if (own.ok()) {
       streamed.push_back(std::move(own).value());

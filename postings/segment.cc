@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "common/resident_pages.h"
 #include "postings/segment_format.h"
 
 namespace corvid::postings {
@@ -187,6 +188,40 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     s->numeric_.push_back(nf);
   }
   s->file_.Advise(advice);
+  return std::shared_ptr<const Segment>(std::move(s));
+}
+
+Result<std::shared_ptr<const Segment>> Segment::MapAgain(const std::string& path, ReadAdvice advice) const {
+  auto mf = MappedFile::Open(path);
+  if (!mf.ok()) return mf.status();
+  const size_t size = file_.size();
+  if (mf->size() != size || std::memcmp(mf->data() + size - kFooterBytes, base() + size - kFooterBytes, kFooterBytes) != 0)
+    return Status::Corruption(path + ": not the segment file that was opened");
+  mf->Advise(advice);
+  std::shared_ptr<Segment> s(new Segment(std::move(mf).value()));
+  const char* to = s->base();
+  auto moved = [&](auto* p) { return p == nullptr ? p : reinterpret_cast<decltype(p)>(to + (reinterpret_cast<const char*>(p) - base())); };
+  s->doc_count_ = doc_count_;
+  s->ids_off_ = moved(ids_off_);
+  s->ids_blob_ = moved(ids_blob_);
+  s->id_order_ = moved(id_order_);
+  s->id_filter_ = moved(id_filter_);
+  s->id_filter_blocks_ = id_filter_blocks_;
+  s->stored_off_ = moved(stored_off_);
+  s->stored_blob_ = moved(stored_blob_);
+  s->text_ = text_;
+  for (TextField& t : s->text_) {
+    t.lengths = moved(t.lengths);
+    t.offs = moved(t.offs);
+    t.blob = moved(t.blob);
+    t.list_offs = moved(t.list_offs);
+    t.pairs = t.pairs.Rebased(to);
+  }
+  s->numeric_ = numeric_;
+  for (NumericField& n : s->numeric_) {
+    n.column = moved(n.column);
+    n.sorted = moved(n.sorted);
+  }
   return std::shared_ptr<const Segment>(std::move(s));
 }
 

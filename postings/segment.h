@@ -355,13 +355,17 @@ class Segment {
   // `advice` is how the mapping is read once open (Open's own checks read
   // it front to back): kRandom for a segment that serves queries (a cold
   // page then costs a read of that page, not of the device's readahead
-  // window, and evicts no more than it reads), kSequential for a merge's
-  // private mapping of its input (segment_merger.h).
+  // window, and evicts no more than it reads).
   enum class Checksum { kVerify, kWrittenByUs };
   static Result<std::shared_ptr<const Segment>> Open(const std::string& path, uint64_t fingerprint,
                                                      uint32_t text_fields, uint32_t numeric_fields,
                                                      Checksum checksum = Checksum::kVerify,
                                                      ReadAdvice advice = ReadAdvice::kRandom);
+  // This segment's file (at `path`) mapped once more with `advice`, as
+  // Open checked it: nothing is read or checked again but the file's
+  // length and footer. A merge reads its inputs this way (kSequential).
+  // IOError if the file is gone, Corruption if it is another file.
+  Result<std::shared_ptr<const Segment>> MapAgain(const std::string& path, ReadAdvice advice) const;
 
   uint32_t doc_count() const { return doc_count_; }
   size_t file_bytes() const { return file_.size(); }
