@@ -87,8 +87,7 @@ bool CheckList(const char* b, uint64_t size, uint64_t off) {
 }  // namespace
 
 Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, uint64_t fingerprint,
-                                                     uint32_t text_fields, uint32_t numeric_fields, Checksum checksum,
-                                                     ReadAdvice advice) {
+                                                     uint32_t text_fields, uint32_t numeric_fields, Checksum checksum) {
   auto mf = MappedFile::Open(path);
   if (!mf.ok()) return mf.status();
   std::shared_ptr<Segment> s(new Segment(std::move(mf).value()));
@@ -187,7 +186,7 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
     for (size_t i = 0; i < nf.sorted_count && !nf.has_residuals; ++i) nf.has_residuals = nf.sorted[i].residual != 0;
     s->numeric_.push_back(nf);
   }
-  s->file_.Advise(advice);
+  s->file_.Advise(ReadAdvice::kRandom);
   return std::shared_ptr<const Segment>(std::move(s));
 }
 

@@ -352,15 +352,14 @@ class Segment {
   // checksum, a pass over the whole file: for a file this process has just
   // written from an image Encode checksummed (its pages are that image).
   //
-  // `advice` is how the mapping is read once open (Open's own checks read
-  // it front to back): kRandom for a segment that serves queries (a cold
-  // page then costs a read of that page, not of the device's readahead
-  // window, and evicts no more than it reads).
+  // Once open, the mapping reads a page per fault (ReadAdvice::kRandom;
+  // Open's own checks read it front to back): a cold page then costs a read
+  // of that page, not of the device's readahead window, and evicts no more
+  // than it reads.
   enum class Checksum { kVerify, kWrittenByUs };
   static Result<std::shared_ptr<const Segment>> Open(const std::string& path, uint64_t fingerprint,
                                                      uint32_t text_fields, uint32_t numeric_fields,
-                                                     Checksum checksum = Checksum::kVerify,
-                                                     ReadAdvice advice = ReadAdvice::kRandom);
+                                                     Checksum checksum = Checksum::kVerify);
   // This segment's file (at `path`) mapped once more with `advice`, as
   // Open checked it: nothing is read or checked again but the file's
   // length and footer. A merge reads its inputs this way (kSequential).

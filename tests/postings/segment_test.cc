@@ -199,7 +199,7 @@ TEST_CASE("a segment for queries reads a page per fault; one for a merge reads a
   REQUIRE(WriteFileAtomic(dir.path(), "s.cvs", b.Encode(7)).ok());
   auto queries = Segment::Open(dir.path() + "/s.cvs", 7, 1, 0);
   REQUIRE(queries.ok());
-  auto merge = Segment::Open(dir.path() + "/s.cvs", 7, 1, 0, Segment::Checksum::kWrittenByUs, ReadAdvice::kSequential);
+  auto merge = (*queries)->MapAgain(dir.path() + "/s.cvs", ReadAdvice::kSequential);
   REQUIRE(merge.ok());
   const std::string q = MappingFlags((*queries)->file().data()), m = MappingFlags((*merge)->file().data());
   INFO(q << "\n" << m);
