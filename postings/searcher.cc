@@ -85,12 +85,12 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   // top-k entry (`after_entry`, for a ranking by score).
   Hit after_hit{0, 0, 0, {}, {}, {}, {}};
   const Hit* after = nullptr;
-  TopEntry after_top{0, 0, 0, {}};
+  TopEntry after_top{0, 0, 0, nullptr};
   const TopEntry* after_entry = nullptr;
   if (req.search_after) {
     if (Status st = ReadSearchAfter(sort, req, after_hit); !st.ok()) return st;
     after = &after_hit;
-    after_top = TopEntry{after_hit.score, 0, 0, after_hit.id};
+    after_top = TopEntry{after_hit.score, 0, 0, nullptr, after_hit.id};
     after_entry = &after_top;
   }
   std::string_view qtext = req.q;
@@ -233,7 +233,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       // Below the threshold a match cannot enter: no entry (the id lookup) for it.
       for (size_t j = 0; j < m; ++j)
         if (scores[j] >= top.threshold())
-          top.Offer(TopEntry{scores[j], static_cast<uint32_t>(k), docs[j], seg.id(docs[j])});
+          top.Offer(TopEntry{scores[j], static_cast<uint32_t>(k), docs[j], &seg});
       return m;
     }
     FieldSortHits(seg, static_cast<uint32_t>(k), sort, final_bm, docs, scores, keep_hit);
@@ -251,7 +251,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     for (size_t k = 0; k < snap.segments.size(); ++k) result.total += segment_matches(k, norms, topk);
   }
   if (by_score) {
-    for (const TopEntry& e : std::move(topk).Sorted()) hits.push_back(Hit{e.score, e.seg, e.doc, e.id, {}, {}, {}});
+    for (const TopEntry& e : std::move(topk).Sorted()) hits.push_back(Hit{e.score, e.seg, e.doc, e.id(), {}, {}, {}});
   }
   const size_t top = std::min(want, hits.size());
   std::partial_sort(hits.begin(), hits.begin() + static_cast<std::ptrdiff_t>(top), hits.end(), less);

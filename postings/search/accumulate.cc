@@ -60,7 +60,7 @@ uint64_t AccumulateSegment(const std::vector<FlatTerm>& flat, size_t k, const Sn
       const double score = acc[d];
       acc[d] = 0;
       if (score >= threshold && (live >> bit & 1) != 0) {
-        top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
+        top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, &seg});
         threshold = top.threshold();
       }
     }

@@ -128,7 +128,7 @@ void ConjunctionWindows(const std::vector<const Alt*>& alts, size_t k, const Seg
         t.cur->Advance(d);
         if (t.cur->doc() == d) score += t.Contribution(t.cur->tf(), d);
       }
-      if (score >= top.threshold()) top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
+      if (score >= top.threshold()) top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, &seg});
       ++i;
       continue;
     }
@@ -173,7 +173,7 @@ void ConjunctionWindows(const std::vector<const Alt*>& alts, size_t k, const Seg
         if (f != 0) score += ts[t].Contribution(f, doc);
       }
       // Below the threshold it cannot enter: skip building the entry (the id lookup).
-      if (score >= top.threshold()) top.Offer(TopEntry{score, static_cast<uint32_t>(k), doc, seg.id(doc)});
+      if (score >= top.threshold()) top.Offer(TopEntry{score, static_cast<uint32_t>(k), doc, &seg});
     }
     i += n;
   }

@@ -123,7 +123,7 @@ bool ScoreLeafTopK(const CNode& leaf, size_t k, Norms& norms, SegEval& ev, const
       const uint32_t tf = tfs[x].Tf(d);
       if (tf != 0) score += t.Contribution(leaf.alts[t.ai], tf, d);
     }
-    if (score >= top.threshold()) top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
+    if (score >= top.threshold()) top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, &seg});
   }
   return true;
 }

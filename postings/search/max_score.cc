@@ -113,7 +113,7 @@ void MaxScoreSegment(const std::vector<FlatTerm>& flat, size_t k, const Snapshot
     if (pruned) continue;
     double score = 0;
     for (double c : contrib) score += c;
-    if (top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)})) recompute();
+    if (top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, &seg})) recompute();
   }
 }
 

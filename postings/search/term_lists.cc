@@ -61,7 +61,7 @@ void ScoreByRank(const std::vector<TermList>& lists, size_t k, const Segment& se
     }
     double score = 0;  // in Score's order (bit-identical); an absent term adds 0
     for (const T& t : ts) score += t.contribution;
-    if (score >= threshold) top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, seg.id(d)});
+    if (score >= threshold) top.Offer(TopEntry{score, static_cast<uint32_t>(k), d, &seg});
   });
 }
 

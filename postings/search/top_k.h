@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "postings/segment.h"
+
 namespace corvid::postings::search {
 
 // Top-k by (score desc, id asc); the heap's front is the worst kept entry.
@@ -15,12 +17,22 @@ namespace corvid::postings::search {
 // kept, so every threshold (the heap's, a floor, a shared one) is that of
 // entries that can be answered, and the pruning that compares bounds with
 // it stays exact: a later page only lowers what can enter.
+//
+// An entry's id is read only when it is needed: to order two equal scores,
+// and for the hits kept. Reading it for every document offered cost two
+// random page reads per candidate of a segment whose ids were not
+// resident (a merged segment's first queries under a memory cap: ~300
+// page faults for a one-word search, measured).
 struct TopEntry {
   double score;
   uint32_t seg, doc;
-  std::string_view id;
+  const Segment* segment;  // where the id is read; null: `key` is the id
+  std::string_view key = {};  // a searchAfter key's id
+  std::string_view id() const { return segment != nullptr ? segment->id(doc) : key; }
 };
-inline bool Better(const TopEntry& a, const TopEntry& b) { return a.score != b.score ? a.score > b.score : a.id < b.id; }
+inline bool Better(const TopEntry& a, const TopEntry& b) {
+  return a.score != b.score ? a.score > b.score : a.id() < b.id();
+}
 
 class TopK {
  public:

@@ -8,7 +8,13 @@
 // strategy the shape calls for. RunSearch is tested whole by oracle_test.cc;
 // here a strategy that went wrong cannot hide behind another.
 #include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -17,6 +23,7 @@
 #include "postings/query_parser.h"
 #include "postings/search/compiler.h"
 #include "postings/search/strategy.h"
+#include "common/resident_pages.h"
 #include "postings/snapshot.h"
 #include "tests/postings/test_util.h"
 
@@ -116,7 +123,7 @@ std::vector<TopEntry> Exhaustive(const Snapshot& snap, const CompiledQuery& q, s
   const Segment& seg = *snap.segments[k].segment;
   std::vector<TopEntry> out;
   for (size_t j = 0; j < f.docs.size(); ++j) {
-    const TopEntry e{scores[j], static_cast<uint32_t>(k), f.docs[j], seg.id(f.docs[j])};
+    const TopEntry e{scores[j], static_cast<uint32_t>(k), f.docs[j], &seg};
     if (after == nullptr || Better(*after, e)) out.push_back(e);
   }
   std::sort(out.begin(), out.end(), Better);
@@ -173,7 +180,7 @@ void ExpectHead(const std::vector<TopEntry>& got, const std::vector<TopEntry>& a
   REQUIRE(got.size() == std::min(want, all.size()));
   for (size_t i = 0; i < got.size(); ++i) {
     INFO("rank " << i);
-    CHECK(got[i].id == all[i].id);
+    CHECK(got[i].id() == all[i].id());
     CHECK(got[i].score == all[i].score);  // bit-identical: summed in Score's order
   }
 }
@@ -274,6 +281,68 @@ TEST_CASE("accumulation (term at a time over expansions) ranks as the exhaustive
 
 TEST_CASE("the single-leaf top-k ranks as the exhaustive scorer does", "[postings][heavy]") {
   CompareWithExhaustive(Strategy::kLeafTopK, LeafPhrase, GENERATE(1u, 2u));
+}
+
+// How many pages of [data, data + size) are in the page cache.
+size_t ResidentPages(const char* data, size_t size) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t from = reinterpret_cast<uintptr_t>(data) / page * page;
+  std::vector<unsigned char> in((reinterpret_cast<uintptr_t>(data) + size - from + page - 1) / page);
+  REQUIRE(::mincore(reinterpret_cast<void*>(from), in.size() * page, in.data()) == 0);
+  return static_cast<size_t>(std::count_if(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; }));
+}
+
+TEST_CASE("a ranking reads the ids of the hits it keeps, not of every document it offers", "[postings]") {
+  // The first 10 documents fill the top 10, and every later block of 64
+  // postings of w1 holds one document that enters it (each scores above
+  // the one before), so no block is skipped and every document is scored
+  // and offered; the other 63 score below the threshold, never equal to
+  // it. Their ids (about 1,000 pages of long ids) need not be read.
+  TempDir dir;
+  auto def = SearchDefinition::Compile(kDef);
+  REQUIRE(def.ok());
+  auto idx = SearchIndex::Open(dir.path(), *def);
+  REQUIRE(idx.ok());
+  Store store;
+  constexpr uint32_t kDocs = 20000;
+  for (uint32_t d = 0; d < kDocs; ++d) {
+    char id[16];
+    std::snprintf(id, sizeof id, "%06u", d);
+    std::string body = "w1 f";
+    const uint32_t extra = d % 64 == 0 ? 1 + d / 64 : d < 10 ? 1 + d : 0;  // tf 1 + extra
+    for (uint32_t t = 0; t < extra; ++t) body += " w1";
+    if (d < 10 && d > 0) body += " g";  // a length no block's document has: no equal scores
+    store.Put(id + std::string(200, 'x'), R"({"title": "t", "body": ")" + body + "\"}");
+  }
+  REQUIRE(store.Flush(**idx).ok());
+  auto snap = CurrentSnapshot(**idx);
+  REQUIRE(snap->segments.size() == 1);
+  const Segment& seg = *snap->segments[0].segment;
+  const char* ids = seg.id(0).data();
+  const size_t ids_bytes = static_cast<size_t>(seg.id(kDocs - 1).data() + seg.id(kDocs - 1).size() - ids);
+  // Out of our page tables, then out of the page cache.
+  DropResidentPages(seg.file().data(), seg.file().size());
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().extension() != ".cvs") continue;
+    const int fd = ::open(entry.path().c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  if (ResidentPages(ids, ids_bytes) > 0) {
+    WARN("the page cache kept the file (tmpfs?): nothing to measure");
+    return;
+  }
+  SearchRequest req;
+  req.q = "body:w1";
+  auto result = (*idx)->Search(req);
+  REQUIRE(result.ok());
+  CHECK(result->total == kDocs);
+  // The best: the last document of w1's tf 2 + d / 64 (d = 19968).
+  CHECK(result->hits_json.find("019968") != std::string::npos);
+  const size_t read = ResidentPages(ids, ids_bytes);
+  INFO("id pages " << ids_bytes / 4096 << ", read " << read);
+  CHECK(read <= 16);  // the 10 hits' ids (and a page beside each at most)
 }
 
 TEST_CASE("the planner picks by shape", "[postings]") {
