@@ -3,7 +3,11 @@
 #pragma once
 
 #include <rapidjson/document.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -92,5 +96,15 @@ struct Store {
     };
   }
 };
+
+// How many pages of [data, data + size) of a mapping are in the page
+// cache (mincore); -1 if the kernel would not say.
+inline long ResidentPages(const void* data, size_t size) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t from = reinterpret_cast<uintptr_t>(data) / page * page;
+  std::vector<unsigned char> in((reinterpret_cast<uintptr_t>(data) + size - from + page - 1) / page);
+  if (::mincore(reinterpret_cast<void*>(from), in.size() * page, in.data()) != 0) return -1;
+  return static_cast<long>(std::count_if(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; }));
+}
 
 }  // namespace corvid::postings::testing
