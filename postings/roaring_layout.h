@@ -91,27 +91,6 @@ void ForEachFrozenContainer(const char* buf, size_t len, F&& f, B&& bitset) {
   }
 }
 
-// f(key, members) for every container of a frozen bitmap, from its header
-// alone: key its high bits (<< 16), members its cardinality, or 0 for a
-// run container (counted only by reading its runs).
-template <typename F>
-void ForEachFrozenKey(const char* buf, size_t len, F&& f) {
-  if (len < 4) return;
-  uint32_t header;
-  std::memcpy(&header, buf + len - 4, 4);
-  const uint32_t n = header >> 15;
-  if (4 + 5 * size_t{n} > len) return;  // not a frozen bitmap: nothing to walk
-  const uint8_t* types = reinterpret_cast<const uint8_t*>(buf + len - 4 - n);
-  const char* counts = buf + len - 4 - 3 * size_t{n};
-  const char* keys = counts - 2 * size_t{n};
-  for (uint32_t i = 0; i < n; ++i) {
-    uint16_t key, count;
-    std::memcpy(&key, keys + 2 * i, 2);
-    std::memcpy(&count, counts + 2 * i, 2);
-    f(uint32_t{key} << 16, types[i] == 3 ? 0u : uint32_t{count} + 1);
-  }
-}
-
 template <typename F>
 void ForEachFrozen(const char* buf, size_t len, F&& f) {
   ForEachFrozenContainer(buf, len, f, [&f](uint32_t key, const char* words) {

@@ -270,39 +270,18 @@ TermEntry Segment::entry(uint32_t f, uint32_t i) const {
 // A query's mapping reads a page per fault (Open): a scorer walking a long
 // list page by page would wait for one read per 4 KiB of a cold list. So
 // the parts of it a scorer reads (the tfs; the skip table, block maxima and
-// bitmap) are asked for at once, each in one request, when they span enough
+// bitmap), and the field's lengths when the list touches most of their
+// pages, are asked for at once, each in one request, when they span enough
 // pages for that to matter; the syscall is then small beside the walk.
-// So are the field's lengths where the list's documents are: all of them
-// when the list covers most of their pages, else each 64Ki-document span
-// (256 KiB of lengths) that holds at least kMinSpanDocs of its documents
-// (a run container, whose size is not in the bitmap's header, counts as
-// full), neighbouring spans in one request. Block tracepoints during a build on
-// this VM: a 4 KiB read took 0.04 ms at the device (and a VM exit to
-// submit), a 1 MiB read 0.70 ms, 2.7 us a page; four documents of a span
-// already touch about 6% of its 64 pages.
 void Segment::WillNeedLongList(uint32_t f, const TermEntry& e) const {
   constexpr uint64_t kMinBytes = 16 << 10;
-  constexpr uint32_t kMinSpanDocs = 4;
   const uint64_t tfs = uint64_t{e.doc_freq} * e.tf_width;
   if (tfs >= kMinBytes) WillNeed(base() + e.tfs_off, tfs);
   const uint64_t tail = e.tfs_off + tfs + e.pos_len;
-  const uint64_t bitmap = BitmapOffset(e);
-  const uint64_t end = bitmap + e.bitmap_len;
+  const uint64_t end = BitmapOffset(e) + e.bitmap_len;
   if (end - tail >= kMinBytes) WillNeed(base() + tail, end - tail);
-  const uint32_t* lengths = text_[f].lengths;
-  if (4 * uint64_t{doc_count_} < kMinBytes) return;
-  if (uint64_t{e.doc_freq} * 16 >= doc_count_) return WillNeed(lengths, 4 * uint64_t{doc_count_});
-  uint64_t from = 0, to = 0;  // the spans asked for next, in documents
-  ForEachFrozenKey(base() + bitmap, e.bitmap_len, [&](uint32_t key, uint32_t members) {
-    if (members != 0 && members < kMinSpanDocs) return;
-    const uint64_t span_end = std::min<uint64_t>(uint64_t{key} + 65536, doc_count_);
-    if (key != to) {
-      if (to > from) WillNeed(lengths + from, 4 * (to - from));
-      from = key;
-    }
-    to = span_end;
-  });
-  if (to > from) WillNeed(lengths + from, 4 * (to - from));
+  const uint64_t lengths = 4 * uint64_t{doc_count_};
+  if (lengths >= kMinBytes && uint64_t{e.doc_freq} * 16 >= doc_count_) WillNeed(text_[f].lengths, lengths);
 }
 
 const char* Segment::FrozenBitmap(const TermEntry& e) const { return base() + BitmapOffset(e); }
