@@ -230,7 +230,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     std::vector<double> scores(m, 0.0);
     if (need_scores) Score(root, final_bm, k, seg_norms, ev, docs, scores);
     if (by_score) {
-      // Below the threshold a match cannot enter: no entry (the id lookup) for it.
+      // Below the threshold a match cannot enter: not offered.
       for (size_t j = 0; j < m; ++j)
         if (scores[j] >= top.threshold())
           top.Offer(TopEntry{scores[j], static_cast<uint32_t>(k), docs[j], &seg});

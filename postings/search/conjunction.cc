@@ -172,7 +172,7 @@ void ConjunctionWindows(const std::vector<const Alt*>& alts, size_t k, const Seg
         const uint32_t f = tf_at[t * kBuf + x];
         if (f != 0) score += ts[t].Contribution(f, doc);
       }
-      // Below the threshold it cannot enter: skip building the entry (the id lookup).
+      // Below the threshold it cannot enter: not offered.
       if (score >= top.threshold()) top.Offer(TopEntry{score, static_cast<uint32_t>(k), doc, &seg});
     }
     i += n;
