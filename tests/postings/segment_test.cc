@@ -1,9 +1,6 @@
 // Segment files: encode, memory-map, read back postings, term
 // frequencies, positions, lengths, numeric columns; corruption detection.
 #include <catch2/catch.hpp>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -211,13 +208,6 @@ TEST_CASE("a segment for queries reads a page per fault; one for a merge reads a
   CHECK((*queries)->FindTerm(0, "w5") == (*merge)->FindTerm(0, "w5"));
 }
 
-// How many of the mapping's pages are in the page cache.
-size_t ResidentPages(std::string_view part) {
-  const long n = testing::ResidentPages(part.data(), part.size());
-  REQUIRE(n >= 0);
-  return static_cast<size_t>(n);
-}
-
 TEST_CASE("a cold term lookup reads a few pages and not a readahead window", "[postings]") {
   TempDir dir;
   SegmentBuilder b(1, 0);
@@ -233,19 +223,13 @@ TEST_CASE("a cold term lookup reads a few pages and not a readahead window", "[p
   const std::string_view file = (*seg)->file();
   const size_t pages = file.size() >> 12;
   REQUIRE(file.size() > (size_t{1} << 20));
-  // Out of our page tables, then out of the page cache.
-  DropResidentPages(file.data(), file.size());
-  const int fd = ::open((dir.path() + "/s.cvs").c_str(), O_RDONLY);
-  REQUIRE(fd >= 0);
-  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-  if (ResidentPages(file) > 0) {
+  if (!testing::EvictSegmentFiles(dir.path(), file)) {
     WARN("the page cache kept the file (tmpfs?): nothing to measure");
     return;
   }
   // A lookup reads the term offsets and names around the term.
   CHECK((*seg)->FindTerm(0, "term12345") >= 0);
-  const size_t read = ResidentPages(file);
+  const size_t read = testing::ResidentPages(file.data(), file.size());
   INFO("file pages " << pages << ", read by one lookup " << read);
   CHECK(read >= 1);
   CHECK(read <= 8);  // the default read-around: 32 pages (128 KiB) up to the whole file (8 MiB)

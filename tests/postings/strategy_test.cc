@@ -8,12 +8,8 @@
 // strategy the shape calls for. RunSearch is tested whole by oracle_test.cc;
 // here a strategy that went wrong cannot hide behind another.
 #include <catch2/catch.hpp>
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -22,7 +18,6 @@
 #include "postings/query_parser.h"
 #include "postings/search/compiler.h"
 #include "postings/search/strategy.h"
-#include "common/resident_pages.h"
 #include "postings/snapshot.h"
 #include "tests/postings/test_util.h"
 
@@ -64,12 +59,16 @@ struct Corpus {
 
 // Batches of `per_batch` documents, then deletes of about a tenth of them,
 // then one more batch (a segment without deletes).
-void Build(Corpus& c, std::mt19937_64& rng, const std::vector<size_t>& batches) {
+void OpenIndex(Corpus& c) {
   auto def = SearchDefinition::Compile(kDef);
   REQUIRE(def.ok());
   auto idx = SearchIndex::Open(c.dir.path(), *def);
   REQUIRE(idx.ok());
   c.idx = std::move(idx).value();
+}
+
+void Build(Corpus& c, std::mt19937_64& rng, const std::vector<size_t>& batches) {
+  OpenIndex(c);
   size_t next = 0;
   std::vector<std::string> ids;
   auto add = [&](size_t n) {
@@ -282,25 +281,14 @@ TEST_CASE("the single-leaf top-k ranks as the exhaustive scorer does", "[posting
   CompareWithExhaustive(Strategy::kLeafTopK, LeafPhrase, GENERATE(1u, 2u));
 }
 
-// How many pages of [data, data + size) are in the page cache.
-size_t ResidentPages(const char* data, size_t size) {
-  const long n = testing::ResidentPages(data, size);
-  REQUIRE(n >= 0);
-  return static_cast<size_t>(n);
-}
-
 TEST_CASE("a ranking reads the ids of the hits it keeps, not of every document it offers", "[postings]") {
   // The first 10 documents fill the top 10, and every later block of 64
   // postings of w1 holds one document that enters it (each scores above
   // the one before), so no block is skipped and every document is scored
   // and offered; the other 63 score below the threshold, never equal to
   // it. Their ids (about 1,000 pages of long ids) need not be read.
-  TempDir dir;
-  auto def = SearchDefinition::Compile(kDef);
-  REQUIRE(def.ok());
-  auto idx = SearchIndex::Open(dir.path(), *def);
-  REQUIRE(idx.ok());
-  Store store;
+  Corpus c;
+  OpenIndex(c);
   constexpr uint32_t kDocs = 20000;
   for (uint32_t d = 0; d < kDocs; ++d) {
     char id[16];
@@ -309,35 +297,26 @@ TEST_CASE("a ranking reads the ids of the hits it keeps, not of every document i
     const uint32_t extra = d % 64 == 0 ? 1 + d / 64 : d < 10 ? 1 + d : 0;  // tf 1 + extra
     for (uint32_t t = 0; t < extra; ++t) body += " w1";
     if (d < 10 && d > 0) body += " g";  // a length no block's document has: no equal scores
-    store.Put(id + std::string(200, 'x'), R"({"title": "t", "body": ")" + body + "\"}");
+    c.store.Put(id + std::string(200, 'x'), R"({"title": "t", "body": ")" + body + "\"}");
   }
-  REQUIRE(store.Flush(**idx).ok());
-  auto snap = CurrentSnapshot(**idx);
+  REQUIRE(c.store.Flush(*c.idx).ok());
+  auto snap = CurrentSnapshot(*c.idx);
   REQUIRE(snap->segments.size() == 1);
   const Segment& seg = *snap->segments[0].segment;
   const char* ids = seg.id(0).data();
   const size_t ids_bytes = static_cast<size_t>(seg.id(kDocs - 1).data() + seg.id(kDocs - 1).size() - ids);
-  // Out of our page tables, then out of the page cache.
-  DropResidentPages(seg.file().data(), seg.file().size());
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-    if (entry.path().extension() != ".cvs") continue;
-    const int fd = ::open(entry.path().c_str(), O_RDONLY);
-    REQUIRE(fd >= 0);
-    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
-  }
-  if (ResidentPages(ids, ids_bytes) > 0) {
+  if (!testing::EvictSegmentFiles(c.dir.path(), seg.file())) {
     WARN("the page cache kept the file (tmpfs?): nothing to measure");
     return;
   }
   SearchRequest req;
   req.q = "body:w1";
-  auto result = (*idx)->Search(req);
+  auto result = c.idx->Search(req);
   REQUIRE(result.ok());
   CHECK(result->total == kDocs);
   // The best: the last document of w1's tf 2 + d / 64 (d = 19968).
   CHECK(result->hits_json.find("019968") != std::string::npos);
-  const size_t read = ResidentPages(ids, ids_bytes);
+  const size_t read = testing::ResidentPages(ids, ids_bytes);
   INFO("id pages " << ids_bytes / 4096 << ", read " << read);
   CHECK(read <= 16);  // the 10 hits' ids (and a page beside each at most)
 }

@@ -2,6 +2,7 @@
 // in-memory document store, and hit parsing.
 #pragma once
 
+#include <fcntl.h>
 #include <rapidjson/document.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,8 +13,10 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "common/resident_pages.h"
 #include "postings/search_index.h"
 
 namespace corvid::postings::testing {
@@ -98,13 +101,30 @@ struct Store {
 };
 
 // How many pages of [data, data + size) of a mapping are in the page
-// cache (mincore); -1 if the kernel would not say.
-inline long ResidentPages(const void* data, size_t size) {
+// cache (mincore); SIZE_MAX if the kernel would not say, which fails any
+// check that few pages were read.
+inline size_t ResidentPages(const void* data, size_t size) {
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t from = reinterpret_cast<uintptr_t>(data) / page * page;
   std::vector<unsigned char> in((reinterpret_cast<uintptr_t>(data) + size - from + page - 1) / page);
-  if (::mincore(reinterpret_cast<void*>(from), in.size() * page, in.data()) != 0) return -1;
-  return static_cast<long>(std::count_if(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; }));
+  if (::mincore(reinterpret_cast<void*>(from), in.size() * page, in.data()) != 0) return SIZE_MAX;
+  return static_cast<size_t>(std::count_if(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; }));
+}
+
+// Takes the segment files (*.cvs) in `dir` out of the page cache, and
+// `mapping` (one of them, as mapped) out of our page tables first. False
+// if some of the mapping stayed resident (tmpfs keeps every page): a test
+// of what a cold read fetches then has nothing to measure.
+inline bool EvictSegmentFiles(const std::string& dir, std::string_view mapping) {
+  DropResidentPages(mapping.data(), mapping.size());
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".cvs") continue;
+    const int fd = ::open(entry.path().c_str(), O_RDONLY);
+    if (fd < 0) return false;
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  return ResidentPages(mapping.data(), mapping.size()) == 0;
 }
 
 }  // namespace corvid::postings::testing
