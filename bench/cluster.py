@@ -10,8 +10,10 @@ Phases (`--phases`, default all):
             single node and cluster.
   bulk      MB/s of NDJSON bulk requests (4 MB each, 1 KB documents) through
             one node: single node and cluster.
-  lag       replication lag: a background load of PUTs through node A
-            (wrk, --lag-connections) while a probe PUTs through A every
+  lag       replication lag: a steady background load of PUTs through node
+            A (wrk, --lag-connections, each pausing --lag-delay-ms before
+            each request: by default about the bar's 5,000 writes/s, the
+            rate reached is printed) while a probe PUTs through A every
             20 ms and waits on node B (GET /changes?since=E-1&waitMs=...) for
             its etag; p50/p99 of the wait, with the load's rate.
   catchup   node C stopped, PUTs through A for --seconds (then, again,
@@ -111,6 +113,18 @@ def load_bulk(port, docs, per_request=4000, start=0):
     return sent, time.perf_counter() - t0
 
 
+def metric(port, name):
+    for line in Client(port, 10).request("GET", "/metrics")[1].decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def commits(cluster):
+    """Store transactions over the cluster's nodes so far (each commits every write, in its own groups)."""
+    return sum(metric(n.port, "corvid_store_commits_total") for n in cluster.nodes)
+
+
 def phase_put(args, single, cluster):
     rows = {"single": [], "cluster": []}
     for r in range(args.runs):
@@ -121,8 +135,9 @@ def phase_put(args, single, cluster):
         res = [wrk_result(p) for p in procs]
         errors = sum(x["status_errors"] + x["socket_errors"] for x in res)
         rows["cluster"].append(sum(x["req_per_s"] for x in res))
-        say("  run %d: single %.0f PUT/s, cluster %.0f PUT/s (errors %d; p99 %.1f ms)"
-            % (r + 1, rows["single"][-1], rows["cluster"][-1], errors, max(x["p99_us"] for x in res) / 1000))
+        say("  run %d: single %.0f PUT/s, cluster %.0f PUT/s (errors %d; p99 %.1f ms; %.0f store commits on the nodes so far)"
+            % (r + 1, rows["single"][-1], rows["cluster"][-1], errors, max(x["p99_us"] for x in res) / 1000,
+               commits(cluster)))
     s, c = sorted(rows["single"])[len(rows["single"]) // 2], sorted(rows["cluster"])[len(rows["cluster"]) // 2]
     say("put: single node median %.0f PUT/s, cluster median %.0f PUT/s (%.0f%% of the single node)"
         % (s, c, 100 * c / s))
@@ -144,7 +159,8 @@ def phase_bulk(args, single, cluster):
 
 def phase_lag(args, cluster):
     a, b = cluster.nodes[0], cluster.nodes[1]
-    load = wrk(a.port, args.lag_connections, args.seconds, "lag")
+    env = {"BENCH_DELAY_MS": str(args.lag_delay_ms)} if args.lag_delay_ms > 0 else None
+    load = wrk(a.port, args.lag_connections, args.seconds, "lag", env=env)
     ca, cb = Client(a.port, 30), Client(b.port, 30)
     waits = []
     t_end = time.perf_counter() + args.seconds - 1
@@ -201,7 +217,9 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--bulk-docs", type=int, default=100_000)
-    ap.add_argument("--lag-connections", type=int, default=8)
+    ap.add_argument("--lag-connections", type=int, default=64)
+    ap.add_argument("--lag-delay-ms", type=int, default=7,
+                    help="pause before each of the lag load's requests per connection (0: as fast as it goes)")
     ap.add_argument("--catchup-docs", type=int, default=300_000)
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
