@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -281,6 +282,31 @@ TEST_CASE("the single-leaf top-k ranks as the exhaustive scorer does", "[posting
   CompareWithExhaustive(Strategy::kLeafTopK, LeafPhrase, GENERATE(1u, 2u));
 }
 
+// `body:w1` over the one segment of `c`, its files out of the page cache
+// first: the answer, and how many of the segment's id pages it read.
+// Nullopt when the page cache kept the file (tmpfs?): nothing to measure.
+struct ColdSearch {
+  SearchResult result;
+  size_t id_pages = 0, read = 0;
+};
+std::optional<ColdSearch> SearchW1Cold(Corpus& c) {
+  auto snap = CurrentSnapshot(*c.idx);
+  REQUIRE(snap->segments.size() == 1);
+  const Segment& seg = *snap->segments[0].segment;
+  const char* first = seg.id(0).data();
+  const std::string_view last = seg.id(seg.doc_count() - 1);
+  const size_t bytes = static_cast<size_t>(last.data() + last.size() - first);
+  if (!testing::EvictSegmentFiles(c.dir.path(), seg.file())) {
+    WARN("the page cache kept the file (tmpfs?): nothing to measure");
+    return std::nullopt;
+  }
+  SearchRequest req;
+  req.q = "body:w1";
+  auto result = c.idx->Search(req);
+  REQUIRE(result.ok());
+  return ColdSearch{std::move(*result), bytes / 4096, testing::ResidentPages(first, bytes)};
+}
+
 TEST_CASE("a ranking reads the ids of the hits it keeps, not of every document it offers", "[postings]") {
   // The first 10 documents fill the top 10, and every later block of 64
   // postings of w1 holds one document that enters it (each scores above
@@ -300,25 +326,13 @@ TEST_CASE("a ranking reads the ids of the hits it keeps, not of every document i
     c.store.Put(id + std::string(200, 'x'), R"({"title": "t", "body": ")" + body + "\"}");
   }
   REQUIRE(c.store.Flush(*c.idx).ok());
-  auto snap = CurrentSnapshot(*c.idx);
-  REQUIRE(snap->segments.size() == 1);
-  const Segment& seg = *snap->segments[0].segment;
-  const char* ids = seg.id(0).data();
-  const size_t ids_bytes = static_cast<size_t>(seg.id(kDocs - 1).data() + seg.id(kDocs - 1).size() - ids);
-  if (!testing::EvictSegmentFiles(c.dir.path(), seg.file())) {
-    WARN("the page cache kept the file (tmpfs?): nothing to measure");
-    return;
-  }
-  SearchRequest req;
-  req.q = "body:w1";
-  auto result = c.idx->Search(req);
-  REQUIRE(result.ok());
-  CHECK(result->total == kDocs);
+  const auto cold = SearchW1Cold(c);
+  if (!cold) return;
+  CHECK(cold->result.total == kDocs);
   // The best: the last document of w1's tf 2 + d / 64 (d = 19968).
-  CHECK(result->hits_json.find("019968") != std::string::npos);
-  const size_t read = testing::ResidentPages(ids, ids_bytes);
-  INFO("id pages " << ids_bytes / 4096 << ", read " << read);
-  CHECK(read <= 16);  // the 10 hits' ids (and a page beside each at most)
+  CHECK(cold->result.hits_json.find("019968") != std::string::npos);
+  INFO("id pages " << cold->id_pages << ", read " << cold->read);
+  CHECK(cold->read <= 16);  // the 10 hits' ids (and a page beside each at most)
 }
 
 // Every document of `ids` holds w1 once in a body of the same length, so
@@ -381,28 +395,16 @@ TEST_CASE("a ranking reads a few pages of ids when thousands of documents tie", 
   Corpus c;
   std::vector<std::string> ids = ShuffledIds(20000, 200);
   BuildTies(c, ids, 1);
-  auto snap = CurrentSnapshot(*c.idx);
-  REQUIRE(snap->segments.size() == 1);
-  const Segment& seg = *snap->segments[0].segment;
-  const char* first = seg.id(0).data();
-  const size_t ids_bytes =
-      static_cast<size_t>(seg.id(seg.doc_count() - 1).data() + seg.id(seg.doc_count() - 1).size() - first);
-  if (!testing::EvictSegmentFiles(c.dir.path(), seg.file())) {
-    WARN("the page cache kept the file (tmpfs?): nothing to measure");
-    return;
-  }
-  SearchRequest req;
-  req.q = "body:w1";
-  auto result = c.idx->Search(req);
-  REQUIRE(result.ok());
-  CHECK(result->total == ids.size());
+  const auto cold = SearchW1Cold(c);
+  if (!cold) return;
+  CHECK(cold->result.total == ids.size());
   std::sort(ids.begin(), ids.end());
-  CHECK(result->hits_json.find("\"" + ids[0] + "\"") != std::string::npos);
-  CHECK(result->hits_json.find("\"" + ids[9] + "\"") != std::string::npos);
-  CHECK(result->hits_json.find("\"" + ids[10] + "\"") == std::string::npos);
-  const size_t read = testing::ResidentPages(first, ids_bytes);
-  INFO("id pages " << ids_bytes / 4096 << ", read " << read);
-  CHECK(read <= 24);  // the 10 hits' ids, a page beside each at most, and the cuts' few comparisons
+  const std::string& hits = cold->result.hits_json;
+  CHECK(hits.find("\"" + ids[0] + "\"") != std::string::npos);
+  CHECK(hits.find("\"" + ids[9] + "\"") != std::string::npos);
+  CHECK(hits.find("\"" + ids[10] + "\"") == std::string::npos);
+  INFO("id pages " << cold->id_pages << ", read " << cold->read);
+  CHECK(cold->read <= 24);  // the 10 hits' ids, a page beside each at most, and the cuts' few comparisons
 }
 
 TEST_CASE("the planner picks by shape", "[postings]") {
