@@ -48,6 +48,8 @@ void KeepSmallestIds(std::vector<TopEntry>& ties, size_t keep);
 
 class TopK {
  public:
+  // Candidates at the threshold held beyond k before the surplus is cut.
+  static constexpr size_t kMaxTies = 4096;
   // `after` (borrowed; null: none) must outlive the top-k.
   explicit TopK(size_t k, const TopEntry* after = nullptr) : k_(k), after_(after) {}
   size_t k() const { return k_; }
@@ -56,21 +58,17 @@ class TopK {
   bool Offer(const TopEntry& e) {
     if (k_ == 0) return false;
     if (after_ != nullptr && !Better(*after_, e)) return false;  // at or before the key: an earlier page's
-    if (!full()) {
-      PushAbove(e);
-      if (above_.size() < k_) return false;
-      SettleThreshold();
-      return true;
-    }
-    if (e.score < tie_score_) return false;
-    if (e.score == tie_score_) {
-      ties_.push_back(e);
-      if (ties_.size() >= kMaxTies + k_) KeepSmallestIds(ties_, k_ - above_.size());
-      return false;
+    if (full()) {
+      if (e.score < tie_score_) return false;
+      if (e.score == tie_score_) {
+        ties_.push_back(e);
+        if (ties_.size() >= kMaxTies + k_) KeepSmallestIds(ties_, k_ - above_.size());
+        return false;
+      }
     }
     PushAbove(e);
     if (above_.size() < k_) return false;
-    ties_.clear();  // all of them below the k above them now
+    ties_.clear();  // all of them (if any) below the k above them now
     SettleThreshold();
     return true;
   }
@@ -92,7 +90,7 @@ class TopK {
   // merged top-k either.
   void Share(std::atomic<double>* floor) { shared_ = floor; }
   std::vector<TopEntry> Sorted() && {
-    if (above_.size() < k_) KeepSmallestIds(ties_, k_ - above_.size());
+    KeepSmallestIds(ties_, k_ - above_.size());  // above_ holds fewer than k (none when k is 0)
     std::vector<TopEntry> out = std::move(above_);
     out.insert(out.end(), ties_.begin(), ties_.end());
     std::sort(out.begin(), out.end(), Better);
@@ -100,8 +98,6 @@ class TopK {
   }
 
  private:
-  // Candidates at the threshold held beyond k before the surplus is cut.
-  static constexpr size_t kMaxTies = 4096;
   static bool Lower(const TopEntry& a, const TopEntry& b) { return a.score > b.score; }  // heap: lowest in front
   bool full() const { return above_.size() + ties_.size() >= k_; }
   void PushAbove(const TopEntry& e) {

@@ -307,6 +307,13 @@ std::optional<ColdSearch> SearchW1Cold(Corpus& c) {
   return ColdSearch{std::move(*result), bytes / 4096, testing::ResidentPages(first, bytes)};
 }
 
+// Six digits, then `pad` x's (long ids fill more pages).
+std::string PaddedId(size_t n, size_t pad) {
+  char id[16];
+  std::snprintf(id, sizeof id, "%06zu", n);
+  return id + std::string(pad, 'x');
+}
+
 TEST_CASE("a ranking reads the ids of the hits it keeps, not of every document it offers", "[postings]") {
   // The first 10 documents fill the top 10, and every later block of 64
   // postings of w1 holds one document that enters it (each scores above
@@ -317,13 +324,11 @@ TEST_CASE("a ranking reads the ids of the hits it keeps, not of every document i
   OpenIndex(c);
   constexpr uint32_t kDocs = 20000;
   for (uint32_t d = 0; d < kDocs; ++d) {
-    char id[16];
-    std::snprintf(id, sizeof id, "%06u", d);
     std::string body = "w1 f";
     const uint32_t extra = d % 64 == 0 ? 1 + d / 64 : d < 10 ? 1 + d : 0;  // tf 1 + extra
     for (uint32_t t = 0; t < extra; ++t) body += " w1";
     if (d < 10 && d > 0) body += " g";  // a length no block's document has: no equal scores
-    c.store.Put(id + std::string(200, 'x'), R"({"title": "t", "body": ")" + body + "\"}");
+    c.store.Put(PaddedId(d, 200), R"({"title": "t", "body": ")" + body + "\"}");
   }
   REQUIRE(c.store.Flush(*c.idx).ok());
   const auto cold = SearchW1Cold(c);
@@ -348,20 +353,15 @@ void BuildTies(Corpus& c, const std::vector<std::string>& ids, size_t segments) 
 
 std::vector<std::string> ShuffledIds(size_t n, size_t pad) {
   std::vector<std::string> ids;
-  for (size_t d = 0; d < n; ++d) {
-    char id[16];
-    std::snprintf(id, sizeof id, "%06zu", d);
-    ids.push_back(id + std::string(pad, 'x'));
-  }
+  for (size_t d = 0; d < n; ++d) ids.push_back(PaddedId(d, pad));
   std::shuffle(ids.begin(), ids.end(), std::mt19937_64(11));
   return ids;
 }
 
 TEST_CASE("equal scores rank by id, however many tie and wherever they are", "[postings]") {
   // 9,000 equal scores in three segments, ids in no relation to the order
-  // they were written in: each page holds the next ids in order (the ties
-  // outgrow the top-k's bound twice over, and its cut walks the segments'
-  // id orders or reads ids, by their counts).
+  // they were written in: each page, searched whole, holds the next ids in
+  // order. (The top-k's own cases, its bound among them, are below.)
   Corpus c;
   std::vector<std::string> ids = ShuffledIds(9000, 0);
   BuildTies(c, ids, 3);
@@ -405,6 +405,48 @@ TEST_CASE("a ranking reads a few pages of ids when thousands of documents tie", 
   CHECK(hits.find("\"" + ids[10] + "\"") == std::string::npos);
   INFO("id pages " << cold->id_pages << ", read " << cold->read);
   CHECK(cold->read <= 24);  // the 10 hits' ids, a page beside each at most, and the cuts' few comparisons
+}
+
+TEST_CASE("the top-k keeps what sorting every offer by score then id keeps", "[postings]") {
+  // Two segments of 10,000 documents, ids shuffled (doc order is not id
+  // order). Offers in random order, with scores that tie: all alike (more
+  // than the bound on held ties: cuts while offering, each segment's cut by
+  // walking its id order), three values (the threshold rises and drops its
+  // ties), and a few at the top among many distinct ones (a cut by reading
+  // the few ids).
+  Corpus c;
+  BuildTies(c, ShuffledIds(20000, 0), 2);
+  auto snap = CurrentSnapshot(*c.idx);
+  REQUIRE(snap->segments.size() == 2);
+  std::vector<TopEntry> all;
+  for (uint32_t k = 0; k < 2; ++k)
+    for (uint32_t d = 0; d < snap->segments[k].segment->doc_count(); ++d)
+      all.push_back(TopEntry{0, k, d, snap->segments[k].segment.get()});
+  REQUIRE(all.size() > TopK::kMaxTies * 2);
+  std::mt19937_64 rng(5);
+  const char* shapes[] = {"all equal", "three values", "a few at the top"};
+  for (const char* shape : shapes) {
+    for (size_t i = 0; i < all.size(); ++i) {
+      const std::string_view s = shape;
+      all[i].score = s == "all equal" ? 1.0 : s == "three values" ? double(rng() % 3) : i % 400 == 0 ? 1e9 : double(i);
+    }
+    std::shuffle(all.begin(), all.end(), rng);
+    for (size_t k : {1u, 10u, 300u}) {
+      TopK top(k);
+      for (const TopEntry& e : all) top.Offer(e);
+      std::vector<TopEntry> got = std::move(top).Sorted();
+      std::vector<TopEntry> want = all;
+      std::partial_sort(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(k), want.end(), Better);
+      want.resize(k);
+      INFO(shape << ", k " << k);
+      REQUIRE(got.size() == k);
+      for (size_t i = 0; i < k; ++i) {
+        INFO("rank " << i);
+        CHECK(got[i].id() == want[i].id());
+        CHECK(got[i].score == want[i].score);
+      }
+    }
+  }
 }
 
 TEST_CASE("the planner picks by shape", "[postings]") {
