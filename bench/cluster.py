@@ -113,18 +113,6 @@ def load_bulk(port, docs, per_request=4000, start=0):
     return sent, time.perf_counter() - t0
 
 
-def metric(port, name):
-    for line in Client(port, 10).request("GET", "/metrics")[1].decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
-
-
-def commits(cluster):
-    """Store transactions over the cluster's nodes so far (each commits every write, in its own groups)."""
-    return sum(metric(n.port, "corvid_store_commits_total") for n in cluster.nodes)
-
-
 def phase_put(args, single, cluster):
     rows = {"single": [], "cluster": []}
     for r in range(args.runs):
@@ -135,9 +123,8 @@ def phase_put(args, single, cluster):
         res = [wrk_result(p) for p in procs]
         errors = sum(x["status_errors"] + x["socket_errors"] for x in res)
         rows["cluster"].append(sum(x["req_per_s"] for x in res))
-        say("  run %d: single %.0f PUT/s, cluster %.0f PUT/s (errors %d; p99 %.1f ms; %.0f store commits on the nodes so far)"
-            % (r + 1, rows["single"][-1], rows["cluster"][-1], errors, max(x["p99_us"] for x in res) / 1000,
-               commits(cluster)))
+        say("  run %d: single %.0f PUT/s, cluster %.0f PUT/s (errors %d; p99 %.1f ms)"
+            % (r + 1, rows["single"][-1], rows["cluster"][-1], errors, max(x["p99_us"] for x in res) / 1000))
     s, c = sorted(rows["single"])[len(rows["single"]) // 2], sorted(rows["cluster"])[len(rows["cluster"]) // 2]
     say("put: single node median %.0f PUT/s, cluster median %.0f PUT/s (%.0f%% of the single node)"
         % (s, c, 100 * c / s))
