@@ -233,10 +233,10 @@ bool KeyIn(std::string_view raw, std::span<const std::string> names) {
   return in(decoded);
 }
 
-// A structured body's header, parsed: its frames; its directory is walked
-// on demand (ForEachField), since a reader usually wants a few fields and
-// stops when it has them.
+// A structured body's header, parsed: its frames; its directory is read
+// on demand (FindFields), since a reader usually wants a few fields.
 struct Structured {
+  uint8_t version = 0;
   uint64_t dict_id = 0, text_size = 0;
   struct Frame {
     uint64_t raw, stored, raw_off, stored_off;  // offsets: in the text, and from the frames' start
@@ -245,15 +245,18 @@ struct Structured {
   const char* fields_begin = nullptr;  // the directory's entries
   const char* fields_end = nullptr;    // bounds them
   uint64_t field_count = 0;
-  std::string_view data;  // the frames (set by a checked parse only)
+  const char* sorted = nullptr;  // version 2: field_count u32 offsets of entries, by key
+  std::string_view data;         // the frames (set by a checked parse only)
 };
 struct FieldEntry {
   std::string_view key;
   uint64_t frame, offset, length;
+  const char* at;  // where the entry starts: document order
 };
 
 // Decodes the directory entry at *p (< end) into e; false if malformed.
 bool NextField(const char*& p, const char* end, const Structured& s, FieldEntry& e) {
+  e.at = p;
   uint64_t key_len = 0;
   if (!GetVarint(p, end, key_len) || key_len > uint64_t(end - p)) return false;
   e.key = std::string_view(p, key_len);
@@ -262,27 +265,86 @@ bool NextField(const char*& p, const char* end, const Structured& s, FieldEntry&
   return e.frame < s.frames.size() && e.offset <= s.frames[e.frame].raw && e.length <= s.frames[e.frame].raw - e.offset;
 }
 
-// Calls fn(entry) for the directory's entries in document order while it
-// returns true.
-template <typename F>
-void ForEachField(const Structured& s, F&& fn) {
-  FieldEntry e;
-  const char* p = s.fields_begin;
-  for (uint64_t i = 0; i < s.field_count && NextField(p, s.fields_end, s, e); ++i)
-    if (!fn(e)) return;
+// The key as its unescaped bytes: `raw` itself unless it has an escape
+// (then decoded into `buf`).
+std::string_view Unescaped(std::string_view raw, std::string& buf) {
+  if (raw.find('\\') == std::string_view::npos) return raw;
+  UnescapeKey(raw, buf);
+  return buf;
 }
 
-// Parses the header. kChecked checks all of it (every directory entry, and
-// the checksum over them) before the frames are read; kFramesOnly parses
-// the frame table and leaves the directory to be walked, bounds-checked,
-// without the checksum: enough to size what a read will decode
-// (DecodedSize), which the read that follows checks in full.
+// The entries a reader of `names` wants (KeyIn), in document order, into
+// `out`. Version 2 binary-searches the sorted offsets for each name and
+// its dotted spellings ("a" and every "a.…"); version 1 walks the
+// directory. False if an entry it reads is malformed.
+bool FindFields(const Structured& s, std::span<const std::string> names, std::vector<FieldEntry>& out) {
+  out.clear();
+  FieldEntry e;
+  if (s.version == 1) {
+    const char* p = s.fields_begin;
+    for (uint64_t i = 0; i < s.field_count; ++i) {
+      if (!NextField(p, s.fields_end, s, e)) return false;
+      if (KeyIn(e.key, names)) out.push_back(e);
+    }
+    return true;
+  }
+  thread_local std::string buf;
+  const uint64_t dir = uint64_t(s.fields_end - s.fields_begin);
+  bool ok = true;
+  // The entry of rank i in key order (false: malformed).
+  const auto entry = [&](uint64_t i, FieldEntry& f) {
+    uint32_t off;
+    std::memcpy(&off, s.sorted + 4 * i, 4);
+    const char* p = s.fields_begin + off;
+    return off < dir && NextField(p, s.fields_end, s, f);
+  };
+  // The first rank whose key is not below `key`.
+  const auto lower_bound = [&](std::string_view key) {
+    uint64_t lo = 0, hi = s.field_count;
+    while (lo < hi && ok) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      if (!entry(mid, e)) ok = false;
+      else if (Unescaped(e.key, buf) < key) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
+  // Appends the entries from rank `i` on while their keys satisfy `match`.
+  const auto take = [&](uint64_t i, auto&& match) {
+    for (; i < s.field_count && ok; ++i) {
+      if (!entry(i, e)) ok = false;
+      else if (!match(Unescaped(e.key, buf))) return;
+      else out.push_back(e);
+    }
+  };
+  thread_local std::string prefix;
+  for (const std::string& name : names) {
+    take(lower_bound(name), [&](std::string_view k) { return k == name; });
+    if (name.find('.') != std::string::npos) continue;  // a first component has no dot
+    prefix = name;
+    prefix.push_back('.');
+    take(lower_bound(prefix), [&](std::string_view k) { return k.starts_with(prefix); });
+  }
+  std::sort(out.begin(), out.end(), [](const FieldEntry& a, const FieldEntry& b) { return a.at < b.at; });
+  out.erase(std::unique(out.begin(), out.end(), [](const FieldEntry& a, const FieldEntry& b) { return a.at == b.at; }),
+            out.end());
+  return ok;
+}
+
+// Parses the header. kChecked checks the header's checksum (and in version
+// 1, every directory entry) before the frames are read; kFramesOnly
+// parses the frame table and bounds the directory, without the checksum:
+// enough to size what a read will decode (DecodedSize), which the read
+// that follows checks in full. Entries are bounds-checked as they are
+// read (NextField), so a crafted header with a right checksum is refused,
+// not followed.
 enum class Parse { kChecked, kFramesOnly };
 Status ParseStructured(std::string_view s, Structured& out, Parse parse = Parse::kChecked) {
   const auto bad = [] { return Status::Corruption("document body: bad structured header"); };
   const char* p = s.data();
   const char* end = p + s.size();
-  if (p == end || static_cast<uint8_t>(*p) != 1) return bad();
+  if (p == end || (static_cast<uint8_t>(*p) != 1 && static_cast<uint8_t>(*p) != 2)) return bad();
+  out.version = static_cast<uint8_t>(*p);
   ++p;
   uint64_t count = 0;
   if (!GetVarint(p, end, out.dict_id) || !GetVarint(p, end, out.text_size) || !GetVarint(p, end, count) ||
@@ -305,17 +367,31 @@ Status ParseStructured(std::string_view s, Structured& out, Parse parse = Parse:
   // sums cannot wrap. The whole text is bounded as one frame is.
   if (raw_off != out.text_size || out.text_size > (uint64_t{1} << 34)) return bad();
   if (!GetVarint(p, end, count) || count > s.size()) return bad();
-  out.fields_begin = p;
   out.field_count = count;
-  if (parse == Parse::kFramesOnly) {
+  out.sorted = nullptr;
+  if (out.version == 2) {
+    uint64_t dir = 0;
+    if (!GetVarint(p, end, dir) || dir > uint64_t(end - p) || dir > UINT32_MAX) return bad();
+    out.fields_begin = p;
+    out.fields_end = p + dir;
+    p += dir;
+    if (count > uint64_t(end - p) / 4) return bad();
+    out.sorted = p;
+    p += 4 * count;
+  } else {
+    out.fields_begin = p;
     out.fields_end = end;
+    if (parse == Parse::kChecked) {
+      FieldEntry e;
+      for (uint64_t f = 0; f < count; ++f)
+        if (!NextField(p, end, out, e)) return bad();
+      out.fields_end = p;
+    }
+  }
+  if (parse == Parse::kFramesOnly) {
     out.data = {};
     return Status::Ok();
   }
-  FieldEntry e;
-  for (uint64_t f = 0; f < count; ++f)
-    if (!NextField(p, end, out, e)) return bad();
-  out.fields_end = p;
   if (end - p < 4) return bad();
   uint32_t sum;
   std::memcpy(&sum, p, 4);
@@ -382,7 +458,7 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
     }
     spans.push_back(FrameSpan{begin, json.size()});
     std::string header;
-    header.push_back(1);
+    header.push_back(2);
     PutVarint(header, dict != nullptr ? dict->id() : 0);
     PutVarint(header, json.size());
     PutVarint(header, spans.size());
@@ -395,15 +471,30 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
       PutVarint(header, sp.end - sp.begin);
       PutVarint(header, frames.size() - at);
     }
-    if (ok) {
+    thread_local std::string directory;
+    directory.clear();
+    struct Keyed {
+      std::string_view key;  // unescaped
+      uint32_t offset;       // of its entry in the directory
+    };
+    thread_local std::vector<Keyed> keyed;
+    thread_local std::vector<std::string> unescaped;
+    keyed.clear();
+    unescaped.resize(fields.size());
+    for (size_t f = 0; f < fields.size(); ++f) {
+      keyed.push_back(Keyed{Unescaped(fields[f].key, unescaped[f]), static_cast<uint32_t>(directory.size())});
+      PutVarint(directory, fields[f].key.size());
+      directory.append(fields[f].key);
+      PutVarint(directory, frame_of[f]);
+      PutVarint(directory, fields[f].value_begin - spans[frame_of[f]].begin);
+      PutVarint(directory, fields[f].value_end - fields[f].value_begin);
+    }
+    if (ok && directory.size() <= UINT32_MAX) {
+      std::stable_sort(keyed.begin(), keyed.end(), [](const Keyed& a, const Keyed& b) { return a.key < b.key; });
       PutVarint(header, fields.size());
-      for (size_t f = 0; f < fields.size(); ++f) {
-        PutVarint(header, fields[f].key.size());
-        header.append(fields[f].key);
-        PutVarint(header, frame_of[f]);
-        PutVarint(header, fields[f].value_begin - spans[frame_of[f]].begin);
-        PutVarint(header, fields[f].value_end - fields[f].value_begin);
-      }
+      PutVarint(header, directory.size());
+      header += directory;
+      for (const Keyed& k : keyed) header.append(reinterpret_cast<const char*>(&k.offset), 4);
       const auto sum = static_cast<uint32_t>(XXH3_64bits(header.data(), header.size()));
       header.append(reinterpret_cast<const char*>(&sum), 4);
       out.reserve(header.size() + frames.size());
@@ -430,14 +521,14 @@ Result<uint64_t> DecodedSize(uint8_t flags, std::string_view stored, std::span<c
     thread_local Structured s;
     if (Status st = ParseStructured(stored, s, Parse::kFramesOnly); !st.ok()) return st;
     if (names.empty()) return s.text_size;
+    thread_local std::vector<FieldEntry> found;
+    if (!FindFields(s, names, found)) return Status::Corruption("document body: bad structured header");
     uint64_t size = 2, last = UINT64_MAX;
-    ForEachField(s, [&](const FieldEntry& e) {
-      if (!KeyIn(e.key, names)) return true;
+    for (const FieldEntry& e : found) {
       if (e.frame != last) size += s.frames[e.frame].raw;
       last = e.frame;
       size += e.key.size() + 4;
-      return true;  // several keys may match one name ("a", "a.b")
-    });
+    }
     return size;
   }
   if (flags & fmt::kFlagDict) {
@@ -496,14 +587,14 @@ Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLook
   uint64_t decoded = UINT64_MAX;  // the frame in `frame`
   out.clear();
   out.push_back('{');
-  Status status;
-  ForEachField(s, [&](const FieldEntry& e) {
-    if (!KeyIn(e.key, names)) return true;
+  thread_local std::vector<FieldEntry> found;
+  if (!FindFields(s, names, found)) return Status::Corruption("document body: bad structured header");
+  for (const FieldEntry& e : found) {
     if (e.frame != decoded) {
       const auto& f = s.frames[e.frame];
       frame.resize(f.raw);
-      status = DecodeFrame(s.data.substr(f.stored_off, f.stored), f.raw, dict.get(), frame.data());
-      if (!status.ok()) return false;
+      if (Status st = DecodeFrame(s.data.substr(f.stored_off, f.stored), f.raw, dict.get(), frame.data()); !st.ok())
+        return st;
       decoded = e.frame;
     }
     if (out.size() > 1) out.push_back(',');
@@ -511,9 +602,7 @@ Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLook
     out.append(e.key);
     out.append("\":");
     out.append(frame, e.offset, e.length);
-    return true;  // several keys may match one name ("a", "a.b")
-  });
-  if (!status.ok()) return status;
+  }
   out.push_back('}');
   if (frame.capacity() > (size_t{4} << 20)) std::string().swap(frame);
   return Status::Ok();

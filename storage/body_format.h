@@ -16,17 +16,25 @@
 //   kFlagDict          varint dictionary id, then one zstd frame of the
 //                      text compressed with that dictionary
 //   kFlagStructured    the structured layout:
-//     u8 version (1)
+//     u8 version (2)
 //     varint dictionary id (0: none)
 //     varint text length
 //     varint frame count F; per frame: varint raw length, varint stored length
-//     varint field count; per top-level field, in document order: varint
-//       key length, the key as written between its quotes (escapes kept),
-//       varint frame, varint offset of the value in the frame's text,
-//       varint value length
+//     varint field count N
+//     varint directory length D, then the directory: D bytes holding, per
+//       top-level field in document order, varint key length, the key as
+//       written between its quotes (escapes kept), varint frame, varint
+//       offset of the value in the frame's text, varint value length
+//     N u32 (little-endian): each field's entry as its offset in the
+//       directory, in the order of the keys' unescaped bytes, so that a
+//       reader finds a field by binary search (log N entries decoded, not
+//       the directory of a 900-field document; see bench/RESULTS.md)
 //     u32 the low 32 bits of the XXH3-64 of every byte above
 //     the F frames, back to back: each a zstd frame (content checksum on)
 //       of consecutive bytes of the text; concatenated they are the text.
+//   Version 1 (written until 2026-12-07, still read) is version 2 without
+//   D and the sorted offsets: its directory follows the field count
+//   directly, and a reader walks all of it.
 // Dictionaries live in the store's "dicts" database (format.h).
 #pragma once
 

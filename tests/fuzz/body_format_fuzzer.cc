@@ -71,21 +71,32 @@ bool ReadVarint(const std::string& s, size_t& p, uint64_t& v) {
   return false;
 }
 
-// Walks the structured header as body_format.h lays it out and writes its
-// checksum where it belongs, if the walk gets that far.
+// Walks the structured header as body_format.h lays it out (version 2, or
+// the version 1 it still reads) and writes its checksum where it belongs,
+// if the walk gets that far.
 void FixStructuredChecksum(std::string& s) {
   size_t p = 0;
-  if (s.empty() || static_cast<uint8_t>(s[0]) != 1) return;
+  if (s.empty()) return;
+  const auto version = static_cast<uint8_t>(s[0]);
+  if (version != 1 && version != 2) return;
   ++p;
   uint64_t v, count;
   if (!ReadVarint(s, p, v) || !ReadVarint(s, p, v) || !ReadVarint(s, p, count) || count > s.size()) return;
   for (uint64_t f = 0; f < count; ++f)
     if (!ReadVarint(s, p, v) || !ReadVarint(s, p, v)) return;
   if (!ReadVarint(s, p, count) || count > s.size()) return;
-  for (uint64_t f = 0; f < count; ++f) {
+  if (version == 2) {
+    // The directory's length, the directory, the sorted offsets.
     if (!ReadVarint(s, p, v) || v > s.size() - p) return;
     p += v;
-    if (!ReadVarint(s, p, v) || !ReadVarint(s, p, v) || !ReadVarint(s, p, v)) return;
+    if (count > (s.size() - p) / 4) return;
+    p += 4 * count;
+  } else {
+    for (uint64_t f = 0; f < count; ++f) {
+      if (!ReadVarint(s, p, v) || v > s.size() - p) return;
+      p += v;
+      if (!ReadVarint(s, p, v) || !ReadVarint(s, p, v) || !ReadVarint(s, p, v)) return;
+    }
   }
   if (s.size() - p < 4) return;
   const uint32_t sum = static_cast<uint32_t>(XXH3_64bits(s.data(), p));

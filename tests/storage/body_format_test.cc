@@ -345,6 +345,7 @@ bool ReadVarint(std::string_view s, size_t& pos, uint64_t& v) {
 }
 
 struct Layout {
+  uint8_t version = 0;
   uint64_t dict_id = 0, text_size = 0;
   struct Frame {
     uint64_t raw, stored;
@@ -355,16 +356,21 @@ struct Layout {
     uint64_t frame, offset, length;
   };
   std::vector<Entry> entries;
-  size_t header_bytes = 0;  // through the checksum
+  std::vector<size_t> by_key;  // version 2: the entries' indexes in the sorted offsets' order
+  size_t header_bytes = 0;     // through the checksum
   std::vector<std::string> frame_texts;
 };
 
-// Parses a structured body per body_format.h and decompresses its frames
-// with plain zstd (and `dict_bytes` when the header names a dictionary).
+std::string Unescaped(std::string_view raw_key);
+
+// Parses a structured body per body_format.h (version 2, or the version 1
+// it still reads) and decompresses its frames with plain zstd (and
+// `dict_bytes` when the header names a dictionary).
 void ReadLayout(std::string_view s, std::string_view dict_bytes, Layout& l) {
   size_t pos = 0;
   REQUIRE(!s.empty());
-  CHECK(static_cast<uint8_t>(s[0]) == 1);
+  l.version = static_cast<uint8_t>(s[0]);
+  REQUIRE((l.version == 1 || l.version == 2));
   pos = 1;
   uint64_t count = 0;
   REQUIRE(ReadVarint(s, pos, l.dict_id));
@@ -377,7 +383,12 @@ void ReadLayout(std::string_view s, std::string_view dict_bytes, Layout& l) {
     l.frames.push_back(f);
   }
   REQUIRE(ReadVarint(s, pos, count));
+  uint64_t dir_bytes = 0;
+  if (l.version == 2) REQUIRE(ReadVarint(s, pos, dir_bytes));
+  const size_t dir_begin = pos;
+  std::map<uint64_t, size_t> entry_at;  // directory offset -> entry index
   for (uint64_t i = 0; i < count; ++i) {
+    entry_at[pos - dir_begin] = l.entries.size();
     uint64_t key_len;
     REQUIRE(ReadVarint(s, pos, key_len));
     REQUIRE(pos + key_len <= s.size());
@@ -388,6 +399,23 @@ void ReadLayout(std::string_view s, std::string_view dict_bytes, Layout& l) {
     REQUIRE(ReadVarint(s, pos, e.offset));
     REQUIRE(ReadVarint(s, pos, e.length));
     l.entries.push_back(std::move(e));
+  }
+  if (l.version == 2) {
+    CHECK(pos - dir_begin == dir_bytes);
+    // Every entry once, in the order of the unescaped keys.
+    REQUIRE(pos + 4 * count <= s.size());
+    std::set<size_t> seen;
+    for (uint64_t i = 0; i < count; ++i) {
+      uint32_t off;
+      std::memcpy(&off, s.data() + pos + 4 * i, 4);
+      const auto it = entry_at.find(off);
+      REQUIRE(it != entry_at.end());
+      CHECK(seen.insert(it->second).second);
+      if (!l.by_key.empty())
+        CHECK(Unescaped(l.entries[l.by_key.back()].key) <= Unescaped(l.entries[it->second].key));
+      l.by_key.push_back(it->second);
+    }
+    pos += 4 * count;
   }
   REQUIRE(pos + 4 <= s.size());
   uint32_t sum;
@@ -428,6 +456,7 @@ struct EntryAt {
 std::vector<EntryAt> CheckLayout(std::string_view text, std::string_view stored, const TestDictionary* dict) {
   Layout l;
   ReadLayout(stored, dict ? std::string_view(dict->bytes) : std::string_view(), l);
+  CHECK(l.version == 2);
   CHECK(l.dict_id == (dict ? dict->dict->id() : 0));
   CHECK(l.text_size == text.size());
   std::string joined;
@@ -1655,6 +1684,73 @@ TEST_CASE("a store written by the format-1 build opens, reads back identically a
     }
     CHECK(seen_large == 1);
     CHECK(seen_old + 2 == expected.collections[1].count);  // all but z0 (replaced) and u3 (deleted)
+  }
+}
+
+// Structured bodies written by the version-1 encoder (fdb6382; see
+// tests/fixtures/body-v1/generate.cc): they read back whole, and every
+// projection of them is the one their version-2 encoding gives.
+TEST_CASE("structured bodies of version 1 read whole, and project as version 2 does", "[body][fixture]") {
+  const std::filesystem::path dir = std::filesystem::path(CORVID_FIXTURES_DIR) / "body-v1";
+  const std::string dict_bytes = ReadFile(dir / "dict-7.bin");
+  const auto dict = body::Dictionary::Load(7, dict_bytes, 1);
+  REQUIRE(dict != nullptr);
+  const auto lookup = LookupOf({dict});
+  std::mt19937_64 rng(18);
+  for (const std::string base : {"a", "b"}) {
+    const std::string text = ReadFile(dir / (base + ".json"));
+    // Names to ask for: every key and its first component, and names no
+    // key has.
+    std::vector<std::string> pool = {"zz", "a.b.c.d", "", "p1", "k919", "A", "é", "caf"};
+    rapidjson::Document d;
+    ParseLenient(d, text);
+    REQUIRE(d.IsObject());
+    for (const auto& m : d.GetObject()) {
+      const std::string key(m.name.GetString(), m.name.GetStringLength());
+      pool.push_back(key);
+      pool.push_back(key.substr(0, key.find('.')));
+    }
+    std::vector<std::vector<std::string>> asks;
+    for (const auto& n : pool) asks.push_back({n});
+    for (int i = 0; i < 200; ++i) {
+      std::vector<std::string> ask;
+      for (size_t k = 1 + rng() % 6; k > 0; --k) ask.push_back(pool[rng() % pool.size()]);
+      asks.push_back(std::move(ask));
+    }
+    asks.push_back(pool);
+    for (auto& ask : asks) {
+      std::sort(ask.begin(), ask.end());
+      ask.erase(std::unique(ask.begin(), ask.end()), ask.end());
+    }
+    for (const bool with_dict : {false, true}) {
+      INFO(base << (with_dict ? " with the dictionary" : ""));
+      const std::string v1 = ReadFile(dir / (base + (with_dict ? "-dict" : "") + ".stored"));
+      Layout l;
+      ReadLayout(v1, dict_bytes, l);
+      REQUIRE(l.version == 1);
+      CHECK(l.dict_id == (with_dict ? 7u : 0u));
+      std::string whole;
+      REQUIRE(body::DecodeWhole(fmt::kFlagStructured, v1, lookup, whole).ok());
+      CHECK_SAME(whole, text);
+      std::string v2;
+      REQUIRE(body::Encode(text, with_dict ? dict.get() : nullptr, 1, 1024, v2) == fmt::kFlagStructured);
+      REQUIRE(static_cast<uint8_t>(v2[0]) == 2);
+      size_t nonempty = 0;
+      for (const auto& ask : asks) {
+        std::string from_v1, from_v2;
+        REQUIRE(body::DecodeFields(fmt::kFlagStructured, v1, lookup, ask, from_v1).ok());
+        REQUIRE(body::DecodeFields(fmt::kFlagStructured, v2, lookup, ask, from_v2).ok());
+        CHECK_SAME(from_v1, from_v2);
+        nonempty += from_v1.size() > 2;
+        auto size_v1 = body::DecodedSize(fmt::kFlagStructured, v1, ask);
+        auto size_v2 = body::DecodedSize(fmt::kFlagStructured, v2, ask);
+        REQUIRE(size_v1.ok());
+        REQUIRE(size_v2.ok());
+        CHECK(*size_v1 == *size_v2);
+        CHECK(*size_v1 >= from_v1.size());
+      }
+      CHECK(nonempty > asks.size() / 2);
+    }
   }
 }
 
