@@ -81,6 +81,7 @@ Status DocumentStore::Impl::OpenEnv(const std::string& dir) {
   rc = mdb_env_open(env, dir.c_str(), MDB_NOTLS | MDB_NORDAHEAD, 0644);
   if (rc != 0) return LmdbStatus(rc, "open " + dir + "/data.mdb");
   if (Status s = CheckLmdbFile(env, dir); !s.ok()) return s;
+  data_map = FindFileMapping(dir + "/data.mdb");
 
   MDB_txn* txn = nullptr;
   rc = mdb_txn_begin(env, nullptr, 0, &txn);
@@ -236,11 +237,20 @@ std::string DocumentStore::Impl::CollectionName(uint32_t number) const {
   return number < names_by_number.size() ? names_by_number[number] : std::string();
 }
 
+void DocumentStore::Impl::NoteMappedRead(uint64_t bytes) {
+  if (options.drop_resident_every == 0 || !data_map) return;
+  if (mapped_reads.fetch_add(bytes, std::memory_order_relaxed) + bytes < options.drop_resident_every) return;
+  mapped_reads.store(0, std::memory_order_relaxed);
+  // Other readers of the map (a GET, another batch) map what they touch
+  // again, from the page cache.
+  DropResidentPages(data_map->first, data_map->second);
+}
+
 Status DocumentStore::Impl::ReadBodyApart(MDB_txn* txn, fmt::DocView& view) const {
   const std::string key = fmt::BodyKey(view.etag);
   MDB_val k = ToVal(key), v;
   const int rc = mdb_get(txn, bodies_db, &k, &v);
-  // Short (no allocation): a format 1 or 2 store's change batch meets this once per document.
+  // Short (no allocation): a document of a format 1 or 2 store meets this.
   if (rc == MDB_NOTFOUND) return Status::NotFound("no body");
   if (rc != 0) return LmdbStatus(rc, "read a body");
   if (!fmt::ApplyBodyEntry(FromVal(v), view)) return Status::Corruption("the body at etag " + std::to_string(view.etag));
@@ -453,25 +463,29 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
   mdb_cursor_close(cur);
   if (!status.ok()) return status;
   if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "read change feed");
-  // Locate every body, and its size.
+  // Locate every body: a format-3 one by its etag (its value's place in
+  // the map; mdb_get does not read an overflow page), an older one by the
+  // document's key.
   struct Located {
     std::string key;  // a body kept in its DocValue: the document's key
     size_t item;
     fmt::DocView view;
-    size_t size = 0;
+    std::string_view apart;  // a body kept apart: its "bodies" value, not yet read
   };
   std::vector<Located> docs, in_docs;
   for (size_t i = 0; i < batch->items.size(); ++i) {
     const DocChange& change = batch->items[i];
     if (change.deleted) continue;
-    Located d{{}, i, {}, 0};
-    d.view.etag = change.etag;
-    Status s = impl_->ReadBodyApart(txn, d.view);
-    if (s.code() == StatusCode::kNotFound) {  // kept in its DocValue (format 1 or 2)
-      in_docs.push_back(Located{fmt::DocKey(*coll, change.id), i, {}, 0});
+    const std::string key = fmt::BodyKey(change.etag);
+    MDB_val k = ToVal(key), v;
+    const int grc = mdb_get(txn, impl_->bodies_db, &k, &v);
+    if (grc == MDB_NOTFOUND) {  // kept in its DocValue (format 1 or 2)
+      in_docs.push_back(Located{fmt::DocKey(*coll, change.id), i, {}, {}});
       continue;
     }
-    if (!s.ok()) return s;
+    if (grc != 0) return LmdbStatus(grc, "read a body");
+    Located d{{}, i, {}, FromVal(v)};
+    d.view.etag = change.etag;
     docs.push_back(std::move(d));
   }
   std::sort(in_docs.begin(), in_docs.end(), [](const Located& a, const Located& b) { return a.key < b.key; });
@@ -484,36 +498,63 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
                                              : Status::Corruption("change feed entry without its document");
     docs.push_back(std::move(d));
   }
-  std::vector<size_t> size_of(batch->items.size(), 0);
-  for (Located& d : docs) {
-    auto size = body::DecodedSize(d.view.flags, d.view.body, fields);
-    if (!size.ok()) return size.status();
-    d.size = static_cast<size_t>(*size);
-    size_of[d.item] = d.size;
-  }
-  // The batch is the longest prefix (etag order) within max_bytes (at
-  // least one change), as if read one by one.
-  size_t keep = 0, bytes = 0;
-  for (; keep < batch->items.size(); ++keep) {
-    if (keep > 0 && bytes >= max_bytes) break;
-    bytes += size_of[keep];
-  }
-  if (keep < batch->items.size()) {
-    batch->items.resize(keep);
-    batch->complete_ = false;
-  }
-  // Bodies, in the order they were read.
-  for (const Located& d : docs) {
-    if (d.item >= keep) continue;
+  // A body's size as read (its header: DecodedSize), and the body read.
+  auto size_of = [&](Located& d) -> Result<uint64_t> {
+    if (!d.apart.empty() && !fmt::ApplyBodyEntry(d.apart, d.view))
+      return Status::Corruption("the body at etag " + std::to_string(d.view.etag));
+    return body::DecodedSize(d.view.flags, d.view.body, fields);
+  };
+  auto read = [&](const Located& d) -> Status {
     DocChange& change = batch->items[d.item];
     if (d.view.flags == 0) {
       change.json = d.view.body;  // raw: read in place
-      continue;
+      return Status::Ok();
     }
     batch->buffers.emplace_back();
     if (Status st = body::DecodeFields(d.view.flags, d.view.body, dicts, fields, batch->buffers.back()); !st.ok())
       return st;
     change.json = batch->buffers.back();
+    return Status::Ok();
+  };
+  // The batch is the longest prefix (etag order) within max_bytes (at
+  // least one change), as if read one by one. When every body is kept
+  // apart (format 3), `docs` is in etag order and each body is sized and
+  // read before the next is touched, so that the map's pages can be
+  // dropped as the batch goes (NoteMappedRead) without a page mapped twice.
+  size_t keep = 0;
+  uint64_t bytes = 0;
+  if (in_docs.empty()) {
+    for (size_t next = 0; keep < batch->items.size(); ++keep) {
+      if (keep > 0 && bytes >= max_bytes) break;
+      if (next == docs.size() || docs[next].item != keep) continue;  // a deletion
+      Located& d = docs[next++];
+      auto size = size_of(d);
+      if (!size.ok()) return size.status();
+      bytes += *size;
+      if (Status st = read(d); !st.ok()) return st;
+      impl_->NoteMappedRead(d.view.body.size());
+    }
+  } else {
+    std::vector<uint64_t> sizes(batch->items.size(), 0);
+    for (Located& d : docs) {
+      auto size = size_of(d);
+      if (!size.ok()) return size.status();
+      sizes[d.item] = *size;
+      impl_->NoteMappedRead(d.view.body.size());
+    }
+    for (; keep < batch->items.size(); ++keep) {
+      if (keep > 0 && bytes >= max_bytes) break;
+      bytes += sizes[keep];
+    }
+    for (const Located& d : docs) {  // in the order they were located
+      if (d.item >= keep) continue;
+      if (Status st = read(d); !st.ok()) return st;
+      impl_->NoteMappedRead(d.view.body.size());
+    }
+  }
+  if (keep < batch->items.size()) {
+    batch->items.resize(keep);
+    batch->complete_ = false;
   }
   return std::unique_ptr<ChangeBatch>(std::move(batch));
 }

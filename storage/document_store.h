@@ -38,6 +38,13 @@ struct StoreOptions {
   size_t max_batch_bytes = size_t{64} << 20;
   // A commit that takes this long is logged (store.slow_commit); 0: never.
   uint64_t slow_commit_ms = 1000;
+  // Change batches drop the map's pages from the process's resident set
+  // each time they have read this many bytes of bodies through it (0:
+  // never). Those pages are page cache, not memory the server holds, but
+  // they count in its RSS, and Linux maps a touched page's whole folio (up
+  // to 2 MB): an index reading the headers of large documents mapped the
+  // whole store.
+  size_t drop_resident_every = size_t{32} << 20;
 };
 
 enum class WriteKind : uint8_t { kPut, kDelete };

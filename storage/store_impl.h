@@ -93,6 +93,12 @@ class DocumentStore::Impl {
   MDB_env* env = nullptr;
   MDB_dbi meta_db = 0, collections_db = 0, docs_db = 0, changes_db = 0, coll_changes_db = 0, dicts_db = 0;
   MDB_dbi bodies_db = 0;  // format 3: bodies by etag (format.h)
+  // This process's map of data.mdb (found at open; none: not found), and
+  // the bytes of bodies change batches have read through it since its pages
+  // were last dropped from the resident set (StoreOptions::drop_resident_every).
+  std::optional<std::pair<void*, size_t>> data_map;
+  std::atomic<uint64_t> mapped_reads{0};
+  void NoteMappedRead(uint64_t bytes);
   // The etag clock: (unix seconds, BE64) -> the last etag then (LE64),
   // a sample a minute, so that a tombstone's age can be told from its etag.
   MDB_dbi clock_db = 0;
