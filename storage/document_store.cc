@@ -470,7 +470,7 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
     std::string key;  // a body kept in its DocValue: the document's key
     size_t item;
     fmt::DocView view;
-    std::string_view apart;  // a body kept apart: its "bodies" value, not yet read
+    std::string_view apart;  // else (kept apart): its "bodies" value, not yet read
   };
   std::vector<Located> docs, in_docs;
   for (size_t i = 0; i < batch->items.size(); ++i) {
@@ -500,7 +500,7 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
   }
   // A body's size as read (its header: DecodedSize), and the body read.
   auto size_of = [&](Located& d) -> Result<uint64_t> {
-    if (!d.apart.empty() && !fmt::ApplyBodyEntry(d.apart, d.view))
+    if (d.key.empty() && !fmt::ApplyBodyEntry(d.apart, d.view))  // kept apart
       return Status::Corruption("the body at etag " + std::to_string(d.view.etag));
     return body::DecodedSize(d.view.flags, d.view.body, fields);
   };
