@@ -218,19 +218,23 @@ void UnescapeKey(std::string_view raw, std::string& out) {
   }
 }
 
+// The key as its unescaped bytes: `raw` itself unless it has an escape
+// (then decoded into `buf`).
+std::string_view Unescaped(std::string_view raw, std::string& buf) {
+  if (raw.find('\\') == std::string_view::npos) return raw;
+  UnescapeKey(raw, buf);
+  return buf;
+}
+
 // Whether the top-level key `raw` (escaped as stored) is one a reader of
 // `names` wants: a name itself, or a dotted key whose first component is
 // one ({"author.name": x} for "author", KeySpells in postings/definition.h).
 bool KeyIn(std::string_view raw, std::span<const std::string> names) {
-  auto in = [&](std::string_view key) {
-    if (std::binary_search(names.begin(), names.end(), key)) return true;
-    const size_t dot = key.find('.');
-    return dot != std::string_view::npos && std::binary_search(names.begin(), names.end(), key.substr(0, dot));
-  };
-  if (raw.find('\\') == std::string_view::npos) return in(raw);
-  thread_local std::string decoded;
-  UnescapeKey(raw, decoded);
-  return in(decoded);
+  thread_local std::string buf;
+  const std::string_view key = Unescaped(raw, buf);
+  if (std::binary_search(names.begin(), names.end(), key)) return true;
+  const size_t dot = key.find('.');
+  return dot != std::string_view::npos && std::binary_search(names.begin(), names.end(), key.substr(0, dot));
 }
 
 // A structured body's header, parsed: its frames; its directory is read
@@ -263,14 +267,6 @@ bool NextField(const char*& p, const char* end, const Structured& s, FieldEntry&
   p += key_len;
   if (!GetVarint(p, end, e.frame) || !GetVarint(p, end, e.offset) || !GetVarint(p, end, e.length)) return false;
   return e.frame < s.frames.size() && e.offset <= s.frames[e.frame].raw && e.length <= s.frames[e.frame].raw - e.offset;
-}
-
-// The key as its unescaped bytes: `raw` itself unless it has an escape
-// (then decoded into `buf`).
-std::string_view Unescaped(std::string_view raw, std::string& buf) {
-  if (raw.find('\\') == std::string_view::npos) return raw;
-  UnescapeKey(raw, buf);
-  return buf;
 }
 
 // The entries a reader of `names` wants (KeyIn), in document order, into
@@ -329,6 +325,18 @@ bool FindFields(const Structured& s, std::span<const std::string> names, std::ve
   out.erase(std::unique(out.begin(), out.end(), [](const FieldEntry& a, const FieldEntry& b) { return a.at == b.at; }),
             out.end());
   return ok;
+}
+
+// DecodedSize of a projection: the frames holding the `found` entries,
+// and their keys.
+uint64_t ProjectedSize(const Structured& s, const std::vector<FieldEntry>& found) {
+  uint64_t size = 2, last = UINT64_MAX;
+  for (const FieldEntry& e : found) {
+    if (e.frame != last) size += s.frames[e.frame].raw;
+    last = e.frame;
+    size += e.key.size() + 4;
+  }
+  return size;
 }
 
 // Parses the header. kChecked checks the header's checksum (and in version
@@ -523,13 +531,7 @@ Result<uint64_t> DecodedSize(uint8_t flags, std::string_view stored, std::span<c
     if (names.empty()) return s.text_size;
     thread_local std::vector<FieldEntry> found;
     if (!FindFields(s, names, found)) return Status::Corruption("document body: bad structured header");
-    uint64_t size = 2, last = UINT64_MAX;
-    for (const FieldEntry& e : found) {
-      if (e.frame != last) size += s.frames[e.frame].raw;
-      last = e.frame;
-      size += e.key.size() + 4;
-    }
-    return size;
+    return ProjectedSize(s, found);
   }
   if (flags & fmt::kFlagDict) {
     const char* p = stored.data();
@@ -576,9 +578,13 @@ Status DecodeWhole(uint8_t flags, std::string_view stored, const DictionaryLooku
 }
 
 Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLookup& dicts,
-                    std::span<const std::string> names, std::string& out) {
-  assert(std::is_sorted(names.begin(), names.end()));  // KeyIn binary-searches them
-  if (!(flags & fmt::kFlagStructured) || names.empty()) return DecodeWhole(flags, stored, dicts, out);
+                    std::span<const std::string> names, std::string& out, uint64_t* decoded_size) {
+  assert(std::is_sorted(names.begin(), names.end()));  // KeyIn and FindFields search them
+  if (!(flags & fmt::kFlagStructured) || names.empty()) {
+    Status st = DecodeWhole(flags, stored, dicts, out);
+    if (decoded_size != nullptr) *decoded_size = out.size();  // DecodedSize: the text's
+    return st;
+  }
   thread_local Structured s;
   if (Status st = ParseStructured(stored, s); !st.ok()) return st;
   std::shared_ptr<const Dictionary> dict;
@@ -589,6 +595,7 @@ Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLook
   out.push_back('{');
   thread_local std::vector<FieldEntry> found;
   if (!FindFields(s, names, found)) return Status::Corruption("document body: bad structured header");
+  if (decoded_size != nullptr) *decoded_size = ProjectedSize(s, found);
   for (const FieldEntry& e : found) {
     if (e.frame != decoded) {
       const auto& f = s.frames[e.frame];

@@ -113,8 +113,10 @@ Result<uint64_t> DecodedSize(uint8_t flags, std::string_view stored, std::span<c
 // only the frames holding them; a whole body is decoded and returned
 // whole (every reader of a projection accepts more fields than it asked
 // for); empty `names`: the whole text.
+// `decoded_size` (if given) gets what DecodedSize(names) gives for the
+// same body, from the same read of its header.
 Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLookup& dicts,
-                    std::span<const std::string> names, std::string& out);
+                    std::span<const std::string> names, std::string& out, uint64_t* decoded_size = nullptr);
 
 // Trains a dictionary of at most `max_bytes` from `samples` (ZDICT); empty
 // when the samples are too few or too alike to train from.

@@ -13,7 +13,8 @@
 //   bit 6 (round trip): pad the object past kStructuredMinBytes, so that
 //          it is stored structured
 // Invariants, decode: a refusal is Corruption; DecodedSize(no names)
-// equals the size DecodeWhole gives. Round trip: DecodeWhole gives back
+// equals the size DecodeWhole gives; a DecodeFields that succeeds reports
+// what DecodedSize(names) gives. Round trip: DecodeWhole gives back
 // exactly the text Encode took; DecodedSize agrees; DecodeFields gives one
 // JSON object.
 #include <xxhash.h>
@@ -124,8 +125,14 @@ void Decode(uint8_t flags, uint8_t options, std::string stored) {
                    static_cast<unsigned long long>(*size_all), whole.size());
   }
   std::string fields;
-  const corvid::Status f = body::DecodeFields(flags, stored, kLookup, names, fields);
-  if (!f.ok()) CheckRefusal(f, "DecodeFields");
+  uint64_t reported = 0;
+  const corvid::Status f = body::DecodeFields(flags, stored, kLookup, names, fields, &reported);
+  if (!f.ok()) {
+    CheckRefusal(f, "DecodeFields");
+  } else if (size_names.ok()) {
+    FUZZ_CHECK_MSG(reported == *size_names, "DecodeFields reported %llu bytes, DecodedSize %llu",
+                   static_cast<unsigned long long>(reported), static_cast<unsigned long long>(*size_names));
+  }
 }
 
 void RoundTrip(uint8_t flags, uint8_t options, std::string json) {

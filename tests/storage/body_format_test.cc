@@ -839,8 +839,10 @@ TEST_CASE("every JSON shape round-trips byte-exactly, with and without a diction
       REQUIRE(size.ok());
       CHECK(*size == shape.text.size());
       std::string fields_all;
-      REQUIRE(body::DecodeFields(flags, stored, lookup, {}, fields_all).ok());
+      uint64_t reported = 0;
+      REQUIRE(body::DecodeFields(flags, stored, lookup, {}, fields_all, &reported).ok());
       CHECK_SAME(fields_all, shape.text);
+      CHECK(reported == *size);  // the size a read reports is DecodedSize's
       // The documented choice of encoding.
       if (!shape.check_flags) {
         INFO("flags " << int(flags));
@@ -931,12 +933,14 @@ TEST_CASE("DecodeFields projects random large documents exactly; DecodedSize bou
       const std::vector<std::string> names = RandomNames(rng, doc);
       INFO("round " << round << ": " << names.size() << " names");
       std::string out;
-      const Status st = body::DecodeFields(flags, stored, lookup, names, out);
+      uint64_t reported = 0;
+      const Status st = body::DecodeFields(flags, stored, lookup, names, out, &reported);
       INFO(st.ToString());
       REQUIRE(st.ok());
       auto bound = body::DecodedSize(flags, stored, names);
       REQUIRE(bound.ok());
       CHECK(*bound >= out.size());
+      CHECK(reported == *bound);  // the size a read reports is DecodedSize's
       if (flags & fmt::kFlagStructured) {
         CheckProjection(out, Selected(doc, names));
         ++projections;
