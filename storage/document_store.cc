@@ -237,32 +237,42 @@ std::string DocumentStore::Impl::CollectionName(uint32_t number) const {
   return number < names_by_number.size() ? names_by_number[number] : std::string();
 }
 
+void DocumentStore::Impl::DropMappedPages() const {
+  if (data_map) DropResidentPages(data_map->first, data_map->second);
+}
+
 void DocumentStore::Impl::NoteMappedRead(uint64_t bytes) {
-  if (options.drop_resident_every == 0 || !data_map) return;
+  if (options.drop_resident_every == 0) return;
   if (mapped_reads.fetch_add(bytes, std::memory_order_relaxed) + bytes < options.drop_resident_every) return;
   mapped_reads.store(0, std::memory_order_relaxed);
   // Other readers of the map (a GET, another batch) map what they touch
   // again, from the page cache.
-  DropResidentPages(data_map->first, data_map->second);
+  DropMappedPages();
 }
 
-Status DocumentStore::Impl::ReadBodyApart(MDB_txn* txn, fmt::DocView& view) const {
-  const std::string key = fmt::BodyKey(view.etag);
+Status DocumentStore::Impl::FindBodyApart(MDB_txn* txn, uint64_t etag, std::string_view& entry) const {
+  const std::string key = fmt::BodyKey(etag);
   MDB_val k = ToVal(key), v;
   const int rc = mdb_get(txn, bodies_db, &k, &v);
-  // Short (no allocation): a document of a format 1 or 2 store meets this.
+  // Short (no allocation): a change batch over a format 1 or 2 store meets this once per document.
   if (rc == MDB_NOTFOUND) return Status::NotFound("no body");
   if (rc != 0) return LmdbStatus(rc, "read a body");
-  if (!fmt::ApplyBodyEntry(FromVal(v), view)) return Status::Corruption("the body at etag " + std::to_string(view.etag));
+  entry = FromVal(v);
+  return Status::Ok();
+}
+
+Status DocumentStore::Impl::ApplyBodyApart(std::string_view entry, fmt::DocView& view) {
+  if (!fmt::ApplyBodyEntry(entry, view)) return Status::Corruption("the body at etag " + std::to_string(view.etag));
   return Status::Ok();
 }
 
 Status DocumentStore::Impl::ResolveBody(MDB_txn* txn, fmt::DocView& view) const {
   if (!(view.flags & fmt::kFlagBodyApart)) return Status::Ok();
-  Status s = ReadBodyApart(txn, view);
+  std::string_view entry;
+  Status s = FindBodyApart(txn, view.etag, entry);
   if (s.code() == StatusCode::kNotFound)
     return Status::Corruption("the body of the document at etag " + std::to_string(view.etag) + " is missing");
-  return s;
+  return s.ok() ? ApplyBodyApart(entry, view) : s;
 }
 
 Result<Document> DocumentStore::Get(std::string_view collection, std::string_view id) const {
@@ -476,16 +486,14 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
   for (size_t i = 0; i < batch->items.size(); ++i) {
     const DocChange& change = batch->items[i];
     if (change.deleted) continue;
-    const std::string key = fmt::BodyKey(change.etag);
-    MDB_val k = ToVal(key), v;
-    const int grc = mdb_get(txn, impl_->bodies_db, &k, &v);
-    if (grc == MDB_NOTFOUND) {  // kept in its DocValue (format 1 or 2)
+    Located d{{}, i, {}, {}};
+    d.view.etag = change.etag;
+    Status s = impl_->FindBodyApart(txn, change.etag, d.apart);
+    if (s.code() == StatusCode::kNotFound) {  // kept in its DocValue (format 1 or 2)
       in_docs.push_back(Located{fmt::DocKey(*coll, change.id), i, {}, {}});
       continue;
     }
-    if (grc != 0) return LmdbStatus(grc, "read a body");
-    Located d{{}, i, {}, FromVal(v)};
-    d.view.etag = change.etag;
+    if (!s.ok()) return s;
     docs.push_back(std::move(d));
   }
   std::sort(in_docs.begin(), in_docs.end(), [](const Located& a, const Located& b) { return a.key < b.key; });
@@ -498,29 +506,29 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
                                              : Status::Corruption("change feed entry without its document");
     docs.push_back(std::move(d));
   }
-  // A body's size as read (its header: DecodedSize), and the body read.
-  auto size_of = [&](Located& d) -> Result<uint64_t> {
-    if (d.key.empty() && !fmt::ApplyBodyEntry(d.apart, d.view))  // kept apart
-      return Status::Corruption("the body at etag " + std::to_string(d.view.etag));
-    return body::DecodedSize(d.view.flags, d.view.body, fields);
-  };
-  auto read = [&](const Located& d) -> Status {
+  // Points a body kept apart at its entry (reading its first byte).
+  auto apply = [](Located& d) { return d.key.empty() ? Impl::ApplyBodyApart(d.apart, d.view) : Status::Ok(); };
+  // Reads a body (its fields, or all of it); `size` (if given) gets its
+  // DecodedSize, the batch's measure, from the same read of its header.
+  auto read = [&](const Located& d, uint64_t* size) -> Status {
     DocChange& change = batch->items[d.item];
     if (d.view.flags == 0) {
       change.json = d.view.body;  // raw: read in place
+      if (size != nullptr) *size = d.view.body.size();
       return Status::Ok();
     }
     batch->buffers.emplace_back();
-    if (Status st = body::DecodeFields(d.view.flags, d.view.body, dicts, fields, batch->buffers.back()); !st.ok())
+    if (Status st = body::DecodeFields(d.view.flags, d.view.body, dicts, fields, batch->buffers.back(), size);
+        !st.ok())
       return st;
     change.json = batch->buffers.back();
     return Status::Ok();
   };
   // The batch is the longest prefix (etag order) within max_bytes (at
   // least one change), as if read one by one. When every body is kept
-  // apart (format 3), `docs` is in etag order and each body is sized and
-  // read before the next is touched, so that the map's pages can be
-  // dropped as the batch goes (NoteMappedRead) without a page mapped twice.
+  // apart (format 3), `docs` is in etag order and the batch is read so,
+  // each body before the next is touched, so that the map's pages can be
+  // dropped as it goes (NoteMappedRead) without a page mapped twice.
   size_t keep = 0;
   uint64_t bytes = 0;
   if (in_docs.empty()) {
@@ -528,16 +536,19 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
       if (keep > 0 && bytes >= max_bytes) break;
       if (next == docs.size() || docs[next].item != keep) continue;  // a deletion
       Located& d = docs[next++];
-      auto size = size_of(d);
-      if (!size.ok()) return size.status();
-      bytes += *size;
-      if (Status st = read(d); !st.ok()) return st;
+      uint64_t size = 0;
+      if (Status st = apply(d); !st.ok()) return st;
+      if (Status st = read(d, &size); !st.ok()) return st;
+      bytes += size;
       impl_->NoteMappedRead(d.view.body.size());
     }
   } else {
+    // Sized first, then read in the order located (key order for the
+    // DocValues), the cut known.
     std::vector<uint64_t> sizes(batch->items.size(), 0);
     for (Located& d : docs) {
-      auto size = size_of(d);
+      if (Status st = apply(d); !st.ok()) return st;
+      auto size = body::DecodedSize(d.view.flags, d.view.body, fields);
       if (!size.ok()) return size.status();
       sizes[d.item] = *size;
       impl_->NoteMappedRead(d.view.body.size());
@@ -546,9 +557,9 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
       if (keep > 0 && bytes >= max_bytes) break;
       bytes += sizes[keep];
     }
-    for (const Located& d : docs) {  // in the order they were located
+    for (const Located& d : docs) {
       if (d.item >= keep) continue;
-      if (Status st = read(d); !st.ok()) return st;
+      if (Status st = read(d, nullptr); !st.ok()) return st;
       impl_->NoteMappedRead(d.view.body.size());
     }
   }
@@ -654,7 +665,7 @@ class PipedCopy final : public DocumentStore::SnapshotCopy {
   // every few MiB keeps the resident set flat: they stay in the page cache,
   // and the next reader of one maps it again with a minor fault.
   void UnmapWalkedPages() {
-    if (map_) DropResidentPages(map_->first, map_->second);
+    if (store_ != nullptr) store_->DropMappedPages();
   }
 
   // Starts the copy; returns once its read snapshot is taken (its first
@@ -673,8 +684,7 @@ class PipedCopy final : public DocumentStore::SnapshotCopy {
       log_applied_ = store.log_position.applied;
     }
     MDB_env* env = store.env;
-    const char* dir = nullptr;
-    if (mdb_env_get_path(env, &dir) == 0) map_ = FindFileMapping(std::string(dir) + "/data.mdb");
+    store_ = &store;
     thread_ = std::thread([this, env, wfd] {
       // A reader that goes away makes the copy's writes fail with EPIPE,
       // not end the process (LMDB's own writer thread inherits the mask).
@@ -709,7 +719,7 @@ class PipedCopy final : public DocumentStore::SnapshotCopy {
   // set grows faster than the copy's output. Measured on a 2 GB store:
   // dropping every 64 MiB left VmRSS +1.3 GiB at its peak, every 2 MiB +0.2.
   static constexpr uint64_t kUnmapEvery = uint64_t{2} << 20;
-  std::optional<std::pair<void*, size_t>> map_;  // the store's memory map
+  const DocumentStore::Impl* store_ = nullptr;  // the store copied (outlives the copy, as its env does)
   uint64_t copied_ = 0, unmapped_at_ = 0;
 };
 

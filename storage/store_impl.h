@@ -96,9 +96,12 @@ class DocumentStore::Impl {
   // This process's map of data.mdb (found at open; none: not found), and
   // the bytes of bodies change batches have read through it since its pages
   // were last dropped from the resident set (StoreOptions::drop_resident_every).
+  // DropMappedPages drops the map's pages (the backup's copy and change
+  // batches, as they read through it).
   std::optional<std::pair<void*, size_t>> data_map;
   std::atomic<uint64_t> mapped_reads{0};
   void NoteMappedRead(uint64_t bytes);
+  void DropMappedPages() const;
   // The etag clock: (unix seconds, BE64) -> the last etag then (LE64),
   // a sample a minute, so that a tombstone's age can be told from its etag.
   MDB_dbi clock_db = 0;
@@ -147,11 +150,14 @@ class DocumentStore::Impl {
   bool NoteCompression(uint32_t coll, uint64_t raw, uint64_t stored);
   Status StoreDictionary(uint32_t coll, const std::string& bytes);
   Status LoadDictionaries(MDB_txn* txn);
-  // Points `view` at the "bodies" entry at view.etag (format::ApplyBodyEntry);
-  // NotFound if there is none, Corruption if it is malformed.
-  Status ReadBodyApart(MDB_txn* txn, format::DocView& view) const;
+  // The "bodies" entry at `etag`, not read (mdb_get does not touch an
+  // overflow page); NotFound if there is none.
+  Status FindBodyApart(MDB_txn* txn, uint64_t etag, std::string_view& entry) const;
+  // Points `view` at that entry (format::ApplyBodyEntry); Corruption if it
+  // is malformed.
+  static Status ApplyBodyApart(std::string_view entry, format::DocView& view);
   // Points a live document's `view` at its body: for a DocValue flagged
-  // kFlagBodyApart, the "bodies" entry at its etag (ReadBodyApart), which
+  // kFlagBodyApart, the "bodies" entry at its etag (FindBodyApart), which
   // must be there (Corruption if not); otherwise the body it holds.
   Status ResolveBody(MDB_txn* txn, format::DocView& view) const;
   // A stored body (resolved) back to its text.
