@@ -216,6 +216,10 @@ class IndexSlot {
     cv_.notify_all();
     if (paused) cv_.wait(lock, [&] { return !working_ || stop_; });
   }
+  bool paused() const {
+    std::lock_guard lock(mu_);
+    return paused_;
+  }
 
   // Returns once the state is dropped (after the batch in progress, if
   // any): the index then reports etag 0 and rebuilds from the store.
@@ -1024,6 +1028,9 @@ Result<PutOutcome> IndexEngine::PutIndex(std::string_view name, std::string_view
                   {{"index", name}, {"type", IndexTypeName((*slot)->type())}, {"collection", (*slot)->collection()}});
     return PutOutcome::kCreated;
   }
+  // A paused index stays paused through a redefinition: its replacement
+  // starts paused too (so it cannot switch) until Resume.
+  if (old->paused()) (*slot)->SetPaused(true);
   {
     std::lock_guard lock(impl_->mu_);
     impl_->replacements_[std::string(name)] = Impl::Replacement{*slot, min_etag};
@@ -1098,6 +1105,7 @@ std::vector<IndexProgress> IndexEngine::AllProgress() const {
 
 // Pausing an index pauses its replacement too: nothing of it moves.
 Status IndexEngine::Pause(std::string_view name) {
+  std::lock_guard admin(impl_->admin_mu_);  // a PUT's replacement is paused (or not) with it
   auto slot = impl_->Find(name);
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
   slot->SetPaused(true);
@@ -1107,6 +1115,7 @@ Status IndexEngine::Pause(std::string_view name) {
 }
 
 Status IndexEngine::Resume(std::string_view name) {
+  std::lock_guard admin(impl_->admin_mu_);  // a PUT's replacement is paused (or not) with it
   auto slot = impl_->Find(name);
   if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
   slot->SetPaused(false);

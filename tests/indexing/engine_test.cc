@@ -353,6 +353,36 @@ TEST_CASE("pause holds the index back; resume catches up; reset rebuilds", "[ind
   CHECK(env.engine->ResetSince(*new_reader));
 }
 
+TEST_CASE("a paused index stays paused through a redefinition until Resume", "[indexing]") {
+  Env env;
+  REQUIRE(env.engine->PutIndex("m", kByMonth).ok());
+  uint64_t e = env.Put("users", "a", UserDoc("2024-01", 1));
+  env.WaitFor("m", e);
+  REQUIRE(env.engine->Pause("m").ok());
+  e = env.Put("users", "b", UserDoc("2024-01", 2));
+  std::string by_month_max(kByMonth);
+  by_month_max.replace(by_month_max.find("count()"), 7, "max(score)");
+  REQUIRE(env.engine->PutIndex("m", by_month_max).value() == indexing::PutOutcome::kReplaced);
+  // Both versions hold still: the replacement neither indexes nor switches.
+  std::this_thread::sleep_for(200ms);
+  auto p = env.engine->Progress("m");
+  REQUIRE(p.ok());
+  CHECK(p->state == indexing::IndexState::kPaused);
+  REQUIRE(p->replacing);
+  CHECK(p->replacing->state == indexing::IndexState::kPaused);
+  CHECK(p->replacing->last_indexed_etag == 0);
+  CHECK(env.engine->Definition("m").value() == kByMonth);
+  CHECK(env.Rows("m")[0]["users"].GetInt64() == 1);
+  // Resume: the replacement builds, switches, and is not paused.
+  REQUIRE(env.engine->Resume("m").ok());
+  env.WaitForDefinition("m", by_month_max);
+  env.WaitFor("m", e);
+  auto after = env.engine->Progress("m");
+  REQUIRE(after.ok());
+  CHECK(after->state != indexing::IndexState::kPaused);
+  CHECK(env.Rows("m")[0]["users"].GetDouble() == 2);
+}
+
 TEST_CASE("documents that fail to map are recorded as index errors", "[indexing]") {
   Env env;
   REQUIRE(env.engine->PutIndex("m", kByMonth).ok());
