@@ -609,7 +609,7 @@ class Session final : public SessionBase {
   }
 
   void StartWrite(Response resp, bool counted) {
-    if (resp.stream && !resp.omit_body) return StartStream(std::move(resp), counted);
+    if (resp.stream) return resp.omit_body ? HeadOfStream(std::move(resp), counted) : StartStream(std::move(resp), counted);
     if (resp.body.size() > server_.options.router.max_response_bytes) {
       // Handlers stop building an answer at the limit; this catches any other.
       resp = ErrorResponse(400, "response_too_large",
@@ -622,7 +622,6 @@ class Session final : public SessionBase {
     if (!resp.allow.empty()) res->set(http::field::allow, resp.allow);
     if (!resp.www_authenticate.empty()) res->set(http::field::www_authenticate, resp.www_authenticate);
     for (const auto& [name, value] : resp.headers) res->set(name, value);
-    if (resp.stream) resp.stream->Cancel();  // a HEAD: the headers only
     res->body() = std::move(resp.body);
     res->keep_alive(keep_alive_ && !resp.close && !server_.draining);
     res->prepare_payload();
@@ -631,14 +630,35 @@ class Session final : public SessionBase {
     if (resp.omit_body) res->body().clear();
     stream_.tcp().expires_after(kWriteTimeout);
     http::async_write(stream_, *res, [self = Self(), res, counted](beast::error_code ec, size_t) {
-      if (counted) --self->server_.in_flight;
-      self->Guard([&] {
-        if (counted) self->awaiting_answer_ = false;
-        if (ec) return self->Close();
-        if (self->draining_input_) return self->DrainInput();
-        if (!res->keep_alive()) return self->Close();
-        self->WaitForRequest();
-      });
+      self->Written(ec, res->keep_alive(), counted);
+    });
+  }
+
+  // A HEAD of a streamed answer: the header GET sends (chunked transfer
+  // coding, so no Content-Length), and no body (RFC 9110 §9.3.2).
+  void HeadOfStream(Response resp, bool counted) {
+    resp.stream->Cancel();
+    auto res = std::make_shared<http::response<http::empty_body>>(static_cast<http::status>(resp.status), 11);
+    if (!resp.content_type.empty()) res->set(http::field::content_type, resp.content_type);
+    for (const auto& [name, value] : resp.headers) res->set(name, value);
+    res->keep_alive(keep_alive_ && !resp.close && !server_.draining);
+    res->chunked(true);
+    auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
+    stream_.tcp().expires_after(kWriteTimeout);
+    http::async_write_header(stream_, *sr, [self = Self(), res, sr, counted](beast::error_code ec, size_t) {
+      self->Written(ec, res->keep_alive(), counted);
+    });
+  }
+
+  // A whole answer is written: read the next request, or close.
+  void Written(beast::error_code ec, bool keep_alive, bool counted) {
+    if (counted) --server_.in_flight;
+    Guard([&] {
+      if (counted) awaiting_answer_ = false;
+      if (ec) return Close();
+      if (draining_input_) return DrainInput();
+      if (!keep_alive) return Close();
+      WaitForRequest();
     });
   }
 

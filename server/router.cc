@@ -374,7 +374,7 @@ void Router::Handle(Request request, Reply reply) {
   std::optional<Target> target = ParseTarget(request.target);
   if (!target) {
     state_->metrics.Record(Route::kOther, 400, 0);
-    reply(ErrorResponse(400, "invalid_argument", "malformed request target (bad percent-encoding)"));
+    reply(ErrorResponse(400, "invalid_argument", "malformed request target (not /path?query or http://host/path?query, or bad percent-encoding)"));
     return;
   }
   // Every copy of the handler's reply shares one Answer: it records the

@@ -84,8 +84,24 @@ struct Target {
   }
 };
 
+// A request target: origin form (/path?query), or absolute form
+// (http://host:port/path?query, which RFC 9112 §3.2.2 has a server accept:
+// its path and query are taken, the authority is the Host).
 inline std::optional<Target> ParseTarget(std::string_view target) {
   Target t;
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() < scheme.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < scheme.size(); ++i)
+      same = same && char(target[i] | 0x20) == scheme[i];  // the scheme is case-insensitive
+    if (!same) continue;
+    const size_t end = target.find_first_of("/?", scheme.size());
+    if (end == scheme.size()) return std::nullopt;  // no authority
+    if (end == std::string_view::npos || target[end] == '?')
+      return ParseTarget(std::string("/").append(end == std::string_view::npos ? "" : target.substr(end)));
+    target.remove_prefix(end);
+    break;
+  }
   size_t q = target.find('?');
   std::string_view path = target.substr(0, q);
   std::string_view query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);

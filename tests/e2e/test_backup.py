@@ -904,6 +904,26 @@ class BackupCommandTest(unittest.TestCase):
             client.close()
             self.assertEqual(resp.status, status, resp.describe())
 
+        # HEAD: GET's header (chunked, no Content-Length: the size is not
+        # known before the stream) and no body, so that the next response
+        # on the connection follows at once (RFC 9110 §9.3.2).
+        sock = socket.create_connection((server.host, server.port), timeout=30)
+        try:
+            auth = 'Authorization: Bearer %s\r\n' % self.KEY
+            sock.sendall(('HEAD /admin/backup HTTP/1.1\r\nHost: x\r\n%s\r\n'
+                          'GET /health HTTP/1.1\r\nHost: x\r\n%s\r\n' % (auth, auth)).encode())
+            (head_status, head_headers, head_body), (status, _, body) = h.read_responses(sock, 2)
+        finally:
+            sock.close()
+        self.assertEqual(head_status, 200, head_headers)
+        self.assertEqual(head_headers.get('transfer-encoding'), 'chunked', head_headers)
+        self.assertNotIn('content-length', head_headers)
+        self.assertEqual(head_headers.get('content-type'), 'application/octet-stream', head_headers)
+        self.assertIn('corvid-backup-etag', head_headers)
+        self.assertEqual(head_body, b'')
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body).get('status'), 'ok', body)
+
         # The right key: exit 0, a file that parses and restores.
         out = os.path.join(tmp, 'keyed.backup')
         proc = run_cli('backup', '--url', url, '-o', out, '--api-key', self.KEY)

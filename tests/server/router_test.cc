@@ -445,6 +445,16 @@ TEST_CASE("router: documents, percent-decoding, methods and errors", "[server]")
   cond.if_none_match = "\"2\"";
   CHECK(fx.Call(cond).status == 200);
 
+  // The absolute form of a target (RFC 9112 §3.2.2): its path and query.
+  CHECK(fx.Call("GET", "http://127.0.0.1:8080/docs/users/a%2Fb%20c").body == R"({"v":1})");
+  CHECK(fx.Call("GET", "HTTPS://example.com/docs/users/a%2Fb%20c").body == R"({"v":1})");
+  CHECK(fx.Call("GET", "http://example.com/collections?x=1").status == 200);
+  CHECK(fx.Call("GET", "http://example.com").status == fx.Call("GET", "/").status);
+  CHECK(fx.Call("GET", "http://example.com?a=b").status == fx.Call("GET", "/?a=b").status);
+  CHECK(ErrorCode(fx.Call("GET", "http:///docs/users/x")) == "invalid_argument");  // no authority
+  CHECK(ErrorCode(fx.Call("GET", "ftp://example.com/health")) == "invalid_argument");
+  CHECK(ErrorCode(fx.Call("GET", "docs/users/x")) == "invalid_argument");
+
   CHECK(fx.Call("PUT", "/docs/users/a%2Fb%20c", R"({"v":2})").status == 200);
   CHECK(fx.Call("GET", "/docs/users/zzz").status == 404);
   CHECK(fx.Call("GET", "/docs/users/a/b").status == 404);  // raw '/' is a path separator
