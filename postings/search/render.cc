@@ -80,6 +80,11 @@ Status RenderHits(const Snapshot& snap, const SearchRequest& req, const std::vec
         w.EndObject();
       }
     }
+    if (!want_fields) {  // every hit has "fields", as API.md shows it, if only {}
+      w.Key("fields");
+      w.StartObject();
+      w.EndObject();
+    }
     const bool fetch = ((want_fields && !fields_from_segment) || !highlight.empty()) && req.fetch_document;
     if (fetch) {
       auto json = req.fetch_document(h.id);
@@ -97,32 +102,38 @@ Status RenderHits(const Snapshot& snap, const SearchRequest& req, const std::vec
       // of being copied; a stored body was validated when written, so it
       // holds no raw NUL before its end.
       const bool parse = json && ((want_fields && !fields_from_segment && !store_all) || !highlight.empty());
-      if (parse && !ParseInsituWithExactNumbers(d, json->data(), &big).IsError() && d.IsObject()) {
-        if (want_fields && !fields_from_segment && !store_all) {
-          w.Key("fields");
+      // A document deleted since the index read it (or not an object)
+      // still answers with every key asked for: no fields, no fragments.
+      const bool parsed = parse && !ParseInsituWithExactNumbers(d, json->data(), &big).IsError() && d.IsObject();
+      if (want_fields && !fields_from_segment && !whole) {
+        w.Key("fields");
+        if (parsed && !store_all) {
           WriteStoredFields(d, *store_paths, *store_split, w, &big);
-        }
-        if (!highlight.empty()) {
-          w.Key("highlights");
+        } else {
           w.StartObject();
-          for (const auto& f : highlight) {
-            const FieldDef* fd = def.Find(f);
-            std::vector<std::string> frags;
-            auto it = hl_terms.find(fd->slot);
-            if (it != hl_terms.end()) {
-              ForEachValue(d, fd->path, 0, [&](const rapidjson::Value& v) {
-                if (!v.IsString()) return;
-                std::string_view text(v.GetString(), v.GetStringLength());
-                HighlightFragments(it->second, *fd->analyzer, text, frags);
-              });
-            }
-            w.Key(f.data(), static_cast<rapidjson::SizeType>(f.size()));
-            w.StartArray();
-            for (const auto& fr : frags) w.String(fr.data(), static_cast<rapidjson::SizeType>(fr.size()));
-            w.EndArray();
-          }
           w.EndObject();
         }
+      }
+      if (!highlight.empty()) {
+        w.Key("highlights");
+        w.StartObject();
+        for (const auto& f : highlight) {
+          const FieldDef* fd = def.Find(f);
+          std::vector<std::string> frags;
+          auto it = hl_terms.find(fd->slot);
+          if (parsed && it != hl_terms.end()) {
+            ForEachValue(d, fd->path, 0, [&](const rapidjson::Value& v) {
+              if (!v.IsString()) return;
+              std::string_view text(v.GetString(), v.GetStringLength());
+              HighlightFragments(it->second, *fd->analyzer, text, frags);
+            });
+          }
+          w.Key(f.data(), static_cast<rapidjson::SizeType>(f.size()));
+          w.StartArray();
+          for (const auto& fr : frags) w.String(fr.data(), static_cast<rapidjson::SizeType>(fr.size()));
+          w.EndArray();
+        }
+        w.EndObject();
       }
     }
     // Written after the rest of the hit, as Elasticsearch places "sort".

@@ -839,6 +839,8 @@ class SearchMixin:
                         resp.describe())
         self.assertTrue(isinstance(body['total'], int) and body['total'] >= 0, resp.describe())
         self.assertIsInstance(body['hits'], list, resp.describe())
+        for hit in body['hits']:
+            self.assertIsInstance(hit.get('fields'), dict, 'every hit has "fields": %r' % hit)
 
     def fresh(self, index, etag, client=None, **params):
         """A search that must see every change up to `etag`."""
@@ -1250,8 +1252,16 @@ class SearchFeaturesTest(CorpusTestCase):
                              'stored fields as indexed: %r' % ans)
             ans = self.search('asindexed', q='red', fields='title,x')
             got = sorted((h['id'], h.get('fields')) for h in ans['hits'])
-            self.assertEqual(got, [('1', {'title': 'blue fox', 'x': 'c'}), ('2', None)],
+            self.assertEqual(got, [('1', {'title': 'blue fox', 'x': 'c'}), ('2', {})],
                              'a path not stored reads the document store: %r' % ans)
+            # A hit whose document is gone still has every key asked for
+            # (postings/README.md: highlights has every field asked for).
+            ans = self.search('asindexed', q='red', fields='x', highlight='title')
+            got = sorted((h['id'], h.get('fields'), h.get('highlights')) for h in ans['hits'])
+            self.assertEqual(got, [('1', {'x': 'c'}, {'title': []}), ('2', {}, {'title': []})], ans)
+            # Nothing asked for: "fields" is {} (API.md's hits always show it).
+            ans = self.search('asindexed', q='red', fields='')
+            self.assertEqual(sorted((h['id'], h.get('fields')) for h in ans['hits']), [('1', {}), ('2', {})], ans)
         finally:
             self.assertStatus(self.c.post('/admin/indexes/asindexed/resume', ''), 200)
         ans = self.fresh('asindexed', self.c.last_etag(), q='fox OR hen')
