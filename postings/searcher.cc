@@ -172,6 +172,51 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       hits.erase(hits.begin() + static_cast<std::ptrdiff_t>(want), hits.end());
     }
   };
+  // Segment k's final matches: the query's, restricted by the filter and
+  // deletes (into `restricted_bm` when restricted).
+  auto final_matches = [&](size_t k, SegEval& ev, Bitmap& restricted_bm) -> const roaring_bitmap_t* {
+    const SegmentState& s = snap.segments[k];
+    const roaring_bitmap_t* matches = Eval(root, k, ev);
+    if (filter == nullptr && s.deleted_count == 0) return matches;
+    restricted_bm.reset(roaring_bitmap_copy(matches));
+    if (filter) {
+      SegEval fev(s, filter_nodes);
+      roaring_bitmap_and_inplace(restricted_bm.get(), Eval(*filter, k, fev));
+    }
+    roaring_bitmap_andnot_inplace(restricted_bm.get(), s.deleted.get());
+    return restricted_bm.get();
+  };
+  // A field sort with _score among its keys: each page scores with its own
+  // moment's statistics, and a write between pages moves every score (N,
+  // n and the average length change), so the key's score is taken as its
+  // document's score now when that document still matches with the key's
+  // field values. The walk then goes on right after that document, exact
+  // while writes leave the order of the tied documents' scores as it was
+  // (they move alike), as API.md asks of a field sort. A key whose
+  // document moved, or that is no hit's, is read as written.
+  if (after != nullptr && need_scores && !by_score) {
+    for (size_t k = 0; k < snap.segments.size(); ++k) {
+      const SegmentState& s = snap.segments[k];
+      const std::optional<uint32_t> d = s.segment->FindId(after_hit.id);
+      if (!d) continue;
+      SegEval ev(s, nodes);
+      Bitmap restricted_bm;
+      const roaring_bitmap_t* final_bm = final_matches(k, ev, restricted_bm);
+      if (!roaring_bitmap_contains(final_bm, *d)) continue;  // deleted here, or no match
+      // Scored and keyed as the only match (both read every match they are given).
+      const Bitmap only(roaring_bitmap_of(1, *d));
+      const std::vector<uint32_t> one{*d};
+      std::vector<double> score{0.0};
+      Score(root, only.get(), k, norms, ev, one, score);
+      FieldSortHits(*s.segment, static_cast<uint32_t>(k), sort, only.get(), one, score, [&](Hit&& now) {
+        const double was = now.score;
+        now.score = after_hit.score;
+        now.id = after_hit.id;
+        if (!less(now, after_hit) && !less(after_hit, now)) after_hit.score = was;  // the same field values
+      });
+      break;
+    }
+  }
   // One segment's matches: counted (returned) and, ranked by score, offered
   // to `top`; or, sorted by fields, kept in `hits` (keep_hit).
   auto segment_matches = [&](size_t k, Norms& seg_norms, TopK& top) -> uint64_t {
@@ -189,20 +234,9 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
       return *counted;
     }
     SegEval ev(s, nodes);
-    const roaring_bitmap_t* matches = Eval(root, k, ev);
-    // The final matches: the query's, restricted by the filter and deletes.
     const bool restricted = filter != nullptr || s.deleted_count > 0;
     Bitmap restricted_bm;
-    if (restricted) {
-      restricted_bm.reset(roaring_bitmap_copy(matches));
-      if (filter) {
-        SegEval fev(s, filter_nodes);
-        roaring_bitmap_and_inplace(restricted_bm.get(), Eval(*filter, k, fev));
-      }
-      roaring_bitmap_andnot_inplace(restricted_bm.get(), s.deleted.get());
-      matches = restricted_bm.get();
-    }
-    const roaring_bitmap_t* final_bm = matches;
+    const roaring_bitmap_t* final_bm = final_matches(k, ev, restricted_bm);
     const uint64_t m = roaring_bitmap_get_cardinality(final_bm);
     if (m == 0) return 0;
     CountFacets(def, seg, final_bm, facets, facet_counts);

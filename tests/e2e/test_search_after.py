@@ -354,6 +354,62 @@ class SearchAfterTest(CorvidTestCase):
         self.assertServerHealthy()
 
 
+class ScoreTieBreakWalkTest(CorvidTestCase):
+    """API.md: with a field sort a walk is exact under concurrent writes;
+    `_score` may be its tie-break. Every write moves every score (N, n and
+    the average length change), so a key's score read as written sends the
+    walk back over the documents it has returned (it never ended). Here the
+    tied documents all have 6 tokens, so their scores keep their order
+    whatever the writes, and the walk must return each exactly once."""
+
+    def test_writes_between_pages_of_a_score_tie_break(self):
+        c = self.coll()
+        resp = self.c.put('/indexes/' + c, json.dumps({
+            'type': 'search', 'collection': c,
+            'fields': {'t': {'analyzer': 'standard'}, 'n': {'type': 'number'}}}))
+        self.assertIn(resp.status, (200, 201), resp.describe())
+        docs = [{'id': 'd%02d' % i, 'n': i % 2, 't': ' '.join(['word'] * (1 + i % 5) + ['pad'] * (5 - i % 5))}
+                for i in range(30)]
+        body = '\n'.join(json.dumps(d) for d in docs) + '\n'
+        resp = self.c.post(bulk_path(c), body, content_type='application/x-ndjson')
+        self.assertStatus(resp, 200)
+        etag = resp.json['lastEtag']
+        initial, deleted, seen = {d['id'] for d in docs}, set(), []
+        rng = random.Random(SEED)
+        key, fresh = None, 0
+        for _ in range(100):
+            params = {'q': 't:word', 'sort': 'n,_score', 'limit': 3, 'minEtag': etag, 'waitMs': WAIT_MS}
+            if key is not None:
+                params['searchAfter'] = json.dumps(key)
+            resp = self.c.get('/indexes/%s/search?%s' % (q(c), urllib.parse.urlencode(params)))
+            self.assertStatus(resp, 200)
+            hits = resp.json['hits']
+            if not hits:
+                break
+            seen.extend(h['id'] for h in hits)
+            key = hits[-1]['sort']
+            # A write between pages: new matches (longer, so they change the
+            # average length) and a delete of one not yet seen.
+            lines = []
+            for _ in range(2):
+                fresh += 1
+                lines.append({'id': 'new%03d' % fresh, 'n': rng.choice([0, 1, 5]), 't': 'word ' * rng.randint(1, 9)})
+            left = sorted(initial - deleted - set(seen))
+            if len(left) > 5:
+                gone = rng.choice(left)
+                deleted.add(gone)
+                lines.append({'id': gone, '_deleted': True})
+            body = '\n'.join(json.dumps(d) for d in lines) + '\n'
+            resp = self.c.post(bulk_path(c), body, content_type='application/x-ndjson')
+            self.assertStatus(resp, 200)
+            etag = resp.json['lastEtag']
+        else:
+            self.fail('the walk did not end in 100 pages: %d hits, %d distinct' % (len(seen), len(set(seen))))
+        self.assertEqual(len(seen), len(set(seen)), 'a document twice: %r' % seen)
+        missing = (initial - deleted) - set(seen)
+        self.assertFalse(missing, 'documents that matched throughout were skipped: %r' % sorted(missing))
+
+
 class LimitWindowTest(CorvidTestCase):
     """A limit past the window is refused, never capped (API.md, Deep
     paging): with the default window of 10,000 (limit=10001 once answered
