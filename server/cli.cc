@@ -178,10 +178,39 @@ struct PageScan : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, PageScan> {
   bool has_next = false;
   std::string lines;  // the page's NDJSON
   uint64_t docs = 0;
+  // The document's own "id" member: where its value lies in the page, and
+  // whether it is the string that is the document's id. (RapidJSON calls
+  // Key, String and number handlers with the stream still at the token's
+  // start: a value's end is found as the next member's start, or the
+  // object's end, less the blanks and the comma before it.)
+  bool id_open = false, id_is_entry_id = false;
+  size_t id_start = 0, id_end = 0;
+  uint64_t ids_rewritten = 0;  // documents whose "id" was not their id
+
+  bool Blank(char c) const { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+  // The "id" value ends before `at` (the next key's quote, or the '}').
+  void CloseId(size_t at) {
+    if (!id_open) return;
+    id_open = false;
+    while (at > id_start && (Blank(base[at - 1]) || base[at - 1] == ',')) --at;
+    id_end = at;
+  }
   bool Default() { return true; }
   bool Key(const char* s, rapidjson::SizeType n, bool) {
     key.assign(s, n);
-    if (in_doc && depth == 4 && key == "id") doc_has_id = true;
+    if (in_doc && depth == 4) {
+      CloseId(is->Tell());
+      if (key == "id") {
+        doc_has_id = true;
+        id_open = true;
+        id_is_entry_id = false;
+        size_t p = is->Tell() + 1;  // past the key's opening quote
+        while (base[p] != '"') p += base[p] == '\\' ? 2 : 1;
+        ++p;
+        while (Blank(base[p]) || base[p] == ':') ++p;
+        id_start = p;
+      }
+    }
     return true;
   }
   bool String(const char* s, rapidjson::SizeType n, bool) {
@@ -190,6 +219,7 @@ struct PageScan : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, PageScan> {
       next.assign(s, n);
       has_next = true;
     }
+    if (in_doc && depth == 4 && id_open) id_is_entry_id = std::string_view(s, n) == entry_id;
     return true;
   }
   bool StartObject() {
@@ -197,6 +227,7 @@ struct PageScan : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, PageScan> {
     if (depth == 4 && in_results && key == "doc") {
       in_doc = true;
       doc_has_id = false;
+      id_open = false;
       doc_start = is->Tell() - 1;
     }
     return true;
@@ -204,9 +235,24 @@ struct PageScan : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, PageScan> {
   bool EndObject(rapidjson::SizeType) {
     if (depth == 4 && in_doc) {
       in_doc = false;
+      CloseId(is->Tell() - 1);  // before the '}'
       const std::string_view text(base + doc_start, is->Tell() - doc_start);
-      if (doc_has_id) lines.append(text);
-      else AppendWithIdFirst(text, entry_id, lines);
+      if (!doc_has_id) {
+        AppendWithIdFirst(text, entry_id, lines);
+      } else if (id_is_entry_id) {
+        lines.append(text);
+      } else {
+        // An "id" that is not the document's id (a number, another
+        // string: PUT /docs/C/ID keeps the body as sent) would import
+        // under another id, or not at all: it is written as the id.
+        rapidjson::StringBuffer sb;
+        rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+        w.String(entry_id.data(), rapidjson::SizeType(entry_id.size()));
+        lines.append(text.substr(0, id_start - doc_start));
+        lines.append(sb.GetString(), sb.GetSize());
+        lines.append(text.substr(id_end - doc_start));
+        ++ids_rewritten;
+      }
       lines.push_back('\n');
       ++docs;
     }
@@ -239,7 +285,7 @@ int Export(const Remote& remote, const std::string& collection, const std::strin
   }
   std::string after;
   bool first = true;
-  uint64_t docs = 0, bytes = 0;
+  uint64_t docs = 0, bytes = 0, rewritten = 0;
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     std::string target = "/docs/" + server::PercentEncode(collection) + "?limit=1000";
@@ -261,6 +307,7 @@ int Export(const Remote& remote, const std::string& collection, const std::strin
       return 1;
     }
     docs += scan.docs;
+    rewritten += scan.ids_rewritten;
     bytes += scan.lines.size();
     if (!scan.has_next) break;
     after = scan.next;
@@ -277,6 +324,9 @@ int Export(const Remote& remote, const std::string& collection, const std::strin
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::fprintf(stderr, "exported %llu documents of %s (%.1f MB in %.2f s)\n", static_cast<unsigned long long>(docs),
                collection.c_str(), double(bytes) / 1e6, secs);
+  if (rewritten > 0)
+    std::fprintf(stderr, "%llu of them had an \"id\" field that was not their id: it is written as their id\n",
+                 static_cast<unsigned long long>(rewritten));
   return 0;
 }
 

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import unittest
+import urllib.parse
 
 from corvid_harness import CorvidServer, binary_path, main
 
@@ -107,6 +108,29 @@ class CliTest(unittest.TestCase):
         self.corvid('import', path, '-c', 'idf', '--id-field', 'sku')
         self.assertEqual(self.exported('idf'), {'s1': {'id': 's1', 'sku': 's1', 'n': 1},
                                                 's2': {'id': 's2', 'sku': 's2', 'n': 2}})
+
+    def test_export_writes_each_documents_id_as_its_id(self):
+        """docs/cli.md: every exported line imports back to the same id, also
+        for a document whose own "id" field is not its id (PUT /docs/C/ID
+        keeps the body as sent)."""
+        c = self.server.client()
+        bodies = {'x': '{"id":"other","v":1}', 'y': '{"v":[1,2], "id" : 5 ,"w":true}',
+                  'z': '{"id":{"a":[1,{"id":"in"}]},"w":2}', 'u': '{"v":"no id"}', 'v': '{"id":"v","ok":true}',
+                  'q"\u00e9': '{"id":null}'}
+        for doc_id, body in bodies.items():
+            resp = c.put('/docs/mism/%s' % urllib.parse.quote(doc_id, safe=''), body)
+            self.assertEqual(resp.status, 201, resp.describe())
+        c.close()
+        proc = self.corvid('export', 'mism')
+        self.assertIn('4 of them had an "id" field that was not their id', proc.stderr)
+        lines = [json.loads(line) for line in proc.stdout.splitlines()]
+        self.assertEqual({d['id']: d for d in lines}, {
+            'x': {'id': 'x', 'v': 1}, 'y': {'v': [1, 2], 'id': 'y', 'w': True},
+            'z': {'id': 'z', 'w': 2}, 'u': {'id': 'u', 'v': 'no id'}, 'v': {'id': 'v', 'ok': True},
+            'q"\u00e9': {'id': 'q"\u00e9'}})
+        path = self.write('mism.ndjson', proc.stdout)
+        self.corvid('import', path, '-c', 'mism2')
+        self.assertEqual(self.exported('mism2'), {d['id']: d for d in lines})
 
     def test_csv_row_with_an_empty_id_gets_a_generated_id(self):
         # API.md: a document without an id gets a generated unique id; an
