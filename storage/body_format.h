@@ -57,12 +57,15 @@ inline constexpr size_t kStructuredMinBytes = size_t{16} << 10;
 // A frame of small values holds about this much text; a value at least
 // this large gets a frame of its own. The first frame holds less: it has
 // the fields a document starts with, which indexes read most (ids, dates,
-// scores), so reading them decompresses 4 KiB. Measured on 90-900 KB
+// scores), so reading them decompresses at most 1 KiB (a first frame of
+// 4 KiB, until 2026-12-07, took a fifth of an index build's time over
+// the 90-900 KB documents, and built at half the rate: bench/RESULTS.md;
+// the store is as large either way). Measured on 90-900 KB
 // documents of ~1 KB values (bench/large_docs.py case c): 4 KiB frames
 // stored 0.44 of the text and a GET of 897 KB took 1.7 ms; 16 KiB 0.40 and
 // 1.25 ms; 128 KiB 0.38 and 1.35 ms (one zstd frame of the whole text,
 // the previous format: 0.36 and 0.9 ms).
-inline constexpr size_t kFirstFrameBytes = size_t{4} << 10;
+inline constexpr size_t kFirstFrameBytes = size_t{1} << 10;
 inline constexpr size_t kFrameBytes = size_t{16} << 10;
 // With a dictionary, bodies this large are compressed (without one,
 // StoreOptions::compress_threshold).
