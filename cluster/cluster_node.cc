@@ -690,9 +690,14 @@ class ClusterNode::Impl {
   }
 
   // Guarded by mu_.
+  // The age of the oldest entry not applied: the last applied entry's
+  // timestamp stands for it (the next was stored after it); before this
+  // process has applied one, its start does (a lower bound, never the
+  // age of the epoch).
   int64_t LagMs() const {
-    if (applied_seq_ >= seen_last_seq_) return 0;
-    return std::max<int64_t>(0, NowMs() - last_applied_ts_ms_);
+    if (log_end_known_ && applied_seq_ >= seen_last_seq_) return 0;
+    const int64_t since = last_applied_ts_ms_ != 0 ? last_applied_ts_ms_ : watch_start_ms_;
+    return std::max<int64_t>(0, NowMs() - since);
   }
 
   // Heartbeats into the bucket every second, and watches it (one
@@ -746,6 +751,7 @@ class ClusterNode::Impl {
       if (log.ok()) {
         std::lock_guard l(mu_);
         seen_last_seq_ = std::max(seen_last_seq_, log->last_seq);
+        log_end_known_ = true;
         // Past the log's end in every leader's answer for 5 s (not a stream
         // between leaders, nor one former leader answering before it hears
         // of the next).
@@ -1000,7 +1006,9 @@ class ClusterNode::Impl {
         {
           std::lock_guard lock(mu_);
           missing = seen_last_seq_ + 1 - std::min(next_seq_, seen_last_seq_ + 1);
-          caught_up_ = next_seq_ > seen_last_seq_;
+          // Not before the log's end is known: a restarted node has not
+          // read to it merely because nothing arrived yet.
+          caught_up_ = log_end_known_ && next_seq_ > seen_last_seq_;
           if (caught_up_) history_.MarkIdle();
           // The log holds entries this node has not received for a while:
           // the server hosting its consumer is gone or stuck. Read on from
@@ -1063,6 +1071,7 @@ class ClusterNode::Impl {
         {
           std::lock_guard lock(mu_);
           seen_last_seq_ = std::max(seen_last_seq_, seq + meta->NumPending);
+          log_end_known_ = true;
           caught_up_ = meta->NumPending == 0;
           next_seq_ = seq + 1;
           last_msg_at_ = Clock::now();
@@ -1251,6 +1260,7 @@ class ClusterNode::Impl {
   bool warned_unverifiable_ = false;  // membership thread only
   uint64_t applied_seq_ = 0, applied_fp_ = 0;  // guarded by mu_: the last entry applied, its fingerprint
   uint64_t seen_last_seq_ = 0;             // guarded by mu_
+  bool log_end_known_ = false;             // seen_last_seq_ was read from the log; guarded by mu_
   int64_t last_applied_ts_ms_ = 0;         // guarded by mu_
   uint64_t in_flight_ = 0;                 // guarded by mu_: entries submitted, not answered
   bool connected_ = false, caught_up_ = false;  // guarded by mu_
