@@ -277,6 +277,8 @@ class ClusterNode::Impl {
     auto log = conn_.ReadLog(options_);
     if (!log.ok()) return log.status();
     log_ = *log;
+    seen_last_seq_ = log->last_seq;  // where the log ends, as this start found it
+    log_end_known_ = true;
     const storage::LogPosition pos = store_.GetLogPosition();
     applied_seq_ = pos.applied;
     applied_fp_ = pos.applied_hash;
@@ -598,7 +600,7 @@ class ClusterNode::Impl {
     gate_.Hold(seq, [this, id, answer](bool confirmed) {
       if (confirmed) return Resolve(id, std::move(*answer));
       Resolve(id, {Status::CommitUnknown("this node applied a log entry the log does not hold and stopped taking writes: "
-                                         "the write is applied on every node or on none (read it back to know which)"),
+                                         "the write is applied on every node or on none (read it back once the JetStream servers answer again, or retry it with If-Match or If-None-Match)"),
                    {}, 0});
     });
   }
@@ -671,7 +673,7 @@ class ClusterNode::Impl {
       lock.unlock();
       for (auto& d : expired)
         d({Status::CommitUnknown("no confirmation within " + std::to_string(options_.timeout_ms) +
-                                 " ms: the write is applied on every node or on none (read it back to know which)"),
+                                 " ms: the write is applied on every node or on none (read it back once the JetStream servers answer again, or retry it with If-Match or If-None-Match)"),
            {}, 0});
       lock.lock();
     }
@@ -1013,7 +1015,7 @@ class ClusterNode::Impl {
           // The log holds entries this node has not received for a while:
           // the server hosting its consumer is gone or stuck. Read on from
           // the next entry through a new consumer.
-          stalled = !caught_up_ && Clock::now() - last_msg_at_ > std::chrono::seconds(2);
+          stalled = log_end_known_ && next_seq_ <= seen_last_seq_ && Clock::now() - last_msg_at_ > std::chrono::seconds(2);
         }
         if (stalled) {
           logging::Warn("cluster.consumer_replaced", "no log entry received for 2 s while the log holds more; reading on through a new consumer",

@@ -437,6 +437,12 @@ class IndexSlot {
       std::lock_guard lock(mu_);
       return stop_ || reset_requested_ || paused_;
     });
+    {
+      // Given up waiting for memory: a pause, reset or stop came first,
+      // and nothing committed after a pause is indexed until Resume.
+      std::lock_guard lock(mu_);
+      if (stop_ || reset_requested_ || paused_) return;
+    }
     auto batch = store_.ReadChangeBatch(collection_, since, options_.batch_max_docs, max_bytes, read_fields_);
     if (!batch.ok()) {
       std::lock_guard lock(mu_);

@@ -237,6 +237,7 @@ struct PageScan : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, PageScan> {
       in_doc = false;
       CloseId(is->Tell() - 1);  // before the '}'
       const std::string_view text(base + doc_start, is->Tell() - doc_start);
+      const size_t line_start = lines.size();
       if (!doc_has_id) {
         AppendWithIdFirst(text, entry_id, lines);
       } else if (id_is_entry_id) {
@@ -253,6 +254,7 @@ struct PageScan : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, PageScan> {
         lines.append(text.substr(id_end - doc_start));
         ++ids_rewritten;
       }
+      JoinLines(lines, line_start);  // a body PUT as it was typed, over several lines
       lines.push_back('\n');
       ++docs;
     }

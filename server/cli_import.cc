@@ -49,6 +49,11 @@ void AppendWithIdFirst(std::string_view object, std::string_view id, std::string
   out.append(rest);
 }
 
+void JoinLines(std::string& out, size_t from) {
+  for (size_t i = from; i < out.size(); ++i)
+    if (out[i] == '\n' || out[i] == '\r') out[i] = ' ';
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -157,10 +162,7 @@ std::string AppendRecord(std::string_view record, const ImportOptions& o, std::s
   if (o.id_field == "id" && check.has_id) out.append(record);
   else if (check.has_id) AppendWithIdFirst(record, check.id, out);
   else AppendWithIdFirst(record, std::string(file_hash) + "-" + std::to_string(line), out);
-  // One line in the bulk body: a record spanning lines (an array element)
-  // keeps its text, which may hold newlines only between tokens.
-  for (size_t i = before; i < out.size(); ++i)
-    if (out[i] == '\n' || out[i] == '\r') out[i] = ' ';
+  JoinLines(out, before);  // a record spanning lines (an array element)
   out.push_back('\n');
   return {};
 }

@@ -87,7 +87,7 @@ size_t Router::BodyLimit(std::string_view method, std::string_view target, std::
   // search, an analyze text) is small. The raw prefix decides in the common
   // case without parsing the target.
   bool documents = target.starts_with("/docs/");
-  if (!documents && target.find('%') != std::string_view::npos) {
+  if (!documents && (target.find('%') != std::string_view::npos || !target.starts_with('/'))) {  // or absolute form
     std::optional<Target> t = ParseTarget(target);
     documents = t && !t->segments.empty() && t->segments[0] == "docs";
   }

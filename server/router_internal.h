@@ -97,6 +97,10 @@ inline std::optional<Target> ParseTarget(std::string_view target) {
     if (!same) continue;
     const size_t end = target.find_first_of("/?", scheme.size());
     if (end == scheme.size()) return std::nullopt;  // no authority
+    // Userinfo (user:password@) is refused, as RFC 9110 §4.2.4 advises.
+    if (target.substr(scheme.size(), end == std::string_view::npos ? std::string_view::npos : end - scheme.size())
+            .find('@') != std::string_view::npos)
+      return std::nullopt;
     if (end == std::string_view::npos || target[end] == '?')
       return ParseTarget(std::string("/").append(end == std::string_view::npos ? "" : target.substr(end)));
     target.remove_prefix(end);

@@ -57,7 +57,8 @@ inline constexpr size_t kStructuredMinBytes = size_t{16} << 10;
 // A frame of small values holds about this much text; a value at least
 // this large gets a frame of its own. The first frame holds less: it has
 // the fields a document starts with, which indexes read most (ids, dates,
-// scores), so reading them decompresses at most 1 KiB (a first frame of
+// scores), so reading them decompresses about 1 KiB or less (unless the
+// first value alone is larger; a first frame of
 // 4 KiB, until 2026-12-07, took a fifth of an index build's time over
 // the 90-900 KB documents, and built at half the rate: bench/RESULTS.md;
 // the store is as large either way). Measured on 90-900 KB

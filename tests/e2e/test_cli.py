@@ -116,7 +116,7 @@ class CliTest(unittest.TestCase):
         c = self.server.client()
         bodies = {'x': '{"id":"other","v":1}', 'y': '{"v":[1,2], "id" : 5 ,"w":true}',
                   'z': '{"id":{"a":[1,{"id":"in"}]},"w":2}', 'u': '{"v":"no id"}', 'v': '{"id":"v","ok":true}',
-                  'q"\u00e9': '{"id":null}'}
+                  'q"\u00e9': '{"id":null}', 'm': '{\n  "v": [1,\r\n 2],\n  "id": "m"\n}'}
         for doc_id, body in bodies.items():
             resp = c.put('/docs/mism/%s' % urllib.parse.quote(doc_id, safe=''), body)
             self.assertEqual(resp.status, 201, resp.describe())
@@ -127,7 +127,8 @@ class CliTest(unittest.TestCase):
         self.assertEqual({d['id']: d for d in lines}, {
             'x': {'id': 'x', 'v': 1}, 'y': {'v': [1, 2], 'id': 'y', 'w': True},
             'z': {'id': 'z', 'w': 2}, 'u': {'id': 'u', 'v': 'no id'}, 'v': {'id': 'v', 'ok': True},
-            'q"\u00e9': {'id': 'q"\u00e9'}})
+            'q"\u00e9': {'id': 'q"\u00e9'}, 'm': {'v': [1, 2], 'id': 'm'}})
+        self.assertEqual(len(proc.stdout.splitlines()), len(bodies), 'one line per document: %r' % proc.stdout)
         path = self.write('mism.ndjson', proc.stdout)
         self.corvid('import', path, '-c', 'mism2')
         self.assertEqual(self.exported('mism2'), {d['id']: d for d in lines})

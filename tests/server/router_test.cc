@@ -452,6 +452,7 @@ TEST_CASE("router: documents, percent-decoding, methods and errors", "[server]")
   CHECK(fx.Call("GET", "http://example.com").status == fx.Call("GET", "/").status);
   CHECK(fx.Call("GET", "http://example.com?a=b").status == fx.Call("GET", "/?a=b").status);
   CHECK(ErrorCode(fx.Call("GET", "http:///docs/users/x")) == "invalid_argument");  // no authority
+  CHECK(ErrorCode(fx.Call("GET", "http://user:pw@example.com/health")) == "invalid_argument");  // userinfo
   CHECK(ErrorCode(fx.Call("GET", "ftp://example.com/health")) == "invalid_argument");
   CHECK(ErrorCode(fx.Call("GET", "docs/users/x")) == "invalid_argument");
 
@@ -913,9 +914,12 @@ TEST_CASE("router: bodies other than documents get the control-body limit", "[se
   CHECK(fx.router->BodyLimit("PUT", "/docs/c/1") == 100000);
   CHECK(fx.router->BodyLimit("PUT", "/%64ocs/c/1") == 100000);  // routed as /docs/ after decoding
   CHECK(fx.router->BodyLimit("POST", "/docs/c/_bulk") == 1000000);
+  // The absolute form of a target is routed by its path too.
+  CHECK(fx.router->BodyLimit("PUT", "http://h:8080/docs/c/1") == 100000);
+  CHECK(fx.router->BodyLimit("POST", "HTTP://h/docs/c/_bulk") == 1000000);
   for (auto [method, target] : std::initializer_list<std::pair<const char*, const char*>>{
            {"PUT", "/indexes/i"}, {"POST", "/indexes/i/search"}, {"POST", "/admin/analyze"}, {"PUT", "/docsx/c/1"},
-           {"PUT", "/%69ndexes/i"}}) {
+           {"PUT", "/%69ndexes/i"}, {"PUT", "http://h/indexes/i"}, {"PUT", "http://h"}}) {
     INFO(method << " " << target);
     CHECK(fx.router->BodyLimit(method, target) == 5000);
   }

@@ -1850,6 +1850,7 @@ TEST_CASE("structured bodies of version 1 read whole, and project as version 2 d
         CHECK(*size_v1 == ProjectedByLayout(l, ask));
         CHECK(*size_v2 == ProjectedByLayout(l2, ask));
         CHECK(*size_v1 >= from_v1.size());
+        CHECK(*size_v2 >= from_v2.size());
       }
       CHECK(nonempty > asks.size() / 2);
     }
