@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <utility>
@@ -89,7 +90,8 @@ class Helpers {
   uint64_t Publish(size_t n) {
     const uint64_t epoch = Epoch(word_.load(std::memory_order_relaxed)) + 1;
     word_.store(epoch << 32 | uint64_t{n} << 16, std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) word_.notify_all();
+    std::lock_guard lock(sleep_mu_);
+    if (sleepers_ > 0) sleep_cv_.notify_all();
     return epoch;
   }
 
@@ -127,9 +129,15 @@ class Helpers {
           if (spins % 64 == 0 && std::chrono::steady_clock::now() > until) break;
         }
         if (Epoch(w) == seen) {
-          sleepers_.fetch_add(1, std::memory_order_seq_cst);
-          word_.wait(w, std::memory_order_seq_cst);
-          sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+          // Asleep until a new epoch, or the end: a helper that first ran
+          // after the destructor's epoch took that one as already seen and
+          // slept through it, and the process never exited (one shutdown
+          // in about 35 right after a first query, under load).
+          std::unique_lock lock(sleep_mu_);
+          ++sleepers_;
+          sleep_cv_.wait(lock, [&] { return stop_.load() || Epoch(word_.load(std::memory_order_acquire)) != seen; });
+          --sleepers_;
+          if (stop_.load()) return;
           continue;
         }
       }
@@ -147,7 +155,9 @@ class Helpers {
   std::mutex mu_;  // held by the one caller whose pieces the helpers serve
   std::atomic<uint64_t> word_{0};
   std::atomic<uint32_t> done_{0};      // pieces the helpers finished this epoch
-  std::atomic<uint32_t> sleepers_{0};  // helpers in word_.wait
+  std::mutex sleep_mu_;
+  std::condition_variable sleep_cv_;  // helpers asleep wait here for a new epoch
+  int sleepers_ = 0;                  // guarded by sleep_mu_
   std::atomic<bool> stop_{false};
   void (*fn_)(void*, size_t) = nullptr;
   void* ctx_ = nullptr;

@@ -1,3 +1,7 @@
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -132,4 +136,28 @@ TEST_CASE("ParallelFor: a piece that throws stops no other piece; its exception 
   }
   // The helpers still serve queries afterwards.
   CHECK(RunCounts(100) == std::vector<int>(100, 1));
+}
+
+TEST_CASE("a process exits right after its first ParallelFor", "[postings][parallel]") {
+  // The helper thread may first run after exit has begun; it used to take
+  // the destructor's wake-up for one already seen and sleep through it,
+  // and the process never exited.
+  for (int round = 0; round < 40; ++round) {
+    INFO("round " << round);
+    pid_t pid = 0;
+    char* argv[] = {const_cast<char*>(CORVID_PARALLEL_EXIT_PROBE), nullptr};
+    REQUIRE(::posix_spawn(&pid, CORVID_PARALLEL_EXIT_PROBE, nullptr, nullptr, argv, environ) == 0);
+    int status = 0;
+    pid_t done = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (done == 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      FAIL("the process did not exit within 20 s");
+    }
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
 }
