@@ -209,12 +209,18 @@ class IndexSlot {
   }
 
   // Pausing returns once the batch in progress (if any) is done, so no
-  // change committed after the pause is indexed until Resume.
-  void SetPaused(bool paused) {
+  // change committed after the pause is indexed until Resume; with
+  // `wait` false it returns at once (AwaitBatch then waits).
+  void SetPaused(bool paused, bool wait = true) {
     std::unique_lock lock(mu_);
     paused_ = paused;
     cv_.notify_all();
-    if (paused) cv_.wait(lock, [&] { return !working_ || stop_; });
+    if (paused && wait) cv_.wait(lock, [&] { return !working_ || stop_; });
+  }
+  // Returns once no batch is in progress.
+  void AwaitBatch() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !working_ || stop_; });
   }
   bool paused() const {
     std::lock_guard lock(mu_);
@@ -1111,11 +1117,20 @@ std::vector<IndexProgress> IndexEngine::AllProgress() const {
 
 // Pausing an index pauses its replacement too: nothing of it moves.
 Status IndexEngine::Pause(std::string_view name) {
-  std::lock_guard admin(impl_->admin_mu_);  // a PUT's replacement is paused (or not) with it
-  auto slot = impl_->Find(name);
-  if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
-  slot->SetPaused(true);
-  if (auto r = impl_->FindReplacement(name)) r->SetPaused(true);
+  std::shared_ptr<IndexSlot> slot, replacement;
+  {
+    // A PUT's replacement is paused (or not) with the index; the batches
+    // in progress are waited for after, so that a long one holds up no
+    // PUT, DELETE or switch (nor a cluster's applier, which defines indexes).
+    std::lock_guard admin(impl_->admin_mu_);
+    slot = impl_->Find(name);
+    if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
+    slot->SetPaused(true, false);
+    replacement = impl_->FindReplacement(name);
+    if (replacement) replacement->SetPaused(true, false);
+  }
+  slot->AwaitBatch();
+  if (replacement) replacement->AwaitBatch();
   logging::Info("index.paused", "index paused", {{"index", name}, {"etag", slot->indexed_etag()}});
   return Status::Ok();
 }
