@@ -277,8 +277,7 @@ class ClusterNode::Impl {
     auto log = conn_.ReadLog(options_);
     if (!log.ok()) return log.status();
     log_ = *log;
-    seen_last_seq_ = log->last_seq;  // where the log ends, as this start found it
-    log_end_known_ = true;
+    seen_last_seq_ = log->last_seq;  // where the log ends, as this start found it: a node behind it is catching_up
     const storage::LogPosition pos = store_.GetLogPosition();
     applied_seq_ = pos.applied;
     applied_fp_ = pos.applied_hash;
@@ -697,7 +696,7 @@ class ClusterNode::Impl {
   // process has applied one, its start does (a lower bound, never the
   // age of the epoch).
   int64_t LagMs() const {
-    if (log_end_known_ && applied_seq_ >= seen_last_seq_) return 0;
+    if (applied_seq_ >= seen_last_seq_) return 0;
     const int64_t since = last_applied_ts_ms_ != 0 ? last_applied_ts_ms_ : watch_start_ms_;
     return std::max<int64_t>(0, NowMs() - since);
   }
@@ -753,7 +752,6 @@ class ClusterNode::Impl {
       if (log.ok()) {
         std::lock_guard l(mu_);
         seen_last_seq_ = std::max(seen_last_seq_, log->last_seq);
-        log_end_known_ = true;
         // Past the log's end in every leader's answer for 5 s (not a stream
         // between leaders, nor one former leader answering before it hears
         // of the next).
@@ -1008,14 +1006,12 @@ class ClusterNode::Impl {
         {
           std::lock_guard lock(mu_);
           missing = seen_last_seq_ + 1 - std::min(next_seq_, seen_last_seq_ + 1);
-          // Not before the log's end is known: a restarted node has not
-          // read to it merely because nothing arrived yet.
-          caught_up_ = log_end_known_ && next_seq_ > seen_last_seq_;
+          caught_up_ = next_seq_ > seen_last_seq_;
           if (caught_up_) history_.MarkIdle();
           // The log holds entries this node has not received for a while:
           // the server hosting its consumer is gone or stuck. Read on from
           // the next entry through a new consumer.
-          stalled = log_end_known_ && next_seq_ <= seen_last_seq_ && Clock::now() - last_msg_at_ > std::chrono::seconds(2);
+          stalled = !caught_up_ && Clock::now() - last_msg_at_ > std::chrono::seconds(2);
         }
         if (stalled) {
           logging::Warn("cluster.consumer_replaced", "no log entry received for 2 s while the log holds more; reading on through a new consumer",
@@ -1073,7 +1069,6 @@ class ClusterNode::Impl {
         {
           std::lock_guard lock(mu_);
           seen_last_seq_ = std::max(seen_last_seq_, seq + meta->NumPending);
-          log_end_known_ = true;
           caught_up_ = meta->NumPending == 0;
           next_seq_ = seq + 1;
           last_msg_at_ = Clock::now();
@@ -1262,7 +1257,6 @@ class ClusterNode::Impl {
   bool warned_unverifiable_ = false;  // membership thread only
   uint64_t applied_seq_ = 0, applied_fp_ = 0;  // guarded by mu_: the last entry applied, its fingerprint
   uint64_t seen_last_seq_ = 0;             // guarded by mu_
-  bool log_end_known_ = false;             // seen_last_seq_ was read from the log; guarded by mu_
   int64_t last_applied_ts_ms_ = 0;         // guarded by mu_
   uint64_t in_flight_ = 0;                 // guarded by mu_: entries submitted, not answered
   bool connected_ = false, caught_up_ = false;  // guarded by mu_

@@ -208,14 +208,13 @@ class IndexSlot {
     store_.RemoveCommitListener(listener_);
   }
 
-  // Pausing returns once the batch in progress (if any) is done, so no
-  // change committed after the pause is indexed until Resume; with
-  // `wait` false it returns at once (AwaitBatch then waits).
-  void SetPaused(bool paused, bool wait = true) {
-    std::unique_lock lock(mu_);
+  // Pause (or Resume): no batch starts while paused; AwaitBatch then
+  // waits out the one in progress, so that no change committed after the
+  // pause is indexed until Resume.
+  void SetPaused(bool paused) {
+    std::lock_guard lock(mu_);
     paused_ = paused;
     cv_.notify_all();
-    if (paused && wait) cv_.wait(lock, [&] { return !working_ || stop_; });
   }
   // Returns once no batch is in progress.
   void AwaitBatch() {
@@ -439,16 +438,15 @@ class IndexSlot {
     // takes kBatchMemoryFactor times that from the index workers' share
     // before it reads anything (waiting while other indexes hold it).
     const size_t max_bytes = std::min<size_t>(options_.batch_max_bytes, BudgetShare(16, size_t{1} << 20, SIZE_MAX));
-    IndexingMemory::Grant grant = IndexingMemory::Instance().Take(kBatchMemoryFactor * max_bytes, [&] {
+    auto held_back = [&] {
       std::lock_guard lock(mu_);
       return stop_ || reset_requested_ || paused_;
-    });
-    {
-      // Given up waiting for memory: a pause, reset or stop came first,
-      // and nothing committed after a pause is indexed until Resume.
-      std::lock_guard lock(mu_);
-      if (stop_ || reset_requested_ || paused_) return;
-    }
+    };
+    IndexingMemory::Grant grant = IndexingMemory::Instance().Take(kBatchMemoryFactor * max_bytes, held_back);
+    // Given up waiting for memory (or granted it just as it came): a pause,
+    // reset or stop goes first, and nothing committed after a pause is
+    // indexed until Resume.
+    if (held_back()) return;
     auto batch = store_.ReadChangeBatch(collection_, since, options_.batch_max_docs, max_bytes, read_fields_);
     if (!batch.ok()) {
       std::lock_guard lock(mu_);
@@ -1125,9 +1123,9 @@ Status IndexEngine::Pause(std::string_view name) {
     std::lock_guard admin(impl_->admin_mu_);
     slot = impl_->Find(name);
     if (!slot) return Status::NotFound("no index named '" + std::string(name) + "'");
-    slot->SetPaused(true, false);
+    slot->SetPaused(true);
     replacement = impl_->FindReplacement(name);
-    if (replacement) replacement->SetPaused(true, false);
+    if (replacement) replacement->SetPaused(true);
   }
   slot->AwaitBatch();
   if (replacement) replacement->AwaitBatch();

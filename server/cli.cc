@@ -246,11 +246,8 @@ struct PageScan : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, PageScan> {
         // An "id" that is not the document's id (a number, another
         // string: PUT /docs/C/ID keeps the body as sent) would import
         // under another id, or not at all: it is written as the id.
-        rapidjson::StringBuffer sb;
-        rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-        w.String(entry_id.data(), rapidjson::SizeType(entry_id.size()));
         lines.append(text.substr(0, id_start - doc_start));
-        lines.append(sb.GetString(), sb.GetSize());
+        AppendJsonString(entry_id, lines);
         lines.append(text.substr(id_end - doc_start));
         ++ids_rewritten;
       }

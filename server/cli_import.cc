@@ -37,13 +37,17 @@
 
 namespace corvid::cli {
 
-void AppendWithIdFirst(std::string_view object, std::string_view id, std::string& out) {
+void AppendJsonString(std::string_view s, std::string& out) {
   rapidjson::StringBuffer sb;
   rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-  w.String(id.data(), rapidjson::SizeType(id.size()));
+  w.String(s.data(), rapidjson::SizeType(s.size()));
+  out.append(sb.GetString(), sb.GetSize());
+}
+
+void AppendWithIdFirst(std::string_view object, std::string_view id, std::string& out) {
   const std::string_view rest = object.substr(object.find('{') + 1);
   out += "{\"id\":";
-  out.append(sb.GetString(), sb.GetSize());
+  AppendJsonString(id, out);
   const size_t first = rest.find_first_not_of(" \t\r\n");
   if (first != std::string_view::npos && rest[first] != '}') out.push_back(',');
   out.append(rest);

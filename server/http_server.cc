@@ -638,11 +638,7 @@ class Session final : public SessionBase {
   // coding, so no Content-Length), and no body (RFC 9110 §9.3.2).
   void HeadOfStream(Response resp, bool counted) {
     resp.stream->Cancel();
-    auto res = std::make_shared<http::response<http::empty_body>>(static_cast<http::status>(resp.status), 11);
-    if (!resp.content_type.empty()) res->set(http::field::content_type, resp.content_type);
-    for (const auto& [name, value] : resp.headers) res->set(name, value);
-    res->keep_alive(keep_alive_ && !resp.close && !server_.draining);
-    res->chunked(true);
+    auto res = StreamHeader(resp);
     auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
     stream_.tcp().expires_after(kWriteTimeout);
     http::async_write_header(stream_, *sr, [self = Self(), res, sr, counted](beast::error_code ec, size_t) {
@@ -667,12 +663,18 @@ class Session final : public SessionBase {
   // is written, so the producer runs at the client's pace with at most a
   // few pieces in memory. A producer's error closes the connection before
   // the last chunk: the client sees the body cut short, never a whole one.
-  void StartStream(Response resp, bool counted) {
+  // The header of a streamed answer (chunked transfer coding), GET's and HEAD's.
+  std::shared_ptr<http::response<http::empty_body>> StreamHeader(const Response& resp) const {
     auto res = std::make_shared<http::response<http::empty_body>>(static_cast<http::status>(resp.status), 11);
     if (!resp.content_type.empty()) res->set(http::field::content_type, resp.content_type);
     for (const auto& [name, value] : resp.headers) res->set(name, value);
     res->keep_alive(keep_alive_ && !resp.close && !server_.draining);
     res->chunked(true);
+    return res;
+  }
+
+  void StartStream(Response resp, bool counted) {
+    auto res = StreamHeader(resp);
     streaming_ = std::move(resp.stream);
     streaming_counted_ = counted;
     // A shutdown cancels the stream: end the response even if it is stuck

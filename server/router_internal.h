@@ -84,26 +84,29 @@ struct Target {
   }
 };
 
+// True if `s` equals `lower` (lowercase ASCII) ignoring ASCII case.
+inline bool EqualsIgnoringCase(std::string_view s, std::string_view lower) {
+  if (s.size() != lower.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[i])) != lower[i]) return false;
+  return true;
+}
+
 // A request target: origin form (/path?query), or absolute form
 // (http://host:port/path?query, which RFC 9112 §3.2.2 has a server accept:
 // its path and query are taken, the authority is the Host).
 inline std::optional<Target> ParseTarget(std::string_view target) {
   Target t;
+  std::string origin;  // an absolute form's path and query, when it has no path
   for (std::string_view scheme : {"http://", "https://"}) {
-    if (target.size() < scheme.size()) continue;
-    bool same = true;
-    for (size_t i = 0; i < scheme.size(); ++i)
-      same = same && char(target[i] | 0x20) == scheme[i];  // the scheme is case-insensitive
-    if (!same) continue;
-    const size_t end = target.find_first_of("/?", scheme.size());
-    if (end == scheme.size()) return std::nullopt;  // no authority
-    // Userinfo (user:password@) is refused, as RFC 9110 §4.2.4 advises.
-    if (target.substr(scheme.size(), end == std::string_view::npos ? std::string_view::npos : end - scheme.size())
-            .find('@') != std::string_view::npos)
-      return std::nullopt;
-    if (end == std::string_view::npos || target[end] == '?')
-      return ParseTarget(std::string("/").append(end == std::string_view::npos ? "" : target.substr(end)));
-    target.remove_prefix(end);
+    if (target.size() < scheme.size() || !EqualsIgnoringCase(target.substr(0, scheme.size()), scheme)) continue;
+    const std::string_view rest = target.substr(scheme.size());
+    const size_t end = std::min(rest.find_first_of("/?"), rest.size());
+    // No authority, or one with userinfo (user:password@), which RFC 9110
+    // §4.2.4 advises refusing.
+    if (end == 0 || rest.substr(0, end).find('@') != std::string_view::npos) return std::nullopt;
+    target = rest.substr(end);
+    if (target.empty() || target.front() == '?') target = origin.append("/").append(target);
     break;
   }
   size_t q = target.find('?');
@@ -177,14 +180,6 @@ inline std::optional<EtagHeader> ParseEtagHeader(std::string_view v) {
   uint64_t etag;
   if (!ParseUint(v, etag)) return std::nullopt;
   return EtagHeader{etag, weak};
-}
-
-// True if `s` equals `lower` (lowercase ASCII) ignoring ASCII case.
-inline bool EqualsIgnoringCase(std::string_view s, std::string_view lower) {
-  if (s.size() != lower.size()) return false;
-  for (size_t i = 0; i < s.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(s[i])) != lower[i]) return false;
-  return true;
 }
 
 inline bool IsJsonContentType(std::string_view ct, bool allow_ndjson) {

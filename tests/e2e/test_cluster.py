@@ -862,6 +862,30 @@ class ClusterTest(unittest.TestCase):
                                  ['users_by_city', 'users_search'], resp.describe())
 
             self.assert_cluster_view(cl, cl.nodes, last, timeout=10)
+
+            # A node restarted behind the log: until it has applied what was
+            # written while it was down, it is catching_up (not active), and
+            # its lagMs is an age (it was once now minus 0, 1.8e12).
+            c[2].close()
+            cl.nodes[2].kill()
+            for k in range(30):
+                last = self.put_ok(c[0], 'users', 'while-down-%d' % k, compact({'k': k}), statuses=(201,))
+            started = time.monotonic()
+            cl.nodes[2].start()
+            c[2] = cl.client(2)
+            seen = []
+            while time.monotonic() - started < 3:
+                for i in (0, 2):
+                    resp = c[i].get('/admin/cluster')
+                    self.assertEqual(resp.status, 200, resp.describe())
+                    for e in resp.json['nodes']:
+                        seen.append((i, e['nodeId'], e['state'], e['appliedEtag'], e['lagMs']))
+                time.sleep(0.05)
+            bounded = (time.monotonic() - started + 60) * 1000  # no entry is older than this test
+            self.assertFalse([v for v in seen if v[4] > bounded], 'lagMs beyond any entry\'s age: %r' % seen)
+            self.assertFalse([v for v in seen if v[0] == 2 and v[1] == 'n3' and v[2] == 'active' and v[3] < last],
+                             'n3 active before it applied what was written while it was down: %r' % seen)
+            cl.wait_converged(30, at_least=last)
             for x in c:
                 x.close()
 
