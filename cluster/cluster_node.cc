@@ -277,7 +277,7 @@ class ClusterNode::Impl {
     auto log = conn_.ReadLog(options_);
     if (!log.ok()) return log.status();
     log_ = *log;
-    seen_last_seq_ = log->last_seq;  // where the log ends, as this start found it: a node behind it is catching_up
+    seen_last_seq_ = start_last_seq_ = log->last_seq;  // a node behind where its start found the log's end is catching_up
     const storage::LogPosition pos = store_.GetLogPosition();
     applied_seq_ = pos.applied;
     applied_fp_ = pos.applied_hash;
@@ -682,11 +682,20 @@ class ClusterNode::Impl {
     PeerInfo p;
     p.node_id = options_.node_id;
     p.url = options_.advertise;
+    {
+      std::lock_guard lock(mu_);
+      p.applied_seq = applied_seq_;
+      p.lag_ms = LagMs();
+      // Active once the store holds every entry the log had when this
+      // process started (receiving the last one is not applying it: the
+      // merger commits it a moment later), and while it receives all.
+      p.state = diverged_ ? "diverged"
+                : (connected_ && caught_up_ && applied_seq_ >= start_last_seq_) ? "active"
+                                                                                 : "catching_up";
+    }
+    // Read after applied_seq_: the store commits an entry before it is
+    // marked applied, so this etag covers at least that entry.
     p.applied_etag = store_.LastEtag();
-    std::lock_guard lock(mu_);
-    p.applied_seq = applied_seq_;
-    p.lag_ms = LagMs();
-    p.state = diverged_ ? "diverged" : (connected_ && caught_up_) ? "active" : "catching_up";
     return p;
   }
 
@@ -1130,7 +1139,10 @@ class ClusterNode::Impl {
     if (h.type == EntryType::kChunk) {
       uint32_t index;
       std::string_view bytes;
-      if (!DecodeChunkPayload(payload, index, bytes).ok()) return;
+      if (!DecodeChunkPayload(payload, index, bytes).ok()) {
+        if (seq > replay_below_) MarkApplied(seq, ts_ms, fp);  // skipped alike on every node
+        return;
+      }
       Bulk& b = bulks_[bulk_key];
       if (b.chunks.empty()) b.first_seq = seq;
       b.deadline_ms = h.deadline_ms;
@@ -1257,6 +1269,7 @@ class ClusterNode::Impl {
   bool warned_unverifiable_ = false;  // membership thread only
   uint64_t applied_seq_ = 0, applied_fp_ = 0;  // guarded by mu_: the last entry applied, its fingerprint
   uint64_t seen_last_seq_ = 0;             // guarded by mu_
+  uint64_t start_last_seq_ = 0;            // the log's end as Start found it
   int64_t last_applied_ts_ms_ = 0;         // guarded by mu_
   uint64_t in_flight_ = 0;                 // guarded by mu_: entries submitted, not answered
   bool connected_ = false, caught_up_ = false;  // guarded by mu_
