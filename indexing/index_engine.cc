@@ -642,12 +642,48 @@ class IndexEngine::Impl {
     fs::remove(top / "definition.json", ec);
   }
 
-  static std::optional<uint64_t> CurrentVersion(const fs::path& top) {
-    auto cur = ReadFile(top / "current");
-    if (!cur.ok()) return std::nullopt;
-    std::string v = *cur;
-    while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
-    return ParseVersion(v);
+  // Which version of an index answers: the one its `current` file names.
+  // Without that file, the oldest version with a definition (a first create
+  // that crashed before writing it has exactly one; older is safer when
+  // there are two: the newer is a replacement, which resumes beside it),
+  // or version 0, from before versions, when its definition is there.
+  // A `current` that names no version on disk is damage: the server falls
+  // back the same way (and rewrites it), `corvid verify` reports it.
+  struct Current {
+    std::optional<uint64_t> version;  // none: no version has a definition
+    std::string damage;               // what is wrong with `current`, if anything
+    bool rewrite = false;             // `current` is to be (re)written
+  };
+  static Current ResolveCurrent(const fs::path& top, const std::vector<uint64_t>& versions) {
+    Current c;
+    std::error_code ec;
+    const fs::path file = top / "current";
+    const bool legacy = fs::exists(top / "definition.json", ec);
+    if (fs::exists(file, ec)) {
+      auto text = ReadFile(file);
+      std::string v = text.ok() ? *text : std::string();
+      while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+      const std::optional<uint64_t> k = text.ok() ? ParseVersion(v) : std::nullopt;
+      if (k && (*k == 0 ? legacy : std::binary_search(versions.begin(), versions.end(), *k))) {
+        c.version = k;
+        return c;
+      }
+      const bool printable = v.size() <= 40 && std::all_of(v.begin(), v.end(), [](char ch) { return ch >= 0x20 && ch < 0x7f; });
+      c.damage = file.string() + (!text.ok()   ? " cannot be read (" + text.status().ToString() + ")"
+                                  : printable ? " names no version of the index on disk (\"" + v + "\")"
+                                              : " names no version of the index on disk");
+    } else if (legacy) {
+      c.version = 0;
+      return c;
+    }
+    for (uint64_t k : versions)
+      if (fs::exists(VersionDir(top, k) / "definition.json", ec)) {
+        c.version = k;
+        break;
+      }
+    if (!c.version && legacy) c.version = 0;
+    c.rewrite = c.version.has_value();
+    return c;
   }
 
   static Status SetCurrentVersion(const fs::path& top, uint64_t k) {
@@ -684,23 +720,21 @@ class IndexEngine::Impl {
       if (!entry.is_directory() || !ValidateIndexName(name).ok()) continue;
       const fs::path top = entry.path();
       const std::vector<uint64_t> versions = Versions(top);
-      std::optional<uint64_t> current = CurrentVersion(top);
-      if (!current) {
-        std::error_code ec2;
-        if (fs::exists(top / "definition.json", ec2)) {
-          current = 0;  // from before versions
-        } else {
-          // A create that crashed before `current` was written: its newest
-          // version with a definition, if any, becomes current.
-          for (auto it = versions.rbegin(); it != versions.rend() && !current; ++it)
-            if (fs::exists(VersionDir(top, *it) / "definition.json", ec2)) current = *it;
-          if (!current) {
-            RemoveTree(top);  // a create that crashed before its definition landed
-            continue;
-          }
-          if (Status s = SetCurrentVersion(top, *current); !s.ok()) return s;
-        }
+      const Current resolved = ResolveCurrent(top, versions);
+      if (!resolved.damage.empty())
+        logging::Error("index.current_damaged",
+                       resolved.damage + (resolved.version ? "; v" + std::to_string(*resolved.version) + " answers"
+                                                           : "; no version has a definition: the index is left out"),
+                       {{"index", name}});
+      if (!resolved.version) {
+        // A create that crashed before its definition landed (or damage:
+        // the files are kept for the operator).
+        if (resolved.damage.empty()) RemoveTree(top);
+        continue;
       }
+      const std::optional<uint64_t> current = resolved.version;
+      if (resolved.rewrite)
+        if (Status s = SetCurrentVersion(top, *current); !s.ok()) return s;
       auto slot = LoadVersion(name, top, *current);
       if (!slot.ok()) {
         if (slot.status().code() == StatusCode::kInvalidArgument) continue;  // logged; skipped
@@ -967,8 +1001,13 @@ Status IndexEngine::Verify(const std::string& dir, VerifyReport& report) {
     // Every version with a definition: the current one and a replacement
     // building beside it (leftovers the server removes are checked too).
     std::vector<uint64_t> versions = Impl::Versions(top);
+    const Impl::Current resolved = Impl::ResolveCurrent(top, versions);
+    const std::optional<uint64_t> current = resolved.version;
+    if (!resolved.damage.empty())
+      report.damaged.push_back("index " + name + ": " + resolved.damage +
+                               (current ? "; the server falls back to v" + std::to_string(*current)
+                                        : "; no version has a definition: PUT the definition again"));
     if (fs::exists(top / "definition.json", ec)) versions.insert(versions.begin(), 0);
-    const std::optional<uint64_t> current = Impl::CurrentVersion(top);
     if (versions.empty()) report.notes.push_back("index " + name + ": no definition (a create that never finished); the server removes it");
     for (uint64_t k : versions) {
       const fs::path vdir = Impl::VersionDir(top, k);

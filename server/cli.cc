@@ -571,7 +571,8 @@ int Verify(const std::string& data_dir) {
   for (const auto& line : report.notes) std::printf("note     %s\n", line.c_str());
   for (const auto& line : report.damaged) std::printf("DAMAGED  %s\n", line.c_str());
   if (report.damaged.empty()) std::printf("corvid: %s verifies: nothing is damaged\n", data_dir.c_str());
-  else std::printf("corvid: %s: %zu problems found\n", data_dir.c_str(), report.damaged.size());
+  else std::printf("corvid: %s: %zu problem%s found\n", data_dir.c_str(), report.damaged.size(),
+                   report.damaged.size() == 1 ? "" : "s");
   return report.damaged.empty() ? 0 : 1;
 }
 

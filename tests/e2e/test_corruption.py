@@ -319,6 +319,39 @@ class CorruptionTest(unittest.TestCase):
                 finally:
                     server.cleanup()
 
+    def test_current_damaged_falls_back_and_verify_says_so(self):
+        # `current` names the version that answers. Damaged so that it
+        # names no version on disk ("v1" -> "v9", one bit), or nothing at
+        # all, verify reports it, and the server answers from the version
+        # that is there (it once left the index out: 404) and rewrites it.
+        # Deleted, it is a create that crashed before writing it: no damage.
+        for damage in ('v9', 'garbage', 'truncate', 'delete'):
+            with self.subTest(damage=damage):
+                data = self.damaged_copy()
+                top = os.path.join(data, 'indexes', 's')
+                path = os.path.join(top, 'current')
+                with open(path) as f:
+                    version = f.read().strip()
+                if damage == 'v9':
+                    with open(path, 'w') as f:
+                        f.write('v9\n')
+                elif damage == 'garbage':
+                    with open(path, 'wb') as f:
+                        f.write(b'\xff\x00v')
+                elif damage == 'truncate':
+                    truncate(path)
+                else:
+                    os.remove(path)
+                if damage == 'delete':
+                    self.verify(data)
+                else:
+                    out = self.verify(data, os.path.join('indexes', 's', 'current'))
+                    self.assertIn('falls back to ' + version, out)
+                self.serve_and_check(data, 's', reported=False)
+                with open(path) as f:
+                    self.assertEqual(f.read().strip(), version)
+                self.verify(data)
+
     # -- the store ----------------------------------------------------------
     def test_store_truncated_refuses_to_start(self):
         data = self.damaged_copy()
