@@ -277,7 +277,11 @@ class ClusterNode::Impl {
     auto log = conn_.ReadLog(options_);
     if (!log.ok()) return log.status();
     log_ = *log;
-    seen_last_seq_ = start_last_seq_ = log->last_seq;  // a node behind where its start found the log's end is catching_up
+    // A node behind where its start found the log's end is catching_up. A
+    // stream between leaders answers with an empty state that says
+    // nothing: the end is then the first leader's answer (MembershipLoop).
+    seen_last_seq_ = start_last_seq_ = log->last_seq;
+    start_end_known_ = log->from_leader;
     const storage::LogPosition pos = store_.GetLogPosition();
     applied_seq_ = pos.applied;
     applied_fp_ = pos.applied_hash;
@@ -690,8 +694,8 @@ class ClusterNode::Impl {
       // process started (receiving the last one is not applying it: the
       // merger commits it a moment later), and while it receives all.
       p.state = diverged_ ? "diverged"
-                : (connected_ && caught_up_ && applied_seq_ >= start_last_seq_) ? "active"
-                                                                                 : "catching_up";
+                : (connected_ && caught_up_ && start_end_known_ && applied_seq_ >= start_last_seq_) ? "active"
+                                                                                                      : "catching_up";
     }
     // Read after applied_seq_: the store commits an entry before it is
     // marked applied, so this etag covers at least that entry.
@@ -761,6 +765,10 @@ class ClusterNode::Impl {
       if (log.ok()) {
         std::lock_guard l(mu_);
         seen_last_seq_ = std::max(seen_last_seq_, log->last_seq);
+        if (log->from_leader && !start_end_known_) {
+          start_last_seq_ = std::max(start_last_seq_, log->last_seq);
+          start_end_known_ = true;
+        }
         // Past the log's end in every leader's answer for 5 s (not a stream
         // between leaders, nor one former leader answering before it hears
         // of the next).
@@ -1118,6 +1126,14 @@ class ClusterNode::Impl {
     last_applied_ts_ms_ = ts_ms;
   }
 
+  // An entry that writes nothing (a bulk's chunk, or one every node skips)
+  // goes through the merger like a write: it is marked applied in log
+  // order, once the writes before it are committed (a node is not active
+  // with those still queued), and the store records its position.
+  void ApplyNothing(uint64_t seq, int64_t ts_ms, uint64_t fp, uint64_t history) {
+    if (seq > replay_below_) SubmitToStore(storage::WriteRequest{}, seq, ts_ms, fp, history, std::nullopt);
+  }
+
   void Apply(uint64_t seq, int64_t ts_ms, std::string_view data) {
     const uint64_t fp = EntryFingerprint(data);
     // Every entry applied for the first time, whatever it holds.
@@ -1128,7 +1144,7 @@ class ClusterNode::Impl {
     if (Status s = DecodeHeader(data, h, payload); !s.ok()) {
       // Every node reads the same bytes and skips them alike.
       logging::Warn("cluster.entry_skipped", "log entry skipped: " + s.message(), {{"node", options_.node_id}, {"seq", seq}});
-      return MarkApplied(seq, ts_ms, fp);
+      return ApplyNothing(seq, ts_ms, fp, history);
     }
     const bool mine = h.origin == options_.node_id;
     const std::string bulk_key = h.origin + "/" + std::to_string(h.request_id);
@@ -1139,16 +1155,12 @@ class ClusterNode::Impl {
     if (h.type == EntryType::kChunk) {
       uint32_t index;
       std::string_view bytes;
-      if (!DecodeChunkPayload(payload, index, bytes).ok()) {
-        if (seq > replay_below_) MarkApplied(seq, ts_ms, fp);  // skipped alike on every node
-        return;
-      }
+      if (!DecodeChunkPayload(payload, index, bytes).ok()) return ApplyNothing(seq, ts_ms, fp, history);  // skipped alike
       Bulk& b = bulks_[bulk_key];
       if (b.chunks.empty()) b.first_seq = seq;
       b.deadline_ms = h.deadline_ms;
       b.chunks[index].assign(bytes);
-      if (seq > replay_below_) MarkApplied(seq, ts_ms, fp);
-      return;
+      return ApplyNothing(seq, ts_ms, fp, history);
     }
     if (seq <= replay_below_) {  // applied before a restart: only its chunks mattered
       if (h.type == EntryType::kCommit) bulks_.erase(bulk_key);
@@ -1165,7 +1177,7 @@ class ClusterNode::Impl {
       if (mine)
         AnswerAfter(seq, h.request_id,
                     {Status::Unavailable("the entry reached the log after its deadline: it is not applied"), {}, 0});
-      return MarkApplied(seq, ts_ms, fp);
+      return ApplyNothing(seq, ts_ms, fp, history);
     }
     storage::WriteRequest request;
     Status decoded;
@@ -1197,7 +1209,7 @@ class ClusterNode::Impl {
     if (!decoded.ok()) {
       logging::Warn("cluster.entry_skipped", "log entry skipped: " + decoded.message(), {{"node", options_.node_id}, {"seq", seq}});
       if (mine) AnswerAfter(seq, h.request_id, {Status::Internal(decoded.message()), {}, 0});
-      return MarkApplied(seq, ts_ms, fp);
+      return ApplyNothing(seq, ts_ms, fp, history);
     }
     SubmitToStore(std::move(request), seq, ts_ms, fp, history,
                   mine ? std::optional<uint64_t>(h.request_id) : std::nullopt);
@@ -1269,7 +1281,8 @@ class ClusterNode::Impl {
   bool warned_unverifiable_ = false;  // membership thread only
   uint64_t applied_seq_ = 0, applied_fp_ = 0;  // guarded by mu_: the last entry applied, its fingerprint
   uint64_t seen_last_seq_ = 0;             // guarded by mu_
-  uint64_t start_last_seq_ = 0;            // the log's end as Start found it
+  uint64_t start_last_seq_ = 0;            // guarded by mu_: the log's end as Start (or the first leader's answer) found it
+  bool start_end_known_ = false;           // guarded by mu_
   int64_t last_applied_ts_ms_ = 0;         // guarded by mu_
   uint64_t in_flight_ = 0;                 // guarded by mu_: entries submitted, not answered
   bool connected_ = false, caught_up_ = false;  // guarded by mu_

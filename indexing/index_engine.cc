@@ -643,12 +643,13 @@ class IndexEngine::Impl {
   }
 
   // Which version of an index answers: the one its `current` file names.
-  // Without that file, the oldest version with a definition (a first create
-  // that crashed before writing it has exactly one; older is safer when
-  // there are two: the newer is a replacement, which resumes beside it),
-  // or version 0, from before versions, when its definition is there.
-  // A `current` that names no version on disk is damage: the server falls
-  // back the same way (and rewrites it), `corvid verify` reports it.
+  // A create writes v1's definition, then `current`: without that file
+  // and with v1 alone, it crashed in between (v1 answers). Otherwise a
+  // `current` that is missing, unreadable or names no version on disk is
+  // damage: the server falls back to the oldest version whose definition
+  // reads (a newer one is a replacement, which resumes beside it; version
+  // 0, from before versions, is the oldest) and rewrites `current`;
+  // `corvid verify` reports it. One rule for both, so that they agree.
   struct Current {
     std::optional<uint64_t> version;  // none: no version has a definition
     std::string damage;               // what is wrong with `current`, if anything
@@ -673,15 +674,22 @@ class IndexEngine::Impl {
                                   : printable ? " names no version of the index on disk (\"" + v + "\")"
                                               : " names no version of the index on disk");
     } else if (legacy) {
-      c.version = 0;
+      c.version = 0;  // from before versions
       return c;
+    } else if (!versions.empty() && versions != std::vector<uint64_t>{1}) {
+      c.damage = file.string() + " is missing";
     }
-    for (uint64_t k : versions)
-      if (fs::exists(VersionDir(top, k) / "definition.json", ec)) {
+    std::vector<uint64_t> candidates = versions;
+    if (legacy) candidates.insert(candidates.begin(), 0);
+    for (uint64_t k : candidates)
+      if (ReadDefinition(VersionDir(top, k) / "definition.json").ok()) {
         c.version = k;
         break;
       }
-    if (!c.version && legacy) c.version = 0;
+    // None reads: the oldest with a definition file, which the load then
+    // reports damaged (and keeps for the operator).
+    for (size_t i = 0; i < candidates.size() && !c.version; ++i)
+      if (fs::exists(VersionDir(top, candidates[i]) / "definition.json", ec)) c.version = candidates[i];
     c.rewrite = c.version.has_value();
     return c;
   }
@@ -733,8 +741,10 @@ class IndexEngine::Impl {
         continue;
       }
       const std::optional<uint64_t> current = resolved.version;
-      if (resolved.rewrite)
-        if (Status s = SetCurrentVersion(top, *current); !s.ok()) return s;
+      if (resolved.rewrite)  // best effort: the version answers either way, and this start resolves it again
+        if (Status s = SetCurrentVersion(top, *current); !s.ok())
+          logging::Warn("index.current_unwritten", "cannot rewrite " + (top / "current").string() + ": " + s.ToString(),
+                        {{"index", name}});
       auto slot = LoadVersion(name, top, *current);
       if (!slot.ok()) {
         if (slot.status().code() == StatusCode::kInvalidArgument) continue;  // logged; skipped
@@ -1007,8 +1017,11 @@ Status IndexEngine::Verify(const std::string& dir, VerifyReport& report) {
       report.damaged.push_back("index " + name + ": " + resolved.damage +
                                (current ? "; the server falls back to v" + std::to_string(*current)
                                         : "; no version has a definition: PUT the definition again"));
+    if (!current && resolved.damage.empty()) {
+      report.notes.push_back("index " + name + ": no definition (a create that never finished); the server removes it");
+      continue;
+    }
     if (fs::exists(top / "definition.json", ec)) versions.insert(versions.begin(), 0);
-    if (versions.empty()) report.notes.push_back("index " + name + ": no definition (a create that never finished); the server removes it");
     for (uint64_t k : versions) {
       const fs::path vdir = Impl::VersionDir(top, k);
       std::string label = "index " + name;

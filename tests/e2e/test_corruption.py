@@ -324,8 +324,10 @@ class CorruptionTest(unittest.TestCase):
         # names no version on disk ("v1" -> "v9", one bit), or nothing at
         # all, verify reports it, and the server answers from the version
         # that is there (it once left the index out: 404) and rewrites it.
-        # Deleted, it is a create that crashed before writing it: no damage.
-        for damage in ('v9', 'garbage', 'truncate', 'delete'):
+        # Deleted beside v1 alone, it is a create that crashed before writing
+        # it: no damage; beside any other version (a create always makes
+        # v1), it is damage.
+        for damage in ('v9', 'garbage', 'truncate', 'delete', 'delete-beside-v2'):
             with self.subTest(damage=damage):
                 data = self.damaged_copy()
                 top = os.path.join(data, 'indexes', 's')
@@ -340,8 +342,12 @@ class CorruptionTest(unittest.TestCase):
                         f.write(b'\xff\x00v')
                 elif damage == 'truncate':
                     truncate(path)
+                elif damage == 'delete':
+                    os.remove(path)
                 else:
                     os.remove(path)
+                    os.rename(os.path.join(top, version), os.path.join(top, 'v2'))
+                    version = 'v2'
                 if damage == 'delete':
                     self.verify(data)
                 else:
