@@ -156,7 +156,9 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
   const bool marked = corvid::cluster::IsMarkedDiverged(data_dir);
   const bool differs = probe->checked_fingerprint != 0 && probe->checked_fingerprint != pos.applied_hash;
   const bool diverged = (pos.applied > log.last_seq && log.from_leader) || marked || differs;
-  const bool behind = log.messages > 0 && std::max<uint64_t>(pos.resume, 1) < log.first_seq;
+  // Behind: the entries after its position are gone from the log (also
+  // when retention emptied it: first_seq is then last_seq + 1).
+  const bool behind = log.from_leader && std::max<uint64_t>(pos.resume, 1) < log.first_seq;
   const corvid::cluster::PeerInfo* peer = nullptr;
   for (const auto& p : probe->peers) {
     if (!corvid::cluster::CanGiveSnapshot(p, options.node_id)) continue;
@@ -169,7 +171,7 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
                     : diverged ? "it applied log entries the log no longer holds"
                     : behind ? "the log no longer holds the entries after its position"
                              : "it is new";
-  if (!peer && diverged) {
+  if (!peer && (diverged || behind)) {
     // Serves reads and refuses writes (the mark makes the node start so);
     // it installs a snapshot once a peer is active (ClusterNode).
     if (!marked) {
@@ -181,10 +183,6 @@ int BootstrapIfNeeded(const corvid::cluster::ClusterOptions& options, const std:
     corvid::logging::Warn("cluster.diverged", std::string("this node needs a peer's snapshot (") + why +
                                                   ") and no active peer is listed yet: it refuses writes until one is");
     return 0;
-  }
-  if (!peer) {
-    corvid::logging::Error("server.start_failed", std::string("this node needs a snapshot (") + why + ") but no active peer is listed");
-    return 1;
   }
   corvid::logging::Info("cluster.bootstrapping", "bootstrapping from " + peer->node_id + " (" + peer->url + "): " + why,
                         {{"peer", peer->node_id}, {"url", peer->url}});

@@ -1819,5 +1819,45 @@ class ClusterTest(unittest.TestCase):
                                     'acknowledged to no node' % foreign_seq)
             self.assert_acked_everywhere(cl, coll, acked, last)
 
+    # -- 10 -----------------------------------------------------------------
+    def test_10_log_emptied_while_down(self):
+        """Retention dropped every entry while a node was down: the log is
+        empty (its first sequence one past its last), and the node's
+        position is before it. The node installs a peer's snapshot at its
+        start (it once started as if nothing were missing and stayed
+        catching_up, never receiving the entries it lacked)."""
+        coll = 'expired'
+        with self.cluster('expired', node_args=lambda i: ['--log-max-age', '2s']) as cl:
+            c = [cl.client(i) for i in range(3)]
+            last = 0
+            for k in range(10):
+                last = self.put_ok(c[0], coll, 'before-%d' % k, compact({'k': k}), statuses=(201,))
+            cl.wait_converged(30, at_least=last)
+            c[2].close()
+            cl.nodes[2].kill()
+            acked = {}
+            for k in range(10):
+                body = compact({'k': k, 'while': 'down'})
+                last = self.put_ok(c[0], coll, 'down-%d' % k, body, statuses=(201,))
+                acked['down-%d' % k] = (body, last)
+            deadline = time.monotonic() + 30
+            while True:
+                log = c[0].get('/admin/cluster').json['log']
+                if log['firstSeq'] > log['lastSeq']:
+                    break
+                self.assertLess(time.monotonic(), deadline, 'the log kept its entries past 2 s: %r' % log)
+                time.sleep(0.2)
+            cl.nodes[2].start()
+            with open(cl.nodes[2].stderr_path, 'rb') as f:
+                self.assertIn('bootstrapping from', f.read().decode('utf-8', 'replace'))
+            c[2] = cl.client(2)
+            body = compact({'via': 'n3'})
+            acked['after'] = (body, self.put_ok(c[2], coll, 'after', body, statuses=(201,)))
+            last = cl.wait_converged(30, at_least=acked['after'][1])
+            self.assert_cluster_view(cl, cl.nodes, last, timeout=15)
+            self.assert_acked_everywhere(cl, coll, acked, last)
+            for x in c:
+                x.close()
+
 if __name__ == '__main__':
     main()
