@@ -17,6 +17,8 @@
 #   FUZZ_ARGS     extra libFuzzer flags for every run (e.g. -jobs=2)
 #
 # One target for an hour:  FUZZ_SECONDS=3600 FUZZ_TARGETS=router scripts/fuzz.sh
+# Beside other work (or at a low priority), add FUZZ_ARGS=-timeout=120:
+# libFuzzer's -timeout is wall-clock, so a starved run reports a timeout.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${FUZZ_SECONDS:-30}
