@@ -25,6 +25,7 @@
 #include <string_view>
 #include <variant>
 
+#include "common/json_string.h"
 #include "common/utf8.h"
 
 namespace corvid::logging {
@@ -59,28 +60,11 @@ inline State& GetState() {
   return s;
 }
 
+// A JSON string of any bytes: invalid UTF-8 replaced (a log line stays
+// valid JSON whatever a client sent), then corvid::AppendJsonString.
 inline void AppendJsonString(std::string_view s, std::string& out) {
-  out.push_back('"');
-  const std::string clean = IsValidUtf8(s) ? std::string() : ReplaceInvalidUtf8(s);
-  if (!clean.empty()) s = clean;
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(static_cast<unsigned char>(c)));
-          out += buf;
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out.push_back('"');
+  if (IsValidUtf8(s)) return ::corvid::AppendJsonString(s, out);
+  ::corvid::AppendJsonString(ReplaceInvalidUtf8(s), out);
 }
 
 // Text values: bare when they hold no space, quote or control byte, else

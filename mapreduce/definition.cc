@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/exact_json.h"
+#include "common/json_string.h"
 #include "mapreduce/format.h"
 
 namespace corvid::mapreduce {
@@ -255,23 +256,23 @@ Result<std::shared_ptr<const DefinitionImpl>> DefinitionImpl::CompileImpl(std::s
   // Canonical form and fingerprint.
   std::string& c = def->canonical_;
   c = "corvid.mapreduce.v1|";
-  AppendJsonString(def->collection_, &c);
+  AppendJsonString(def->collection_, c);
   c += "|map";
   for (size_t i = 0; i < def->maps_.size(); ++i) {
     c += '|';
-    AppendJsonString(def->map_names_[i], &c);
+    AppendJsonString(def->map_names_[i], c);
     c += '=';
     CanonicalForm(*def->maps_[i], &c);
   }
   c += "|groupBy";
   for (const auto& g : def->group_names_) {
     c += '|';
-    AppendJsonString(g, &c);
+    AppendJsonString(g, c);
   }
   c += "|reduce";
   for (const auto& r : def->reducers_) {
     c += '|';
-    AppendJsonString(r.name, &c);
+    AppendJsonString(r.name, c);
     c += '=';
     c += ReducerName(r.kind);
     c += '(';

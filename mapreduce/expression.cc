@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/json_string.h"
 #include "common/utf8.h"
 
 namespace corvid::mapreduce {
@@ -1025,33 +1026,6 @@ bool Evaluate(const Node& n, EvalContext& ctx, Value* out) {
   return ctx.Fail(n, "internal: unknown node");
 }
 
-void AppendJsonString(std::string_view s, std::string* out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out->push_back('"');
-  size_t start = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    unsigned char c = uint8_t(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out->append(s.data() + start, i - start);
-    start = i + 1;
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\t': out->append("\\t"); break;
-      case '\r': out->append("\\r"); break;
-      case '\b': out->append("\\b"); break;
-      case '\f': out->append("\\f"); break;
-      default:
-        out->append("\\u00");
-        out->push_back(kHex[c >> 4]);
-        out->push_back(kHex[c & 15]);
-    }
-  }
-  out->append(s.data() + start, s.size() - start);
-  out->push_back('"');
-}
-
 void AppendJsonDouble(double d, std::string* out) {
   if (!std::isfinite(d)) {
     out->append("null");
@@ -1075,7 +1049,7 @@ void AppendJson(const Value& v, std::string* out) {
       return;
     }
     case ValueType::kDouble: AppendJsonDouble(v.d, out); return;
-    case ValueType::kString: AppendJsonString(v.s, out); return;
+    case ValueType::kString: AppendJsonString(v.s, *out); return;
     case ValueType::kArray: case ValueType::kObject: {
       // Only reached for diagnostics; arrays/objects never leave the index.
       out->append(v.type == ValueType::kArray ? "[]" : "{}");
@@ -1088,7 +1062,7 @@ void CanonicalForm(const Node& n, std::string* out) {
   auto path = [&] {
     for (const auto& seg : n.path) {
       out->push_back('.');
-      AppendJsonString(seg, out);
+      AppendJsonString(seg, *out);
     }
   };
   switch (n.kind) {
@@ -1105,7 +1079,7 @@ void CanonicalForm(const Node& n, std::string* out) {
       return;
     case NodeKind::kField: out->append("$doc"); path(); return;
     case NodeKind::kMember: out->append("("); CanonicalForm(*n.args[0], out); out->append(")"); path(); return;
-    case NodeKind::kMapRef: out->append("$map:"); AppendJsonString(n.text, out); return;
+    case NodeKind::kMapRef: out->append("$map:"); AppendJsonString(n.text, *out); return;
     case NodeKind::kUnwind: out->append("unwind("); CanonicalForm(*n.args[0], out); out->append(")"); return;
     case NodeKind::kNeg: out->append("(-"); CanonicalForm(*n.args[0], out); out->append(")"); return;
     case NodeKind::kNot: out->append("(!"); CanonicalForm(*n.args[0], out); out->append(")"); return;

@@ -143,7 +143,6 @@ bool Evaluate(const Node& node, EvalContext& ctx, Value* out);
 // written with RapidJSON's writer (query.cc).
 void AppendJson(const Value& v, std::string* out);
 void AppendJsonDouble(double d, std::string* out);
-void AppendJsonString(std::string_view s, std::string* out);
 
 // Truthiness for if/&&/||/!: false, null, missing, 0, "" are false.
 bool Truthy(const Value& v);

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/json_string.h"
 #include "common/version.h"
 #include "indexing/index_engine.h"
 #include "storage/backup_format.h"

@@ -50,9 +50,6 @@ class ProgressLine {
 // how import gives a record its id, and export a document that lacks one.
 void AppendWithIdFirst(std::string_view object, std::string_view id, std::string& out);
 
-// Appends `s` as a JSON string (quoted, escaped).
-void AppendJsonString(std::string_view s, std::string& out);
-
 // Turns the line breaks in out[from, end) into spaces, so that a JSON text
 // is one NDJSON line (in JSON text they stand only between tokens).
 void JoinLines(std::string& out, size_t from);

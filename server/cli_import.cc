@@ -32,17 +32,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/json_string.h"
 #include "common/mapped_file.h"
 #include "server/cli.h"
 
 namespace corvid::cli {
-
-void AppendJsonString(std::string_view s, std::string& out) {
-  rapidjson::StringBuffer sb;
-  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-  w.String(s.data(), rapidjson::SizeType(s.size()));
-  out.append(sb.GetString(), sb.GetSize());
-}
 
 void AppendWithIdFirst(std::string_view object, std::string_view id, std::string& out) {
   const std::string_view rest = object.substr(object.find('{') + 1);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json_string.h"
 #include "mapreduce/expression.h"
 #include "mapreduce/mapreduce_index.h"
 #include "tests/mapreduce/test_util.h"
@@ -41,7 +42,7 @@ struct JVal {
         AppendJson(v, out);
         break;
       }
-      case 5: AppendJsonString(s, out); break;
+      case 5: AppendJsonString(s, *out); break;
       default: break;
     }
   }
