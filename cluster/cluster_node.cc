@@ -280,8 +280,8 @@ class ClusterNode::Impl {
     // A node behind where its start found the log's end is catching_up. A
     // stream between leaders answers with an empty state that says
     // nothing: the end is then the first leader's answer (MembershipLoop).
-    seen_last_seq_ = start_last_seq_ = log->last_seq;
-    start_end_known_ = log->from_leader;
+    seen_last_seq_ = log->last_seq;
+    if (log->from_leader) start_last_seq_ = log->last_seq;
     const storage::LogPosition pos = store_.GetLogPosition();
     applied_seq_ = pos.applied;
     applied_fp_ = pos.applied_hash;
@@ -694,8 +694,8 @@ class ClusterNode::Impl {
       // process started (receiving the last one is not applying it: the
       // merger commits it a moment later), and while it receives all.
       p.state = diverged_ ? "diverged"
-                : (connected_ && caught_up_ && start_end_known_ && applied_seq_ >= start_last_seq_) ? "active"
-                                                                                                      : "catching_up";
+                : (connected_ && caught_up_ && start_last_seq_ && applied_seq_ >= *start_last_seq_) ? "active"
+                                                                                                   : "catching_up";
     }
     // Read after applied_seq_: the store commits an entry before it is
     // marked applied, so this etag covers at least that entry.
@@ -765,10 +765,7 @@ class ClusterNode::Impl {
       if (log.ok()) {
         std::lock_guard l(mu_);
         seen_last_seq_ = std::max(seen_last_seq_, log->last_seq);
-        if (log->from_leader && !start_end_known_) {
-          start_last_seq_ = std::max(start_last_seq_, log->last_seq);
-          start_end_known_ = true;
-        }
+        if (log->from_leader && !start_last_seq_) start_last_seq_ = log->last_seq;
         // Past the log's end in every leader's answer for 5 s (not a stream
         // between leaders, nor one former leader answering before it hears
         // of the next).
@@ -1281,8 +1278,7 @@ class ClusterNode::Impl {
   bool warned_unverifiable_ = false;  // membership thread only
   uint64_t applied_seq_ = 0, applied_fp_ = 0;  // guarded by mu_: the last entry applied, its fingerprint
   uint64_t seen_last_seq_ = 0;             // guarded by mu_
-  uint64_t start_last_seq_ = 0;            // guarded by mu_: the log's end as Start (or the first leader's answer) found it
-  bool start_end_known_ = false;           // guarded by mu_
+  std::optional<uint64_t> start_last_seq_;  // guarded by mu_: the log's end as Start (or the first leader's answer) found it
   int64_t last_applied_ts_ms_ = 0;         // guarded by mu_
   uint64_t in_flight_ = 0;                 // guarded by mu_: entries submitted, not answered
   bool connected_ = false, caught_up_ = false;  // guarded by mu_
