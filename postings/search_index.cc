@@ -41,6 +41,7 @@
 #include "postings/merge_policy.h"
 #include "postings/segment_merger.h"
 #include "postings/snapshot.h"
+#include "postings/walks.h"
 
 namespace corvid::postings {
 namespace {
@@ -82,7 +83,7 @@ class SearchIndexImpl final : public SearchIndex {
   uint64_t LiveDocuments() const override { return Current()->live_docs; }
   uint64_t DiskBytes() const override { return disk_bytes_.load(); }
   uint64_t MemoryBytes() const override { return memory_bytes_.load() + builder_bytes_.load() + merge_bytes_.load(); }
-  Result<SearchResult> Search(const SearchRequest& request) const override { return RunSearch(*Current(), request); }
+  Result<SearchResult> Search(const SearchRequest& request) const override;
   Result<StateSnapshot> SnapshotFiles() const override;
   // Blocks until the merge thread finds nothing to merge (or is stopped).
   void WaitForMerges();
@@ -136,6 +137,7 @@ class SearchIndexImpl final : public SearchIndex {
   const std::shared_ptr<const SearchDefinitionImpl> def_;
   mutable std::mutex snap_mu_;
   std::shared_ptr<const Snapshot> snap_;  // guarded by snap_mu_
+  mutable WalkPins walks_;  // field-sorted walks' pinned snapshots
   // Serializes commits (ApplyBatch, a merge, Clear): each derives the next
   // snapshot from the current one and writes the manifest while holding
   // it, so manifests land in commit order. It is held across that one
@@ -619,6 +621,22 @@ void SearchIndexImpl::TrimBuilder(size_t cap) {
 
 void SearchIndexImpl::Idle() { TrimBuilder(IdleBuilderBytes()); }
 
+// A field-sorted walk's page reads the snapshot its walk pinned (walks.h).
+Result<SearchResult> SearchIndexImpl::Search(const SearchRequest& request) const {
+  const std::shared_ptr<const Snapshot> now = Current();
+  std::shared_ptr<const Snapshot> snap = now;
+  if (request.search_after) {
+    const std::string from = WalkFrom(*now, request);
+    if (!from.empty())
+      if (auto pinned = walks_.Find(from)) snap = std::move(pinned);
+  }
+  SearchWalk walk;
+  if (snap != now) walk.now = now.get();
+  auto result = RunSearch(*snap, request, &walk);
+  if (result.ok() && !walk.next.empty()) walks_.Pin(std::move(walk.next), snap);
+  return result;
+}
+
 Status SearchIndexImpl::Clear() {
   StopMerges();  // a merge in flight is cancelled; it must not commit into the empty index
   Status st;
@@ -634,6 +652,7 @@ Status SearchIndexImpl::Clear() {
       RemoveUnreferenced(*empty);
     }
   }
+  walks_.Clear();  // no walk goes on over what was cleared
   StartMerges();
   return st;
 }

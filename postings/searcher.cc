@@ -47,6 +47,7 @@
 #include "postings/search/sort.h"
 #include "postings/search/strategy.h"
 #include "postings/snapshot.h"
+#include "postings/walks.h"
 
 namespace corvid::postings {
 namespace {
@@ -62,7 +63,7 @@ std::vector<std::string> Distinct(const std::vector<std::string>& names) {
 
 }  // namespace
 
-Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
+Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req, SearchWalk* walk) {
   using namespace search;
   const SearchDefinitionImpl& def = *snap.def;
   const std::vector<std::string> facets = Distinct(req.facets), highlight = Distinct(req.highlight);
@@ -162,12 +163,36 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
     return AccumulateSegment(flat, k, snap, piece_norms, keep, drop, top);
   };
   auto less = [&](const Hit& a, const Hit& b) { return HitLess(sort, a, b); };
+  // A walk's pinned snapshot (walks.h): its hits of documents deleted since are left out.
+  std::optional<GoneSince> gone;
+  if (walk != nullptr && walk->now != nullptr) gone.emplace(snap, *walk->now);
+  // Puts the best min(n, hits) hits first, in order, and returns how many;
+  // on a pinned snapshot, the best of those still live (the others are
+  // dropped), checked in order so that a page checks about its own hits.
+  auto settle = [&](size_t n) -> size_t {
+    size_t done = 0;  // hits[0, done): the best, in order, live
+    while (done < std::min(n, hits.size())) {
+      const auto k = static_cast<std::ptrdiff_t>(std::min(n, hits.size()));
+      std::partial_sort(hits.begin() + static_cast<std::ptrdiff_t>(done), hits.begin() + k, hits.end(), less);
+      if (!gone) return static_cast<size_t>(k);
+      auto kept = std::remove_if(hits.begin() + static_cast<std::ptrdiff_t>(done), hits.begin() + k,
+                                 [&](const Hit& h) { return (*gone)(h.seg, h.doc, h.id); });
+      done = static_cast<size_t>(kept - hits.begin());
+      hits.erase(kept, hits.begin() + k);
+    }
+    return done;
+  };
   // A field sort keeps at most about twice `want` hits: when the list
   // reaches that, the best `want` are kept (want > 0).
   const std::function<void(Hit&&)> keep_hit = [&](Hit&& h) {
     if (after != nullptr && !less(*after, h)) return;  // at or before the key: an earlier page's
     hits.push_back(std::move(h));
     if (hits.size() > want && hits.size() - want >= std::max(want, size_t{1024})) {
+      if (gone) {
+        const size_t kept = settle(want);
+        hits.resize(kept);
+        return;
+      }
       std::nth_element(hits.begin(), hits.begin() + static_cast<std::ptrdiff_t>(want), hits.end(), less);
       hits.erase(hits.begin() + static_cast<std::ptrdiff_t>(want), hits.end());
     }
@@ -287,8 +312,12 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req) {
   if (by_score) {
     for (const TopEntry& e : std::move(topk).Sorted()) hits.push_back(Hit{e.score, e.seg, e.doc, e.id(), {}, {}, {}});
   }
-  const size_t top = std::min(want, hits.size());
-  std::partial_sort(hits.begin(), hits.begin() + static_cast<std::ptrdiff_t>(top), hits.end(), less);
+  const size_t top = settle(want);
+  // Sorted by a field: a walk may go on from the page's last hit (also
+  // after a short page: a client that reads on until an empty one must
+  // not get the index as it is now at the end of its walk).
+  if (walk != nullptr && SortsByField(sort) && top > req.offset)
+    walk->next = WalkPosition(req, sort, hits[top - 1]);
   if (Status st = RenderHits(snap, req, hits, top, sort, highlight, root, result.hits_json); !st.ok()) return st;
   if (!facets.empty()) result.facets_json = RenderFacets(facets, facet_counts);
   return result;

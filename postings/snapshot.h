@@ -35,8 +35,12 @@ struct Snapshot {
   std::vector<uint64_t> with_tokens;  // per text field
 };
 
-// Runs one search over `snap` (searcher.cc). Thread-safe.
-Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& request);
+struct SearchWalk;  // walks.h
+
+// Runs one search over `snap` (searcher.cc). Thread-safe. `walk` (if
+// given) says whether `snap` is a walk's pinned snapshot and gets the
+// answer's last position (walks.h).
+Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& request, SearchWalk* walk = nullptr);
 
 // How prefix and fuzzy query words are normalized before they are compared
 // with a field's terms: a `keyword` field takes the text as is; any other

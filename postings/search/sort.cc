@@ -123,6 +123,41 @@ void FieldSortHits(const Segment& seg, uint32_t k, const std::vector<SortKey>& s
   }
 }
 
+std::string WalkPosition(const SearchRequest& req, const std::vector<SortKey>& sort, const Hit& at) {
+  std::string p;
+  auto text = [&](std::string_view s) {
+    const auto n = static_cast<uint32_t>(s.size());
+    p.append(reinterpret_cast<const char*>(&n), sizeof n);
+    p.append(s);
+  };
+  auto number = [&](double v, int32_t residual) {
+    if (v == 0) v = 0;  // -0 reads back as 0
+    p.append(reinterpret_cast<const char*>(&v), sizeof v);
+    p.append(reinterpret_cast<const char*>(&residual), sizeof residual);
+  };
+  text(req.q);
+  text(req.filter);
+  text(req.sort);
+  p.push_back(req.op == DefaultOperator::kAnd ? 'a' : 'o');
+  for (size_t si = 0; si < sort.size(); ++si) {
+    const FieldDef* fd = sort[si].field;
+    if (fd == nullptr) {
+      p.push_back('s');
+      number(at.score, 0);
+    } else if (at.missing[si]) {
+      p.push_back('m');
+    } else if (fd->kind != FieldKind::kText) {
+      p.push_back('n');
+      number(at.num[si].value, at.num[si].residual);
+    } else {
+      p.push_back('t');
+      text(at.str[si]);
+    }
+  }
+  text(at.id);
+  return p;
+}
+
 Status ReadSearchAfter(const std::vector<SortKey>& sort, const SearchRequest& req, Hit& after) {
   const std::vector<SortValue>& key = *req.search_after;
   const size_t n = sort.empty() ? 1 : sort.size();  // the default sort is by score

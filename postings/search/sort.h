@@ -58,6 +58,21 @@ inline bool HitLess(const std::vector<SortKey>& sort, const Hit& a, const Hit& b
   return a.id < b.id;
 }
 
+// Whether the sort names a field (not only _score): a field sort, whose
+// walks are pinned (walks.h).
+inline bool SortsByField(const std::vector<SortKey>& sort) {
+  for (const SortKey& k : sort)
+    if (k.field != nullptr) return true;
+  return false;
+}
+
+// `at`'s place in its walk (walks.h): the request's q, filter, sort and op,
+// then `at`'s sort key, as bytes equal exactly when two keys are the same
+// place in the same walk. Numbers are taken as they read (ParseNumber), not
+// as written, so a client that rewrites a key's JSON text (1.5e-07 for
+// 1.5e-7) still names the place.
+std::string WalkPosition(const SearchRequest& req, const std::vector<SortKey>& sort, const Hit& at);
+
 // Calls keep(hit) for every final match docs[j] of segment k (scores[j]:
 // its score), with its values of the sort's fields.
 void FieldSortHits(const Segment& seg, uint32_t k, const std::vector<SortKey>& sort, const roaring_bitmap_t* final_bm,

@@ -18,7 +18,10 @@ paging"; docs/http-choices.md, Search) against the real `corvid` binary.
   malformed keys (not JSON, not an array, wrong length, wrong types) → 400
   invalid_argument; the server keeps serving.
 - A field-sorted walk with deletes and new documents between its pages
-  returns no document twice and skips none that matched throughout.
+  returns no document twice and skips none that matched throughout; so does
+  one whose documents are rewritten with sort values that cross its key
+  both ways (each is returned once, at the value it had when the walk
+  began).
 - A limit past the window is refused, never capped, under the default
   window and a larger one (which admits limits above 10,000), GET and POST,
   with and without searchAfter; /results bounds its offset by the window.
@@ -408,6 +411,85 @@ class ScoreTieBreakWalkTest(CorvidTestCase):
         self.assertEqual(len(seen), len(set(seen)), 'a document twice: %r' % seen)
         missing = (initial - deleted) - set(seen)
         self.assertFalse(missing, 'documents that matched throughout were skipped: %r' % sorted(missing))
+
+
+class FieldWalkUnderRewritesTest(CorvidTestCase):
+    """API.md: with a field sort a walk is exact under concurrent writes.
+    Between pages, documents are rewritten with new sort values that cross
+    the walk's key both ways (one already returned moves ahead of it: read
+    as the index is now, it would come back; one not yet returned moves
+    behind it: it would be skipped), some are deleted and some added. The
+    walk returns every document that matched throughout exactly once, each
+    at the value it had when the walk began (docs/http-choices.md), none
+    deleted before its page and none added since."""
+
+    def test_rewrites_between_pages(self):
+        c = self.coll()
+        resp = self.c.put('/indexes/' + c, json.dumps({
+            'type': 'search', 'collection': c,
+            'fields': {'t': {'analyzer': 'standard'}, 'n': {'type': 'number'}, 'k': {'analyzer': 'keyword'}}}))
+        self.assertIn(resp.status, (200, 201), resp.describe())
+        rng = random.Random(SEED + 2)
+        docs = {'d%03d' % i: {'t': 'word', 'n': rng.randint(0, 999), 'k': rng.choice('abc')} for i in range(400)}
+        body = ''.join(json.dumps(dict(id=i, **d)) + '\n' for i, d in docs.items())
+        resp = self.c.post(bulk_path(c), body, content_type='application/x-ndjson')
+        self.assertStatus(resp, 200)
+        etag = resp.json['lastEtag']
+        for sort in ('n', '-n', 'k,-n'):
+            with self.subTest(sort=sort):
+                began = {i: dict(d) for i, d in docs.items()}
+                seen, deleted, fresh, key, crossed = [], set(), 0, None, 0
+                for _ in range(200):
+                    params = {'q': 't:word', 'sort': sort, 'limit': 9, 'minEtag': etag, 'waitMs': WAIT_MS}
+                    if key is not None:
+                        params['searchAfter'] = json.dumps(key)
+                    resp = self.c.get('/indexes/%s/search?%s' % (q(c), urllib.parse.urlencode(params)))
+                    self.assertStatus(resp, 200)
+                    hits = resp.json['hits']
+                    if not hits:
+                        break
+                    for h in hits:
+                        self.assertNotIn(h['id'], deleted, 'deleted before this page')
+                        self.assertIn(h['id'], began, 'added after the walk began')
+                        self.assertEqual(h['sort'][-2], began[h['id']]['n'], 'not where the walk found it: %r' % h)
+                    seen.extend(h['id'] for h in hits)
+                    key = hits[-1]['sort']
+                    # Rewrites: one already returned moved past the key, one not
+                    # yet returned moved behind it, a few anywhere; a delete of
+                    # one not yet returned; a new document.
+                    lines, returned = [], set(seen)
+                    ahead = [i for i in docs if i in returned]
+                    behind = [i for i in docs if i not in returned]
+                    first, last = (0, 999) if not sort.startswith('-') else (999, 0)
+                    for group, value in ((ahead, last), (behind, first)):
+                        if group:
+                            i = rng.choice(group)
+                            docs[i]['n'] = value
+                            lines.append(dict(id=i, **docs[i]))
+                            crossed += 1
+                    for i in rng.sample(sorted(docs), 4):
+                        docs[i]['n'] = rng.randint(0, 999)
+                        lines.append(dict(id=i, **docs[i]))
+                    if len(behind) > 3:
+                        gone = rng.choice(behind)
+                        deleted.add(gone)
+                        del docs[gone]
+                        lines.append({'id': gone, '_deleted': True})
+                    fresh += 1
+                    new_id = 'new-%s-%03d' % (sort, fresh)
+                    docs[new_id] = {'t': 'word', 'n': rng.randint(0, 999), 'k': 'a'}
+                    lines.append(dict(id=new_id, **docs[new_id]))
+                    resp = self.c.post(bulk_path(c), ''.join(json.dumps(d) + '\n' for d in lines),
+                                       content_type='application/x-ndjson')
+                    self.assertStatus(resp, 200)
+                    etag = resp.json['lastEtag']
+                else:
+                    self.fail('the walk did not end in 200 pages')
+                self.assertGreater(crossed, 40)
+                self.assertEqual(len(seen), len(set(seen)), 'a document twice')
+                missing = set(began) - deleted - set(seen)
+                self.assertFalse(missing, 'documents that matched throughout were skipped: %r' % sorted(missing))
+        self.assertServerHealthy()
 
 
 class LimitWindowTest(CorvidTestCase):

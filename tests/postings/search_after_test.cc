@@ -5,8 +5,9 @@
 // conjunctions, expansions, term-at-a-time, a phrase leaf) and by number,
 // date and keyword fields, ascending, descending and mixed with _score.
 // Every walk must equal the full answer, whose order a brute-force oracle
-// checks; with deletes and inserts between pages, a field-sorted walk
-// returns no document twice and skips none that matched throughout.
+// checks; with deletes, inserts and rewrites that move sort values between
+// pages, a field-sorted walk returns no document twice and skips none that
+// matched throughout.
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -23,6 +24,7 @@
 #include "postings/definition.h"
 #include "postings/search_index.h"
 #include "postings/snapshot.h"
+#include "postings/walks.h"
 #include "tests/postings/test_util.h"
 
 namespace corvid::postings {
@@ -496,6 +498,90 @@ TEST_CASE("searchAfter with deletes and inserts between pages", "[postings]") {
     const Oracle less(fx.docs, zero, ParseSort(sort));
     for (size_t i = 1; i < order.size(); ++i) CHECK(less(order[i - 1], order[i]));
   }
+}
+
+// API.md: with a field sort a walk is exact under concurrent writes. A
+// rewrite that moves a document's sort value past the walk's key, forward
+// (it was returned: read as the index is now, it would come again) or back
+// (not yet returned: it would be skipped), leaves it where the walk found
+// it (walks.h): every page reads the snapshot the first page read, less
+// the documents deleted since.
+TEST_CASE("searchAfter: a field-sorted walk keeps each document's place while writes move it", "[postings]") {
+  for (const char* sort : {"n", "-n", "k,-n", "d,k"}) {
+    INFO(sort);
+    Fixture fx;
+    std::mt19937_64 rng(7);
+    auto doc = [&](int n, int k, int day) {
+      return R"({"body": "w00 w01", "n": )" + std::to_string(n) + R"(, "k": "k)" + std::to_string(k) +
+             R"(", "d": "2024-03-)" + (day < 10 ? "0" : "") + std::to_string(day) + R"("})";
+    };
+    std::map<std::string, std::string> first_key;  // id -> its "sort" when the walk began
+    for (int b = 0; b < 3; ++b) {
+      for (int i = 0; i < 100; ++i)
+        fx.store.Put("d" + std::to_string(b * 100 + i), doc(static_cast<int>(rng() % 1000), static_cast<int>(rng() % 4),
+                                                            1 + static_cast<int>(rng() % 28)));
+      REQUIRE(fx.store.Flush(*fx.idx).ok());
+    }
+    for (const PageHit& h : fx.Run(Request("w00", sort, 1000)).hits) first_key[h.id] = h.sort_json;
+    REQUIRE(first_key.size() == 300);
+    std::set<std::string> returned, deleted;
+    SearchRequest r = Request("w00", sort, 7);
+    int fresh = 0;
+    size_t pages = 0;
+    for (;;) {
+      const Page page = fx.Run(r);
+      CHECK(page.total == 300);  // the walk's moment: its first page's matches
+      for (const PageHit& h : page.hits) {
+        CHECK(returned.insert(h.id).second);  // never twice
+        CHECK(!deleted.count(h.id));          // never one deleted before this page
+        REQUIRE(first_key.count(h.id));       // never one added since (it did not match throughout)
+        CHECK(h.sort_json == first_key[h.id]);  // where the walk found it
+      }
+      if (page.hits.empty()) break;
+      r.search_after = page.hits.back().sort_key;
+      ++pages;
+      // Between pages: rewrite documents with new sort values, returned or
+      // not (each may cross the key either way), delete one not yet
+      // returned, add one; now and then merge, so that some of the walk's
+      // segments are gone from the index (deletes are then found by id).
+      for (int i = 0; i < 6; ++i) {
+        const std::string id = "d" + std::to_string(rng() % 300);
+        if (!deleted.count(id))
+          fx.store.Put(id, doc(static_cast<int>(rng() % 1000), static_cast<int>(rng() % 4), 1 + static_cast<int>(rng() % 28)));
+      }
+      for (int tries = 0; tries < 20; ++tries) {
+        const std::string id = "d" + std::to_string(rng() % 300);
+        if (returned.count(id) || deleted.count(id)) continue;
+        deleted.insert(id);
+        fx.store.Delete(id);
+        break;
+      }
+      fx.store.Put("new" + std::to_string(++fresh), doc(static_cast<int>(rng() % 1000), 0, 1));
+      REQUIRE(fx.store.Flush(*fx.idx).ok());
+      if (pages % 5 == 0) WaitForMerges(*fx.idx);
+    }
+    CHECK(pages > 20);
+    for (const auto& [id, key] : first_key)
+      if (!deleted.count(id)) CHECK(returned.count(id));  // matched throughout: never skipped
+    // A new walk reads the index as it is now: the new documents, the moved values.
+    const Page now = fx.Run(Request("w00", sort, 1000));
+    CHECK(now.total == 300 - deleted.size() + static_cast<size_t>(fresh));
+  }
+}
+
+TEST_CASE("searchAfter: an index keeps at most kMaxWalks pinned walks, the latest", "[postings]") {
+  WalkPins pins;
+  auto snap = std::make_shared<const Snapshot>();
+  for (size_t i = 0; i <= kMaxWalks; ++i) pins.Pin("walk" + std::to_string(i), snap);
+  CHECK(pins.size() == kMaxWalks);
+  CHECK(pins.Find("walk0") == nullptr);  // the least recently pinned went
+  CHECK(pins.Find("walk1") == snap);
+  CHECK(pins.Find("walk" + std::to_string(kMaxWalks)) == snap);
+  pins.Pin("walk1", snap);  // pinned again: still one
+  CHECK(pins.size() == kMaxWalks);
+  pins.Clear();
+  CHECK(pins.size() == 0);
+  CHECK(pins.Find("walk1") == nullptr);
 }
 
 TEST_CASE("searchAfter: a key that does not fit the sort is refused", "[postings]") {
