@@ -357,6 +357,17 @@ class SearchAfterTest(CorvidTestCase):
         self.assertServerHealthy()
 
 
+def walk_page(case, index, sort, limit, key, etag):
+    """One page of a walk over t:word (GET, the key as JSON text), once the
+    index has `etag`: its hits."""
+    params = {'q': 't:word', 'sort': sort, 'limit': limit, 'minEtag': etag, 'waitMs': WAIT_MS}
+    if key is not None:
+        params['searchAfter'] = json.dumps(key)
+    resp = case.c.get('/indexes/%s/search?%s' % (q(index), urllib.parse.urlencode(params)))
+    case.assertStatus(resp, 200)
+    return resp.json['hits']
+
+
 class ScoreTieBreakWalkTest(CorvidTestCase):
     """API.md: with a field sort a walk is exact under concurrent writes;
     `_score` may be its tie-break. Every write moves every score (N, n and
@@ -381,12 +392,7 @@ class ScoreTieBreakWalkTest(CorvidTestCase):
         rng = random.Random(SEED)
         key, fresh = None, 0
         for _ in range(100):
-            params = {'q': 't:word', 'sort': 'n,_score', 'limit': 3, 'minEtag': etag, 'waitMs': WAIT_MS}
-            if key is not None:
-                params['searchAfter'] = json.dumps(key)
-            resp = self.c.get('/indexes/%s/search?%s' % (q(c), urllib.parse.urlencode(params)))
-            self.assertStatus(resp, 200)
-            hits = resp.json['hits']
+            hits = walk_page(self, c, 'n,_score', 3, key, etag)
             if not hits:
                 break
             seen.extend(h['id'] for h in hits)
@@ -440,12 +446,7 @@ class FieldWalkUnderRewritesTest(CorvidTestCase):
                 began = {i: dict(d) for i, d in docs.items()}
                 seen, deleted, fresh, key, crossed = [], set(), 0, None, 0
                 for _ in range(200):
-                    params = {'q': 't:word', 'sort': sort, 'limit': 9, 'minEtag': etag, 'waitMs': WAIT_MS}
-                    if key is not None:
-                        params['searchAfter'] = json.dumps(key)
-                    resp = self.c.get('/indexes/%s/search?%s' % (q(c), urllib.parse.urlencode(params)))
-                    self.assertStatus(resp, 200)
-                    hits = resp.json['hits']
+                    hits = walk_page(self, c, sort, 9, key, etag)
                     if not hits:
                         break
                     for h in hits:
