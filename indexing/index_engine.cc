@@ -632,6 +632,16 @@ class IndexEngine::Impl {
     return k == 0 ? top : top / ("v" + std::to_string(k));
   }
 
+  // Removes what RemoveTree renamed aside in `dir` and did not finish
+  // removing (".trash-*").
+  static void RemoveTrash(const fs::path& dir) {
+    std::error_code ec;
+    std::vector<fs::path> trash;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().starts_with(".trash-")) trash.push_back(e.path());
+    for (const fs::path& t : trash) fs::remove_all(t, ec);
+  }
+
   // Removes one version's files. Version 0 shares its directory with the
   // others, so it is removed piece by piece.
   static void RemoveVersion(const fs::path& top, uint64_t k) {
@@ -719,14 +729,12 @@ class IndexEngine::Impl {
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (ec) return Status::IOError("create " + dir_.string() + ": " + ec.message());
+    RemoveTrash(dir_);  // deleted indexes a crash left half removed
     for (const auto& entry : fs::directory_iterator(dir_, ec)) {
       std::string name = entry.path().filename().string();
-      if (name.starts_with(".trash-")) {
-        fs::remove_all(entry.path(), ec);
-        continue;
-      }
       if (!entry.is_directory() || !ValidateIndexName(name).ok()) continue;
       const fs::path top = entry.path();
+      RemoveTrash(top);  // versions (and version 0's state) a crash left half removed
       const std::vector<uint64_t> versions = Versions(top);
       const Current resolved = ResolveCurrent(top, versions);
       if (!resolved.damage.empty())
@@ -752,7 +760,11 @@ class IndexEngine::Impl {
       }
       // Versions newer than the current one: the newest is a replacement
       // that was building (it resumes); the rest, and older ones, are
-      // leftovers of earlier switches.
+      // leftovers of earlier switches. So is version 0 (from before
+      // versions) beside a `current` that names another: a switch from it
+      // that a crash interrupted while removing it. (With `current`
+      // damaged, what the fallback passed over is kept for the operator.)
+      if (*current != 0 && resolved.damage.empty() && fs::exists(top / "definition.json", ec)) RemoveVersion(top, 0);
       std::shared_ptr<IndexSlot> replacement;
       for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
         if (*it == *current) continue;

@@ -22,6 +22,7 @@ import json
 import os
 import random
 import re
+import shutil
 import sqlite3
 import sys
 import threading
@@ -1026,6 +1027,46 @@ class IndexLifecycleTest(IndexTestCase):
         self.reconnect()
         self.check('r_month', m, docs, etag, context='after kill -9 restart')
         self.check('r_tags', t, docs, etag, context='after kill -9 restart')
+
+    def test_leftovers_of_interrupted_removals_are_removed_at_start(self):
+        """A removal renames a tree aside (".trash-*") and then deletes it;
+        a crash in between leaves the renamed tree, beside the indexes or
+        inside an index (a version a switch replaced). A switch from an
+        index of before versions (its definition.json and state/ at the
+        top of its directory) that a crash interrupted leaves those beside
+        `current`. A start removes all of them, and the index answers as
+        before."""
+        self.own_server()
+        coll = 'leftover_users'
+        rng = random.Random(SEED + 3)
+        docs = self.load(coll, 50, rng)
+        m = month_spec(coll)
+        self.create_index('lo_month', m.definition)
+        last = self.c.last_etag()
+        self.check('lo_month', m, docs, last, context='before restart')
+        self.c.close()
+        self.server.stop()
+        indexes = os.path.join(self.server.data_dir, 'indexes')
+        top = os.path.join(indexes, 'lo_month')
+        with open(os.path.join(top, 'current')) as f:
+            self.assertEqual(f.read().strip(), 'v1')
+        planted = [os.path.join(indexes, '.trash-gone-123-0'), os.path.join(top, '.trash-v7-123-1'),
+                   os.path.join(top, '.trash-state-123-2'), os.path.join(top, 'state')]
+        for d in planted:
+            os.makedirs(os.path.join(d, 'sub'))
+            with open(os.path.join(d, 'sub', 'f'), 'wb') as f:
+                f.write(b'x' * 4096)
+        shutil.copy(os.path.join(top, 'v1', 'definition.json'), os.path.join(top, 'definition.json'))
+        with open(os.path.join(top, 'errors.log'), 'w') as f:
+            f.write('')
+        self.server.start()
+        self.reconnect()
+        for path in planted + [os.path.join(top, 'definition.json'), os.path.join(top, 'errors.log')]:
+            self.assertFalse(os.path.exists(path), path + ' is still there')
+        self.assertEqual(sorted(os.listdir(top)), ['current', 'v1'])
+        self.check('lo_month', m, docs, last, context='after restart')
+        resp = self.c.get('/indexes')
+        self.assertEqual([e['name'] for e in resp.json['indexes']], ['lo_month'], resp.describe())
 
 
 # ---------------------------------------------------------------------------
