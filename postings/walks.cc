@@ -44,46 +44,43 @@ bool GoneSince::operator()(uint32_t seg, uint32_t doc, std::string_view id) cons
 std::shared_ptr<const Snapshot> WalkPins::Find(const std::string& position) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = pins_.find(position);
-  if (it == pins_.end() || Clock::now() - it->second.made > kWalkKeepAlive) return nullptr;
-  return it->second.snap;
+  if (it == pins_.end() || Clock::now() - it->second->made > kWalkKeepAlive) return nullptr;
+  return it->second->snap;
+}
+
+void WalkPins::Expire(Clock::time_point now, size_t keep, std::vector<std::shared_ptr<const Snapshot>>& dropped) {
+  while (!order_.empty() && (order_.size() > keep || now - order_.front().made > kWalkKeepAlive)) {
+    pins_.erase(order_.front().position);
+    dropped.push_back(std::move(order_.front().snap));
+    order_.pop_front();
+  }
 }
 
 void WalkPins::Pin(std::string position, std::shared_ptr<const Snapshot> snap) {
   const Clock::time_point now = Clock::now();
-  std::vector<std::shared_ptr<const Snapshot>> dropped;  // released after the lock: the last reference unmaps
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (pins_.size() >= kMaxWalks && !pins_.contains(position)) {
-      for (auto it = pins_.begin(); it != pins_.end();) {
-        if (now - it->second.made > kWalkKeepAlive) {
-          dropped.push_back(std::move(it->second.snap));
-          it = pins_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      if (pins_.size() >= kMaxWalks) {
-        auto oldest = std::min_element(pins_.begin(), pins_.end(),
-                                       [](const auto& a, const auto& b) { return a.second.made < b.second.made; });
-        dropped.push_back(std::move(oldest->second.snap));
-        pins_.erase(oldest);
-      }
-    }
-    Pinned& p = pins_[std::move(position)];
-    if (p.snap) dropped.push_back(std::move(p.snap));
-    p = Pinned{std::move(snap), now};
+  std::vector<std::shared_ptr<const Snapshot>> dropped;  // released after the lock
+  std::lock_guard<std::mutex> l(mu_);
+  if (auto it = pins_.find(position); it != pins_.end()) {  // pinned again: now the newest
+    dropped.push_back(std::move(it->second->snap));
+    order_.splice(order_.end(), order_, it->second);
+    order_.back().snap = std::move(snap);
+    order_.back().made = now;
+  } else {
+    order_.push_back(Pinned{std::move(position), std::move(snap), now});
+    pins_.emplace(order_.back().position, std::prev(order_.end()));
   }
+  Expire(now, kMaxWalks, dropped);
 }
 
 void WalkPins::Clear() {
-  std::unordered_map<std::string, Pinned> dropped;
+  std::vector<std::shared_ptr<const Snapshot>> dropped;
   std::lock_guard<std::mutex> l(mu_);
-  dropped.swap(pins_);
+  Expire(Clock::time_point::max(), 0, dropped);
 }
 
 size_t WalkPins::size() const {
   std::lock_guard<std::mutex> l(mu_);
-  return pins_.size();
+  return order_.size();
 }
 
 }  // namespace corvid::postings

@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,11 +87,17 @@ class WalkPins {
  private:
   using Clock = std::chrono::steady_clock;
   struct Pinned {
+    std::string position;
     std::shared_ptr<const Snapshot> snap;
     Clock::time_point made;
   };
+  // Drops the pins past their time, and the oldest beyond `keep`, into
+  // `dropped` (released after the lock: a last reference unmaps). Requires mu_.
+  void Expire(Clock::time_point now, size_t keep, std::vector<std::shared_ptr<const Snapshot>>& dropped);
   mutable std::mutex mu_;
-  std::unordered_map<std::string, Pinned> pins_;  // guarded by mu_
+  // Guarded by mu_: the pins, oldest first, and each one's place by position.
+  std::list<Pinned> order_;
+  std::unordered_map<std::string_view, std::list<Pinned>::iterator> pins_;
 };
 
 }  // namespace corvid::postings
