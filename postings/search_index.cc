@@ -100,8 +100,10 @@ class SearchIndexImpl final : public SearchIndex {
       disk += seg.segment->file_bytes();
       mem += roaring_bitmap_size_in_bytes(seg.deleted.get()) + seg.segment->memory_bytes();
     }
-    disk_bytes_ = disk;
-    memory_bytes_ = mem;
+    uint64_t held_disk = 0, held_mem = 0;  // what pinned walks keep of older snapshots (walks.h)
+    walks_.Held(*s, held_disk, held_mem);
+    disk_bytes_ = disk + held_disk;
+    memory_bytes_ = mem + held_mem;
     std::lock_guard<std::mutex> l(snap_mu_);
     snap_ = std::move(s);
   }
@@ -623,17 +625,21 @@ void SearchIndexImpl::Idle() { TrimBuilder(IdleBuilderBytes()); }
 
 // A field-sorted walk's page reads the snapshot its walk pinned (walks.h).
 Result<SearchResult> SearchIndexImpl::Search(const SearchRequest& request) const {
+  const uint64_t generation = walks_.generation();  // before the snapshot: a Clear after it refuses the pin
   const std::shared_ptr<const Snapshot> now = Current();
   std::shared_ptr<const Snapshot> snap = now;
+  std::string from;
   if (request.search_after) {
-    const std::string from = WalkFrom(*now, request);
-    if (!from.empty())
-      if (auto pinned = walks_.Find(from)) snap = std::move(pinned);
+    from = WalkFrom(*now, request);
+    std::shared_ptr<const Snapshot> pinned = from.empty() ? nullptr : walks_.Find(from);
+    if (pinned) snap = std::move(pinned);
+    else from.clear();
   }
   SearchWalk walk;
   if (snap != now) walk.now = now.get();
   auto result = RunSearch(*snap, request, &walk);
-  if (result.ok() && !walk.next.empty()) walks_.Pin(std::move(walk.next), snap);
+  if (result.ok() && !walk.next.empty())
+    walks_.Pin(walk.next, snap, generation, request.search_after.has_value(), from);
   return result;
 }
 

@@ -164,7 +164,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req, S
   };
   auto less = [&](const Hit& a, const Hit& b) { return HitLess(sort, a, b); };
   // A walk's pinned snapshot (walks.h): its hits of documents deleted since are left out.
-  std::optional<GoneSince> gone;
+  std::optional<GoneSince> gone;  // not thread-safe: a field sort reads its segments one after another
   if (walk != nullptr && walk->now != nullptr) gone.emplace(snap, *walk->now);
   // Puts the best min(n, hits) hits first, in order, and returns how many;
   // on a pinned snapshot, the best of those still live (the others are

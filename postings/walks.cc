@@ -2,7 +2,7 @@
 #include "postings/walks.h"
 
 #include <algorithm>
-#include <vector>
+#include <unordered_set>
 
 #include "postings/search/sort.h"
 #include "postings/snapshot.h"
@@ -31,56 +31,108 @@ GoneSince::GoneSince(const Snapshot& pinned, const Snapshot& now) : now_(now) {
   for (const SegmentState& p : pinned.segments) {
     auto same = std::find_if(now.segments.begin(), now.segments.end(), [&](const SegmentState& s) { return s.id == p.id; });
     now_deleted_.push_back(same == now.segments.end() ? nullptr : same->deleted.get());
+    known_live_.emplace_back(roaring_bitmap_create());
   }
 }
 
-bool GoneSince::operator()(uint32_t seg, uint32_t doc, std::string_view id) const {
+bool GoneSince::operator()(uint32_t seg, uint32_t doc, std::string_view id) {
+  if (seg >= now_deleted_.size()) return !LiveIn(now_, id);  // cannot happen: a hit of the pinned snapshot
   // Not deleted from its segment, which the index still has: untouched since.
-  if (seg < now_deleted_.size() && now_deleted_[seg] != nullptr && !roaring_bitmap_contains(now_deleted_[seg], doc))
-    return false;
-  return !LiveIn(now_, id);  // deleted or rewritten since, or its segment merged away: found by id
+  if (now_deleted_[seg] != nullptr && !roaring_bitmap_contains(now_deleted_[seg], doc)) return false;
+  if (roaring_bitmap_contains(known_live_[seg].get(), doc)) return false;
+  // Deleted or rewritten since, or its segment merged away: found by id.
+  if (!LiveIn(now_, id)) return true;
+  roaring_bitmap_add(known_live_[seg].get(), doc);
+  return false;
 }
 
-std::shared_ptr<const Snapshot> WalkPins::Find(const std::string& position) const {
+uint64_t WalkPins::generation() const {
   std::lock_guard<std::mutex> l(mu_);
-  auto it = pins_.find(position);
+  return generation_;
+}
+
+std::shared_ptr<const Snapshot> WalkPins::Find(std::string_view position) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = pins_.find(KeyOf(position));
   if (it == pins_.end() || Clock::now() - it->second->made > kWalkKeepAlive) return nullptr;
   return it->second->snap;
 }
 
-void WalkPins::Expire(Clock::time_point now, size_t keep, std::vector<std::shared_ptr<const Snapshot>>& dropped) {
-  while (!order_.empty() && (order_.size() > keep || now - order_.front().made > kWalkKeepAlive)) {
-    pins_.erase(order_.front().position);
-    dropped.push_back(std::move(order_.front().snap));
-    order_.pop_front();
+void WalkPins::MoveTo(std::list<Pinned>::iterator it, Pool pool) {
+  lists_[pool].splice(lists_[pool].end(), lists_[it->pool], it);
+  it->pool = pool;
+}
+
+void WalkPins::Expire(Clock::time_point now, std::vector<std::shared_ptr<const Snapshot>>& dropped) {
+  for (Pool pool : {kFirst, kWalk}) {
+    std::list<Pinned>& list = lists_[pool];
+    const size_t cap = pool == kWalk ? kMaxWalks : kMaxFirstPages;
+    while (!list.empty() && (list.size() > cap || now - list.front().made > kWalkKeepAlive)) {
+      pins_.erase(list.front().key);
+      dropped.push_back(std::move(list.front().snap));
+      list.pop_front();
+    }
   }
 }
 
-void WalkPins::Pin(std::string position, std::shared_ptr<const Snapshot> snap) {
+void WalkPins::Pin(std::string_view position, std::shared_ptr<const Snapshot> snap, uint64_t generation, bool walking,
+                   std::string_view from) {
   const Clock::time_point now = Clock::now();
+  const Key key = KeyOf(position);
   std::vector<std::shared_ptr<const Snapshot>> dropped;  // released after the lock
   std::lock_guard<std::mutex> l(mu_);
-  if (auto it = pins_.find(position); it != pins_.end()) {  // pinned again: now the newest
+  if (generation != generation_) return;  // read before a Clear: the walk does not go on over it
+  if (!from.empty())
+    if (auto it = pins_.find(KeyOf(from)); it != pins_.end() && !(it->second->key == key)) MoveTo(it->second, kFirst);
+  const Pool pool = walking ? kWalk : kFirst;
+  if (auto it = pins_.find(key); it != pins_.end()) {  // pinned again: now the newest
     dropped.push_back(std::move(it->second->snap));
-    order_.splice(order_.end(), order_, it->second);
-    order_.back().snap = std::move(snap);
-    order_.back().made = now;
+    it->second->snap = std::move(snap);
+    it->second->made = now;
+    MoveTo(it->second, pool);
   } else {
-    order_.push_back(Pinned{std::move(position), std::move(snap), now});
-    pins_.emplace(order_.back().position, std::prev(order_.end()));
+    lists_[pool].push_back(Pinned{key, std::move(snap), now, pool});
+    pins_.emplace(key, std::prev(lists_[pool].end()));
   }
-  Expire(now, kMaxWalks, dropped);
+  Expire(now, dropped);
 }
 
 void WalkPins::Clear() {
   std::vector<std::shared_ptr<const Snapshot>> dropped;
   std::lock_guard<std::mutex> l(mu_);
-  Expire(Clock::time_point::max(), 0, dropped);
+  ++generation_;
+  for (std::list<Pinned>& list : lists_)
+    for (Pinned& p : list) dropped.push_back(std::move(p.snap));
+  lists_[kFirst].clear();
+  lists_[kWalk].clear();
+  pins_.clear();
 }
 
 size_t WalkPins::size() const {
   std::lock_guard<std::mutex> l(mu_);
-  return order_.size();
+  return pins_.size();
+}
+
+void WalkPins::Held(const Snapshot& current, uint64_t& disk, uint64_t& memory) const {
+  disk = memory = 0;
+  std::unordered_set<const void*> counted;  // segments and bitmaps, each once
+  for (const SegmentState& s : current.segments) {
+    counted.insert(s.segment.get());
+    counted.insert(s.deleted.get());
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  std::unordered_set<const Snapshot*> seen;
+  for (const std::list<Pinned>& list : lists_)
+    for (const Pinned& p : list) {
+      if (!seen.insert(p.snap.get()).second) continue;
+      for (const SegmentState& s : p.snap->segments) {
+        if (counted.insert(s.segment.get()).second) {
+          disk += s.segment->file_bytes();
+          memory += s.segment->memory_bytes();
+        }
+        if (counted.insert(s.deleted.get()).second) memory += roaring_bitmap_size_in_bytes(s.deleted.get());
+      }
+    }
 }
 
 }  // namespace corvid::postings

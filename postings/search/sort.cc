@@ -137,8 +137,11 @@ std::string WalkPosition(const SearchRequest& req, const std::vector<SortKey>& s
   };
   text(req.q);
   text(req.filter);
-  text(req.sort);
   p.push_back(req.op == DefaultOperator::kAnd ? 'a' : 'o');
+  for (const SortKey& k : sort) {  // the keys as read: "n,-d", "n, -d" and "+n,-d" are one sort
+    text(k.field == nullptr ? std::string_view() : std::string_view(k.field->name));
+    p.push_back(k.desc ? 'd' : 'a');
+  }
   for (size_t si = 0; si < sort.size(); ++si) {
     const FieldDef* fd = sort[si].field;
     if (fd == nullptr) {

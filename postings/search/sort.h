@@ -66,8 +66,8 @@ inline bool SortsByField(const std::vector<SortKey>& sort) {
   return false;
 }
 
-// `at`'s place in its walk (walks.h): the request's q, filter, sort and op,
-// then `at`'s sort key, as bytes equal exactly when two keys are the same
+// `at`'s place in its walk (walks.h): the request's q, filter and op, the
+// sort keys as read, then `at`'s sort key, as bytes equal exactly when two keys are the same
 // place in the same walk. Numbers are taken as they read (ParseNumber), not
 // as written, so a client that rewrites a key's JSON text (1.5e-07 for
 // 1.5e-7) still names the place.

@@ -569,19 +569,72 @@ TEST_CASE("searchAfter: a field-sorted walk keeps each document's place while wr
   }
 }
 
-TEST_CASE("searchAfter: an index keeps at most kMaxWalks pinned walks, the latest", "[postings]") {
+TEST_CASE("searchAfter: a pinned walk is found however its key's numbers and its sort are written", "[postings]") {
+  Fixture fx;
+  for (int i = 0; i < 50; ++i) {
+    char id[8];
+    std::snprintf(id, sizeof id, "d%02d", i);
+    fx.store.Put(id, R"({"body": "w00", "n": )" + std::to_string(i) + "}");
+  }
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  const Page first = fx.Run(Request("w00", "n", 5));
+  REQUIRE(first.hits.size() == 5);
+  CHECK(first.hits.back().sort_json == R"([4,"d04"])");
+  // Between pages: d02 (returned) moves ahead of the key, d30 behind it; a new one comes.
+  fx.store.Put("d02", R"({"body": "w00", "n": 7.5})");
+  fx.store.Put("d30", R"({"body": "w00", "n": 1})");
+  fx.store.Put("new", R"({"body": "w00", "n": 6})");
+  REQUIRE(fx.store.Flush(*fx.idx).ok());
+  for (const char* number : {"4", "4.0", "4e0", "0.4e1", "4.000000000000000000001"}) {
+    for (const char* sort : {"n", "+n", " n"}) {
+      INFO(number << " " << sort);
+      SearchRequest r = Request("w00", sort, 5);
+      r.search_after = std::vector<SortValue>{{SortValue::Type::kNumber, number}, {SortValue::Type::kString, "d04"}};
+      const Page page = fx.Run(r);
+      CHECK(page.total == 50);  // the walk's moment
+      REQUIRE(page.hits.size() == 5);
+      CHECK(Ids(page.hits) == std::vector<std::string>{"d05", "d06", "d07", "d08", "d09"});
+    }
+  }
+  // Another key, or another query, is another walk: the index as it is now.
+  SearchRequest r = Request("w00 OR w01", "n", 5);
+  r.search_after = std::vector<SortValue>{{SortValue::Type::kNumber, "4"}, {SortValue::Type::kString, "d04"}};
+  const Page now = fx.Run(r);
+  CHECK(now.total == 51);
+  CHECK(Ids(now.hits) == std::vector<std::string>{"d05", "d06", "new", "d07", "d02"});
+}
+
+TEST_CASE("searchAfter: pinned walks are bounded, and first pages cannot push walks out", "[postings]") {
   WalkPins pins;
   auto snap = std::make_shared<const Snapshot>();
-  for (size_t i = 0; i <= kMaxWalks; ++i) pins.Pin("walk" + std::to_string(i), snap);
-  CHECK(pins.size() == kMaxWalks);
-  CHECK(pins.Find("walk0") == nullptr);  // the least recently pinned went
+  const uint64_t g = pins.generation();
+  // Walks going on: at most kMaxWalks, the latest.
+  for (size_t i = 0; i <= kMaxWalks; ++i) pins.Pin("walk" + std::to_string(i), snap, g, true, "");
+  CHECK(pins.Find("walk0") == nullptr);
   CHECK(pins.Find("walk1") == snap);
-  CHECK(pins.Find("walk" + std::to_string(kMaxWalks)) == snap);
-  pins.Pin("walk1", snap);  // pinned again: still one
-  CHECK(pins.size() == kMaxWalks);
+  // First pages (which nobody may continue) push out each other, not walks.
+  for (size_t i = 0; i < 3 * kMaxFirstPages; ++i) pins.Pin("first" + std::to_string(i), snap, g, false, "");
+  CHECK(pins.Find("walk1") == snap);
+  CHECK(pins.Find("first0") == nullptr);
+  CHECK(pins.Find("first" + std::to_string(3 * kMaxFirstPages - 1)) == snap);
+  CHECK(pins.size() == kMaxWalks + kMaxFirstPages);
+  // A page read at walk1's pin leaves it among the first pages, for a retry, until they push it out.
+  pins.Pin("walk1-next", snap, g, true, "walk1");
+  CHECK(pins.Find("walk1") == snap);
+  for (size_t i = 0; i < kMaxFirstPages; ++i) pins.Pin("again" + std::to_string(i), snap, g, false, "");
+  CHECK(pins.Find("walk1") == nullptr);
+  CHECK(pins.Find("walk1-next") == snap);
+  // Pinned again: one pin, the newest of its pool.
+  const size_t n = pins.size();
+  pins.Pin("walk2", snap, g, true, "");
+  CHECK(pins.size() == n);
+  // Clear drops every pin and refuses one made by a search that began before it.
   pins.Clear();
   CHECK(pins.size() == 0);
-  CHECK(pins.Find("walk1") == nullptr);
+  pins.Pin("late", snap, g, true, "");
+  CHECK(pins.Find("late") == nullptr);
+  pins.Pin("late", snap, pins.generation(), true, "");
+  CHECK(pins.Find("late") == snap);
 }
 
 TEST_CASE("searchAfter: a key that does not fit the sort is refused", "[postings]") {
