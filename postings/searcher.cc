@@ -166,20 +166,27 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req, S
   // A walk's pinned snapshot (walks.h): its hits of documents deleted since are left out.
   std::optional<GoneSince> gone;  // not thread-safe: a field sort reads its segments one after another
   if (walk != nullptr && walk->now != nullptr) gone.emplace(snap, *walk->now);
-  // Puts the best min(n, hits) hits first, in order, and returns how many;
-  // on a pinned snapshot, the best of those still live (the others are
-  // dropped), checked in order so that a page checks about its own hits.
-  auto settle = [&](size_t n) -> size_t {
-    size_t done = 0;  // hits[0, done): the best, in order, live
-    while (done < std::min(n, hits.size())) {
-      const auto k = static_cast<std::ptrdiff_t>(std::min(n, hits.size()));
-      std::partial_sort(hits.begin() + static_cast<std::ptrdiff_t>(done), hits.begin() + k, hits.end(), less);
-      if (!gone) return static_cast<size_t>(k);
-      auto kept = std::remove_if(hits.begin() + static_cast<std::ptrdiff_t>(done), hits.begin() + k,
-                                 [&](const Hit& h) { return (*gone)(h.seg, h.doc, h.id); });
-      done = static_cast<size_t>(kept - hits.begin());
-      hits.erase(kept, hits.begin() + k);
+  // Puts the best min(n, hits) hits first and returns how many; on a
+  // pinned snapshot, the best of those still live (the others are
+  // dropped: only candidates for the page are checked). In order if
+  // `sorted` (the answer), else in any order (a trim).
+  auto settle = [&](size_t n, bool sorted) -> size_t {
+    const auto at = [&](size_t i) { return hits.begin() + static_cast<std::ptrdiff_t>(i); };
+    if (!gone) {
+      const size_t k = std::min(n, hits.size());
+      if (sorted) std::partial_sort(hits.begin(), at(k), hits.end(), less);
+      else if (k < hits.size()) std::nth_element(hits.begin(), at(k), hits.end(), less);
+      return k;
     }
+    size_t done = 0;  // hits[0, done): among the best, live
+    while (done < std::min(n, hits.size())) {
+      const size_t k = std::min(n, hits.size());
+      if (k < hits.size()) std::nth_element(at(done), at(k), hits.end(), less);
+      auto kept = std::remove_if(at(done), at(k), [&](const Hit& h) { return (*gone)(h.seg, h.doc, h.id); });
+      done = static_cast<size_t>(kept - hits.begin());
+      hits.erase(kept, at(k));
+    }
+    if (sorted) std::sort(hits.begin(), at(done), less);
     return done;
   };
   // A field sort keeps at most about twice `want` hits: when the list
@@ -188,13 +195,8 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req, S
     if (after != nullptr && !less(*after, h)) return;  // at or before the key: an earlier page's
     hits.push_back(std::move(h));
     if (hits.size() > want && hits.size() - want >= std::max(want, size_t{1024})) {
-      if (gone) {
-        const size_t kept = settle(want);
-        hits.resize(kept);
-        return;
-      }
-      std::nth_element(hits.begin(), hits.begin() + static_cast<std::ptrdiff_t>(want), hits.end(), less);
-      hits.erase(hits.begin() + static_cast<std::ptrdiff_t>(want), hits.end());
+      const size_t kept = settle(want, false);
+      hits.erase(hits.begin() + static_cast<std::ptrdiff_t>(kept), hits.end());
     }
   };
   // Segment k's final matches: the query's, restricted by the filter and
@@ -312,7 +314,7 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req, S
   if (by_score) {
     for (const TopEntry& e : std::move(topk).Sorted()) hits.push_back(Hit{e.score, e.seg, e.doc, e.id(), {}, {}, {}});
   }
-  const size_t top = settle(want);
+  const size_t top = settle(want, true);
   // Sorted by a field: a walk may go on from the page's last hit (also
   // after a short page: a client that reads on until an empty one must
   // not get the index as it is now at the end of its walk).
