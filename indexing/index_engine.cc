@@ -1033,7 +1033,17 @@ Status IndexEngine::Verify(const std::string& dir, VerifyReport& report) {
       report.notes.push_back("index " + name + ": no definition (a create that never finished); the server removes it");
       continue;
     }
-    if (fs::exists(top / "definition.json", ec)) versions.insert(versions.begin(), 0);
+    for (const auto& e : fs::directory_iterator(top, ec))
+      if (e.path().filename().string().starts_with(".trash-"))
+        report.notes.push_back("index " + name + ": " + e.path().string() +
+                               " is what a removal left (interrupted); the server removes it at start");
+    if (fs::exists(top / "definition.json", ec)) {
+      if (current != 0 && resolved.damage.empty())
+        report.notes.push_back("index " + name + ": files of version 0 (from before versions) beside current v" +
+                               std::to_string(*current) + " are what a switch left (interrupted); the server removes them at start");
+      else
+        versions.insert(versions.begin(), 0);
+    }
     for (uint64_t k : versions) {
       const fs::path vdir = Impl::VersionDir(top, k);
       std::string label = "index " + name;

@@ -24,6 +24,7 @@ import random
 import re
 import shutil
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -1059,6 +1060,12 @@ class IndexLifecycleTest(IndexTestCase):
         shutil.copy(os.path.join(top, 'v1', 'definition.json'), os.path.join(top, 'definition.json'))
         with open(os.path.join(top, 'errors.log'), 'w') as f:
             f.write('')
+        # `corvid verify` calls them leftovers, not damage.
+        out = subprocess.run([self.server.binary, 'verify', '--data', self.server.data_dir],
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn('.trash-v7-123-1 is what a removal left', out.stdout)
+        self.assertIn('files of version 0 (from before versions) beside current v1', out.stdout)
         self.server.start()
         self.reconnect()
         for path in planted + [os.path.join(top, 'definition.json'), os.path.join(top, 'errors.log')]:
