@@ -109,11 +109,9 @@ std::string ErrorText(const server::HttpResponse& r) {
   return std::to_string(r.status) + " " + r.body;
 }
 
-// One request whose 2xx body is wanted; prints the failure and returns
-// nullopt otherwise.
-std::optional<std::string> Call(server::HttpClient& c, std::string_view method, const std::string& target,
-                                std::string_view body = {}) {
-  auto r = c.Request(method, target, body);
+// The body of a 2xx answer `r` to `method target`; otherwise prints why
+// and returns nullopt.
+std::optional<std::string> Checked(Result<server::HttpResponse> r, std::string_view method, const std::string& target) {
   if (!r.ok()) {
     std::fprintf(stderr, "corvid: %s\n", r.status().message().c_str());
     return std::nullopt;
@@ -123,6 +121,12 @@ std::optional<std::string> Call(server::HttpClient& c, std::string_view method, 
     return std::nullopt;
   }
   return std::move(r->body);
+}
+
+// One request whose 2xx body is wanted (Checked).
+std::optional<std::string> Call(server::HttpClient& c, std::string_view method, const std::string& target,
+                                std::string_view body = {}) {
+  return Checked(c.Request(method, target, body), method, target);
 }
 
 std::string Compact(const rapidjson::Value& v) {
@@ -287,12 +291,23 @@ int Export(const Remote& remote, const std::string& collection, const std::strin
   bool first = true;
   uint64_t docs = 0, bytes = 0, rewritten = 0;
   const auto start = std::chrono::steady_clock::now();
+  // Pages of up to 1,000 documents (the listing's most); a page the server
+  // finds too large for one answer (--max-response-bytes: large
+  // documents) is asked again with half the limit, and the limit grows
+  // back after each page that fits.
+  size_t limit = 1000;
   for (;;) {
-    std::string target = "/docs/" + server::PercentEncode(collection) + "?limit=1000";
+    std::string target = "/docs/" + server::PercentEncode(collection) + "?limit=" + std::to_string(limit);
     if (!first) target += "&after=" + server::PercentEncode(after);
-    first = false;
-    auto body = Call(*c, "GET", target);
+    auto r = c->Request("GET", target, {});
+    if (r.ok() && r->status == 400 && limit > 1 && r->body.find("\"response_too_large\"") != std::string::npos) {
+      limit /= 2;
+      continue;
+    }
+    auto body = Checked(std::move(r), "GET", target);
     if (!body) return 1;
+    first = false;
+    limit = std::min<size_t>(limit * 2, 1000);
     PageScan scan;
     rapidjson::StringStream ss(body->c_str());
     scan.is = &ss;

@@ -62,6 +62,24 @@ class CliTest(unittest.TestCase):
         return listing.get(coll, 0)
 
     # -- import / export -------------------------------------------------------
+    def test_export_of_documents_too_large_for_one_page(self):
+        """A page of 1,000 documents can exceed --max-response-bytes (the
+        server answers 400 response_too_large): export asks again with
+        fewer, and exports every document."""
+        server = CorvidServer(['--listen', '127.0.0.1:0', '--max-response-bytes', '20000'])
+        server.start()
+        self.addCleanup(server.cleanup)
+        self.addCleanup(server.stop)
+        c = server.client()
+        docs = {'d%02d' % i: {'id': 'd%02d' % i, 'text': ('%02d' % i) * 1500} for i in range(30)}
+        body = ''.join(json.dumps(d) + '\n' for d in docs.values())
+        self.assertEqual(c.post('/docs/big/_bulk', body, content_type='application/x-ndjson').status, 200)
+        self.assertEqual(c.get('/docs/big?limit=1000').status, 400)  # one page would be too large
+        c.close()
+        proc = self.corvid('export', 'big', env={'CORVID_URL': 'http://127.0.0.1:%d' % server.port})
+        got = {d['id']: d for d in (json.loads(line) for line in proc.stdout.splitlines())}
+        self.assertEqual(got, docs)
+
     def test_import_ndjson_array_csv_and_export(self):
         docs = [{'id': 'n%d' % i, 'k': 'k%d' % (i % 3), 'v': i, 'x': 1.25, 'big': 12345678901234567890,
                  't': 'caf\u00e9 \u2603 "q" %d' % i} for i in range(3000)]
