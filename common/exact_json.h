@@ -16,8 +16,10 @@
 #include <rapidjson/stream.h>
 
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -142,14 +144,22 @@ class ExactNumberHandler {
       }
       if (big_ != nullptr) big_->Record(doubles_, std::string_view(s, n));  // beyond 64 bits
     }
-    ++doubles_;
+    const size_t nth = doubles_++;
     double d;
     if (auto [p, ec] = std::from_chars(s, end, d); ec == std::errc() && p == end) return doc_.Double(d);
-    // Out of range: strtod gives the rounded denormal, zero or infinity
-    // (the store refuses numbers beyond a double's range, so this is a
-    // value below the smallest denormal in practice).
+    // Out of range: strtod gives the rounded denormal, zero or infinity.
     std::string text(s, n);
-    return doc_.Double(std::strtod(text.c_str(), nullptr));
+    d = std::strtod(text.c_str(), nullptr);
+    if (std::isinf(d)) {
+      // Beyond a double's range: only in a store written before the
+      // validator refused 10e308 as it refuses 1e400 (RapidJSON passes the
+      // former). No writer can put infinity in JSON (RapidJSON's gives up
+      // mid-value): it is read as the largest double and written back as
+      // written.
+      if (big_ != nullptr && !integer) big_->Record(nth, std::string_view(s, n));  // an integer is recorded above
+      d = std::copysign(std::numeric_limits<double>::max(), d);
+    }
+    return doc_.Double(d);
   }
 
  private:

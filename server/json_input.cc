@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -311,6 +313,21 @@ class KeySets {
 
 // Tracks depth, the root's type, the top-level "id" / "_deleted" and,
 // given KeySets, each object's keys.
+// Whether a JSON number's text is beyond a double's range (|x| >
+// 1.7976931348623157e308). RapidJSON refuses an exponent above 308 and an
+// integer of more digits, but reads 10e308 or 1.8e308 as infinity, which
+// no index nor JSON answer can hold (docs/http-choices.md, Documents).
+// Only a number with an exponent or more than 300 characters can be.
+bool BeyondDoubleRange(std::string_view text) {
+  const size_t e = text.find_first_of("eE");
+  if (e == std::string_view::npos && text.size() <= 300) return false;
+  double v = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (r.ec == std::errc::result_out_of_range)  // too large, or too small (1e-400 reads as 0, as RapidJSON does)
+    return e == std::string_view::npos || e + 1 >= text.size() || text[e + 1] != '-';
+  return r.ec == std::errc() && std::isinf(v);
+}
+
 class Handler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Handler> {
  public:
   // `keys` (reset, or null not to look for duplicate keys) must outlive the parse.
@@ -363,7 +380,14 @@ class Handler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Handler> 
   }
   // Numbers (kept as text), null: anything that is not a string for "id".
   bool Default() { return Scalar(); }
-  bool RawNumber(const char*, SizeType, bool) { return Scalar(); }
+  bool RawNumber(const char* s, SizeType len, bool) {
+    if (BeyondDoubleRange(std::string_view(s, len))) {
+      number_too_big = true;
+      return false;
+    }
+    return Scalar();
+  }
+  bool number_too_big = false;  // a number beyond a double's range (parse stopped at it)
 
  private:
   enum class Pending { kNone, kId, kDeleted };
@@ -651,6 +675,9 @@ std::optional<JsonProblem> ValidateJsonObject(std::string_view text, ObjectField
   if (handler.lone_surrogate || ok.Code() == rapidjson::kParseErrorStringUnicodeSurrogateInvalid)
     return LoneSurrogateProblem(text, ok);
   if (handler.duplicate_key) return DuplicateKeyProblem(text, ok, handler);
+  if (handler.number_too_big)  // RapidJSON's message for 1e400; the offset is the number's
+    return JsonProblem{"invalid_json", "Number too big to be stored in double. at offset " + std::to_string(ok.Offset()),
+                       ok.Offset()};
   if (!ok) {
     std::string message = rapidjson::GetParseError_En(ok.Code());
     message += " at offset " + std::to_string(ok.Offset());

@@ -22,8 +22,23 @@ using namespace corvid::server;
 
 TEST_CASE("JSON validation accepts objects and names every problem", "[server]") {
   CHECK_FALSE(ValidateJsonObject(R"({"a":[1,2,{"b":null}],"n":1.5e308,"big":18446744073709551616123})"));
-  // Numbers beyond the double range are refused (documented limit).
+  // Numbers beyond the double range are refused (documented limit),
+  // also those whose exponent RapidJSON lets through (10e308 read as
+  // infinity was stored, and a search answer then held `"score":}`).
   CHECK(ValidateJsonObject(R"({"n":1e400})")->code == "invalid_json");
+  for (const char* big : {"10e308", "9e308", "1.8e308", "-1.8e308", "1E+309", "1.7976931348623159e308", "0.2e309",
+                          "1000000000000000000000e300"}) {
+    INFO(big);
+    auto p = ValidateJsonObject(std::string(R"({"a":[1,)") + big + "]}");
+    REQUIRE(p);
+    CHECK(p->code == "invalid_json");
+    CHECK(p->message == "Number too big to be stored in double. at offset 8");
+    CHECK(p->offset == size_t{8});
+  }
+  // The largest double and numbers that round to it, or to zero, are numbers.
+  for (const char* fine : {"1e308", "1.7976931348623157e308", "1.7976931348623158e308", "-1.7976931348623157e308",
+                           "1e-400", "0.1e-330", "123456789012345678901234567890", "1.5E+3", "0e0"})
+    CHECK_FALSE(ValidateJsonObject(std::string(R"({"a":[1,)") + fine + "]}"));
   CHECK_FALSE(ValidateJsonObject("  {}\n"));
   // A raw NUL byte ends RapidJSON's input, so "{}\0..." once passed as "{}"
   // and was stored with the rest: invalid JSON for every reader after.
