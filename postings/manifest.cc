@@ -53,7 +53,14 @@ std::string EncodeManifest(uint64_t fingerprint, uint64_t etag, uint64_t next_se
 Result<DecodedManifest> DecodeManifest(std::string_view m) {
   auto bad = [](const char* why) { return Status::Corruption(std::string("MANIFEST: ") + why); };
   if (m.size() < 56 || std::memcmp(m.data(), kManifestMagic, 8) != 0) return bad("not a manifest");
-  if (GetFixed<uint32_t>(m.data() + 8) != kManifestVersion) return bad(kOutdatedFormat.data());
+  // A version no build wrote (0, or newer than this one) is believed only
+  // if the file passes this version's checksum (a flipped bit there is
+  // damage); an older one had another checksum.
+  if (const uint32_t version = GetFixed<uint32_t>(m.data() + 8); version != kManifestVersion) {
+    if ((version > kManifestVersion || version == 0) && XXH3_64bits(m.data(), m.size() - 8) != GetFixed<uint64_t>(m.data() + m.size() - 8))
+      return bad(("checksum mismatch (and its format version, " + std::to_string(version) + ", is not this build's)").c_str());
+    return bad(kOutdatedFormat.data());
+  }
   if (XXH3_64bits(m.data(), m.size() - 8) != GetFixed<uint64_t>(m.data() + m.size() - 8)) return bad("checksum mismatch");
   DecodedManifest d;
   d.fingerprint = GetFixed<uint64_t>(m.data() + 16);

@@ -701,8 +701,16 @@ Status SearchIndex::Verify(const std::string& dir, const SearchDefinition& defin
   for (const auto& entry : m->segments) {
     auto seg = Segment::Open(dir + "/" + SegmentName(entry.id), def->Fingerprint(), nt, nn, Segment::Checksum::kVerify);
     if (!seg.ok()) {
-      if (IsOutdated(seg.status())) report.notes.push_back(label + ": " + seg.status().message() + "; the server rebuilds it");
-      else report.damaged.push_back(label + ": " + seg.status().ToString());
+      // A segment of another definition than its MANIFEST's (which matched
+      // the definition above) is not outdated: a MANIFEST names only
+      // segments written for it.
+      if (seg.status().message().ends_with(kOutdatedDefinition))
+        report.damaged.push_back(label + ": " + SegmentName(entry.id) +
+                                 " was written for another definition than its MANIFEST's");
+      else if (IsOutdated(seg.status()))
+        report.notes.push_back(label + ": " + seg.status().message() + "; the server rebuilds it");
+      else
+        report.damaged.push_back(label + ": " + seg.status().ToString());
       damaged = true;
       continue;
     }

@@ -97,12 +97,33 @@ Result<std::shared_ptr<const Segment>> Segment::Open(const std::string& path, ui
   auto bad = [&](const std::string& why) { return Status::Corruption(path + ": " + why); };
   if (size < kHeaderBytes + 16 || std::memcmp(b, kMagic, 8) != 0 || std::memcmp(b + size - 8, kFooterMagic, 8) != 0)
     return bad("not a segment file");
-  if (GetFixed<uint32_t>(b + 8) != kSegmentFormatVersion) return bad(std::string(kOutdatedFormat));
-  if (GetFixed<uint32_t>(b + 12) != kRoaringTag) return bad(std::string(kOutdatedRoaring));
-  if (GetFixed<uint64_t>(b + 16) != fingerprint) return bad(std::string(kOutdatedDefinition));
+  // Checked (kVerify), a header that says "another format, CRoaring or
+  // definition" is believed only if the file passes this format's checksum
+  // (which covers the header) or names an older format (whose checksum may
+  // differ): a flipped bit in those fields is damage, not a reason to
+  // rebuild quietly.
+  std::optional<bool> sums;
+  auto sound = [&] {
+    if (!sums) sums = FileChecksum(b, size - kFooterBytes) == GetFixed<uint64_t>(b + size - kFooterBytes);
+    return *sums;
+  };
+  const bool checked = checksum == Checksum::kVerify;
+  const uint32_t version = GetFixed<uint32_t>(b + 8);
+  if (version != kSegmentFormatVersion) {
+    if (checked && (version > kSegmentFormatVersion || version == 0) && !sound())
+      return bad("checksum mismatch (and its format version, " + std::to_string(version) + ", is not this build's)");
+    return bad(std::string(kOutdatedFormat));
+  }
+  if (GetFixed<uint32_t>(b + 12) != kRoaringTag) {
+    if (checked && !sound()) return bad("checksum mismatch (and another CRoaring tag)");
+    return bad(std::string(kOutdatedRoaring));
+  }
+  if (GetFixed<uint64_t>(b + 16) != fingerprint) {
+    if (checked && !sound()) return bad("checksum mismatch (and another definition's fingerprint)");
+    return bad(std::string(kOutdatedDefinition));
+  }
   if (GetFixed<uint64_t>(b + 48) != size) return bad("truncated");
-  if (checksum == Checksum::kVerify && FileChecksum(b, size - kFooterBytes) != GetFixed<uint64_t>(b + size - kFooterBytes))
-    return bad("checksum mismatch");
+  if (checked && !sound()) return bad("checksum mismatch");
   s->doc_count_ = GetFixed<uint32_t>(b + 24);
   if (GetFixed<uint32_t>(b + 28) != text_fields || GetFixed<uint32_t>(b + 32) != numeric_fields)
     return bad("field counts differ from the definition");

@@ -215,12 +215,20 @@ class CorruptionTest(unittest.TestCase):
 
     # -- search index files ------------------------------------------------
     def test_segment_bytes_flipped(self):
-        data = self.damaged_copy()
-        seg = self.segments(data)[0]
-        flip(seg, os.path.getsize(seg) // 2)
-        self.verify(data, os.path.basename(seg))
-        self.serve_and_check(data, 's')
-        self.verify(data)
+        """In its body, and in the header's format version (bytes 8-11) and
+        definition fingerprint (16-23): read as "another format" or
+        "another definition", those once meant a quiet rebuild, and
+        `corvid verify` said nothing was damaged."""
+        for where in ('middle', 'version', 'fingerprint'):
+            with self.subTest(where=where):
+                data = self.damaged_copy()
+                seg = self.segments(data)[0]
+                offset, count = {'middle': (os.path.getsize(seg) // 2, 8), 'version': (8, 4),
+                                 'fingerprint': (16, 8)}[where]
+                flip(seg, offset, count)
+                self.verify(data, os.path.basename(seg))
+                self.serve_and_check(data, 's')
+                self.verify(data)
 
     def test_segment_truncated(self):
         data = self.damaged_copy()
@@ -238,12 +246,14 @@ class CorruptionTest(unittest.TestCase):
         self.serve_and_check(data, 's')
 
     def test_manifest_flipped_truncated_deleted(self):
-        for damage in ('flip', 'truncate', 'delete'):
+        for damage in ('flip', 'flip version', 'truncate', 'delete'):
             with self.subTest(damage=damage):
                 data = self.damaged_copy()
                 manifest = os.path.join(self.state_dir(data, 's'), 'state', 'MANIFEST')
                 if damage == 'flip':
                     flip(manifest, 20)
+                elif damage == 'flip version':
+                    flip(manifest, 8, 4)
                 elif damage == 'truncate':
                     truncate(manifest)
                 else:

@@ -2,10 +2,13 @@
 // updates/deletes, reopen, corrupt files, merges (also with batches applied
 // while a background merge runs), sort, facets, stored fields, highlights,
 // filters and request errors.
+#include <xxhash.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -17,6 +20,8 @@
 
 #include "common/utf8.h"
 #include "postings/definition.h"
+#include "postings/file_util.h"
+#include "postings/manifest.h"
 #include "postings/search_index.h"
 #include "postings/snapshot.h"
 #include "tests/postings/test_util.h"
@@ -172,6 +177,31 @@ struct Fixture {
     return out;
   }
 };
+
+TEST_CASE("MANIFEST: a version no build wrote is damage unless its checksum is sound", "[postings]") {
+  Bitmap deleted(roaring_bitmap_create());
+  const ManifestEntry entries[] = {{7, 100, deleted.get()}};
+  const std::string m = EncodeManifest(42, 1000, 8, entries);
+  REQUIRE(DecodeManifest(m).ok());
+  auto with_version = [&](uint32_t version, bool resum) {
+    std::string other = m;
+    std::memcpy(other.data() + 8, &version, 4);
+    if (resum) {
+      const uint64_t sum = XXH3_64bits(other.data(), other.size() - 8);
+      std::memcpy(other.data() + other.size() - 8, &sum, 8);
+    }
+    auto d = DecodeManifest(other);
+    REQUIRE(!d.ok());
+    return d.status();
+  };
+  CHECK(IsOutdated(with_version(1, false)));  // the version before, whose checksum was another
+  CHECK(IsOutdated(with_version(3, true)));   // a newer build's, sound
+  for (uint32_t flipped : {3u, 0u, 2u ^ 0x100u}) {  // one flipped bit
+    const Status st = with_version(flipped, false);
+    CHECK(!IsOutdated(st));
+    CHECK(st.message().find("checksum mismatch") != std::string::npos);
+  }
+}
 
 TEST_CASE("index updates, deletes, reopen", "[postings]") {
   Fixture fx;

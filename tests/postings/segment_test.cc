@@ -12,6 +12,7 @@
 #include "common/resident_pages.h"
 #include "postings/posting_cursor.h"
 #include "postings/segment.h"
+#include "postings/segment_format.h"
 #include "tests/postings/test_util.h"
 
 namespace corvid::postings {
@@ -108,19 +109,41 @@ TEST_CASE("segment round trip", "[postings]") {
 
   SECTION("a segment of another format version is unknown") {
     // Format 4 (a skip entry per 64 postings) must not be read as format
-    // 5: the version is checked before anything else.
-    for (uint32_t version : {kSegmentFormatVersion - 1, kSegmentFormatVersion + 1}) {
+    // 5: the version is checked before anything else. An older version is
+    // believed (its checksum may be another); a version no build wrote
+    // before this one only with this format's checksum sound, so that a
+    // flipped bit in the version is damage, not a quiet rebuild.
+    auto with_version = [&](uint32_t version, bool resum) {
       std::string other = image;
       std::memcpy(other.data() + 8, &version, 4);
+      if (resum) {
+        const uint64_t sum = segment_format::FileChecksum(other.data(), other.size() - 16);
+        std::memcpy(other.data() + other.size() - 16, &sum, 8);
+      }
       REQUIRE(WriteFileAtomic(dir.path(), "v.cvs", other).ok());
       auto opened = Segment::Open(dir.path() + "/v.cvs", 42, 2, 1);
       REQUIRE(opened.status().code() == StatusCode::kCorruption);
-      CHECK(opened.status().message().find("unknown format version") != std::string::npos);
+      return opened.status();
+    };
+    CHECK(IsOutdated(with_version(kSegmentFormatVersion - 1, false)));
+    CHECK(IsOutdated(with_version(kSegmentFormatVersion + 1, true)));
+    CHECK(with_version(kSegmentFormatVersion - 1, false).message().find("unknown format version") != std::string::npos);
+    for (uint32_t flipped : {kSegmentFormatVersion + 1, kSegmentFormatVersion ^ 0x40, 0u}) {
+      const Status st = with_version(flipped, false);
+      CHECK(!IsOutdated(st));
+      CHECK(st.message().find("checksum mismatch") != std::string::npos);
     }
   }
   SECTION("wrong fingerprint or field counts") {
     CHECK(Segment::Open(dir.path() + "/s.cvs", 43, 2, 1).status().code() == StatusCode::kCorruption);
+    CHECK(IsOutdated(Segment::Open(dir.path() + "/s.cvs", 43, 2, 1).status()));  // sound: another definition's
     CHECK(Segment::Open(dir.path() + "/s.cvs", 42, 3, 1).status().code() == StatusCode::kCorruption);
+    std::string flipped = image;  // a flipped bit in the fingerprint: damage
+    flipped[16] ^= 0x01;
+    REQUIRE(WriteFileAtomic(dir.path(), "f.cvs", flipped).ok());
+    const Status st = Segment::Open(dir.path() + "/f.cvs", 42, 2, 1).status();
+    CHECK(!IsOutdated(st));
+    CHECK(st.message().find("checksum mismatch") != std::string::npos);
   }
   SECTION("every flipped byte is detected") {
     for (size_t at : {size_t{0}, size_t{9}, size_t{70}, image.size() / 2, image.size() - 20, image.size() - 1}) {
