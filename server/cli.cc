@@ -667,6 +667,13 @@ int Run(int argc, char** argv) {
 
   auto* vf = app.add_subcommand("verify", "check every checksum of a stopped server's data directory (exit 1 if damaged)");
   vf->add_option("--data", data_dir, "the data directory")->capture_default_str();
+  // API.md gives every command --url and --api-key: these two work on
+  // files, with the server stopped, so they take them and use neither.
+  Remote unused;
+  for (CLI::App* offline : {rs, vf}) {
+    offline->add_option("--url", unused.url, "not used: this command works on files, with the server stopped");
+    offline->add_option("--api-key", unused.api_key, "not used: this command works on files, with the server stopped");
+  }
 
   try {
     app.parse(argc, argv);
