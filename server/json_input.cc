@@ -319,13 +319,14 @@ class KeySets {
 // no index nor JSON answer can hold (docs/http-choices.md, Documents).
 // Only a number with an exponent or more than 300 characters can be.
 bool BeyondDoubleRange(std::string_view text) {
-  const size_t e = text.find_first_of("eE");
-  if (e == std::string_view::npos && text.size() <= 300) return false;
+  if (text.size() <= 300 && text.find_first_of("eE") == std::string_view::npos) return false;
   double v = 0;
   const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (r.ec == std::errc::result_out_of_range)  // too large, or too small (1e-400 reads as 0, as RapidJSON does)
-    return e == std::string_view::npos || e + 1 >= text.size() || text[e + 1] != '-';
-  return r.ec == std::errc() && std::isinf(v);
+  if (r.ec == std::errc()) return std::isinf(v);
+  if (r.ec != std::errc::result_out_of_range) return false;
+  // Too large, or too small (0.<700 zeros>1 and 1e-400 read as 0, as RapidJSON reads them).
+  const std::string copy(text);
+  return std::isinf(std::strtod(copy.c_str(), nullptr));
 }
 
 class Handler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Handler> {

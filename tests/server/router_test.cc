@@ -39,6 +39,12 @@ TEST_CASE("JSON validation accepts objects and names every problem", "[server]")
   for (const char* fine : {"1e308", "1.7976931348623157e308", "1.7976931348623158e308", "-1.7976931348623157e308",
                            "1e-400", "0.1e-330", "123456789012345678901234567890", "1.5E+3", "0e0"})
     CHECK_FALSE(ValidateJsonObject(std::string(R"({"a":[1,)") + fine + "]}"));
+  // Hundreds of digits: below the smallest double (0) is a number, above the largest is not.
+  CHECK_FALSE(ValidateJsonObject(R"({"a":0.)" + std::string(700, '0') + "1}"));
+  CHECK_FALSE(ValidateJsonObject(R"({"a":-0.)" + std::string(400, '0') + "1e10}"));
+  CHECK_FALSE(ValidateJsonObject(R"({"a":1)" + std::string(300, '0') + "}"));
+  CHECK(ValidateJsonObject(R"({"a":1)" + std::string(400, '0') + "}")->code == "invalid_json");
+  CHECK(ValidateJsonObject(R"({"a":1)" + std::string(300, '0') + ".5e10}")->code == "invalid_json");
   CHECK_FALSE(ValidateJsonObject("  {}\n"));
   // A raw NUL byte ends RapidJSON's input, so "{}\0..." once passed as "{}"
   // and was stored with the rest: invalid JSON for every reader after.
