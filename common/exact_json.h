@@ -102,6 +102,20 @@ bool WriteExactly(const rapidjson::Value& v, Writer& w, const BigIntegers* big) 
   return v.Accept(w);
 }
 
+// A JSON number's text (validated) as the nearest double, correctly
+// rounded (std::from_chars); out of a double's range, what strtod gives: 0
+// or a denormal below the smallest, infinity beyond the largest. One
+// reading for the validator that refuses the latter (server/json_input.cc)
+// and for every reader of stored documents.
+inline double JsonNumberToDouble(std::string_view text) {
+  double d = 0;
+  if (auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), d);
+      ec == std::errc() && p == text.data() + text.size())
+    return d;
+  const std::string copy(text);  // strtod wants a terminated string; rare
+  return std::strtod(copy.c_str(), nullptr);
+}
+
 namespace detail {
 
 // Forwards SAX events to a document, turning raw number text into the
@@ -145,11 +159,7 @@ class ExactNumberHandler {
       if (big_ != nullptr) big_->Record(doubles_, std::string_view(s, n));  // beyond 64 bits
     }
     const size_t nth = doubles_++;
-    double d;
-    if (auto [p, ec] = std::from_chars(s, end, d); ec == std::errc() && p == end) return doc_.Double(d);
-    // Out of range: strtod gives the rounded denormal, zero or infinity.
-    std::string text(s, n);
-    d = std::strtod(text.c_str(), nullptr);
+    double d = JsonNumberToDouble(std::string_view(s, n));
     if (std::isinf(d)) {
       // Beyond a double's range: only in a store written before the
       // validator refused 10e308 as it refuses 1e400 (RapidJSON passes the

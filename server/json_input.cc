@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -19,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "common/exact_json.h"
 #include "common/utf8.h"
 
 namespace corvid::server {
@@ -311,8 +311,6 @@ class KeySets {
   size_t tables_used_ = 0;
 };
 
-// Tracks depth, the root's type, the top-level "id" / "_deleted" and,
-// given KeySets, each object's keys.
 // Whether a JSON number's text is beyond a double's range (|x| >
 // 1.7976931348623157e308). RapidJSON refuses an exponent above 308 and an
 // integer of more digits, but reads 10e308 or 1.8e308 as infinity, which
@@ -320,15 +318,11 @@ class KeySets {
 // Only a number with an exponent or more than 300 characters can be.
 bool BeyondDoubleRange(std::string_view text) {
   if (text.size() <= 300 && text.find_first_of("eE") == std::string_view::npos) return false;
-  double v = 0;
-  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (r.ec == std::errc()) return std::isinf(v);
-  if (r.ec != std::errc::result_out_of_range) return false;
-  // Too large, or too small (0.<700 zeros>1 and 1e-400 read as 0, as RapidJSON reads them).
-  const std::string copy(text);
-  return std::isinf(std::strtod(copy.c_str(), nullptr));
+  return std::isinf(JsonNumberToDouble(text));
 }
 
+// Tracks depth, the root's type, the top-level "id" / "_deleted" and,
+// given KeySets, each object's keys.
 class Handler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Handler> {
  public:
   // `keys` (reset, or null not to look for duplicate keys) must outlive the parse.
