@@ -632,14 +632,18 @@ class IndexEngine::Impl {
     return k == 0 ? top : top / ("v" + std::to_string(k));
   }
 
-  // Removes what RemoveTree renamed aside in `dir` and did not finish
-  // removing (".trash-*").
-  static void RemoveTrash(const fs::path& dir) {
+  // What RemoveTree renamed aside in `dir` and did not finish removing
+  // (".trash-*"): a start removes it, `corvid verify` names it.
+  static std::vector<fs::path> Trash(const fs::path& dir) {
     std::error_code ec;
     std::vector<fs::path> trash;
     for (const auto& e : fs::directory_iterator(dir, ec))
       if (e.path().filename().string().starts_with(".trash-")) trash.push_back(e.path());
-    for (const fs::path& t : trash) fs::remove_all(t, ec);
+    return trash;
+  }
+  static void RemoveTrash(const fs::path& dir) {
+    std::error_code ec;
+    for (const fs::path& t : Trash(dir)) fs::remove_all(t, ec);
   }
 
   // Removes one version's files. Version 0 shares its directory with the
@@ -1033,10 +1037,9 @@ Status IndexEngine::Verify(const std::string& dir, VerifyReport& report) {
       report.notes.push_back("index " + name + ": no definition (a create that never finished); the server removes it");
       continue;
     }
-    for (const auto& e : fs::directory_iterator(top, ec))
-      if (e.path().filename().string().starts_with(".trash-"))
-        report.notes.push_back("index " + name + ": " + e.path().string() +
-                               " is what a removal left (interrupted); the server removes it at start");
+    for (const fs::path& t : Impl::Trash(top))
+      report.notes.push_back("index " + name + ": " + t.string() +
+                             " is what a removal left (interrupted); the server removes it at start");
     if (fs::exists(top / "definition.json", ec)) {
       if (current != 0 && resolved.damage.empty())
         report.notes.push_back("index " + name + ": files of version 0 (from before versions) beside current v" +
