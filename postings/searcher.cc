@@ -168,20 +168,19 @@ Result<SearchResult> RunSearch(const Snapshot& snap, const SearchRequest& req, S
   if (walk != nullptr && walk->now != nullptr) gone.emplace(snap, *walk->now);
   // Puts the best min(n, hits) hits first and returns how many; on a
   // pinned snapshot, the best of those still live (the others are
-  // dropped: only candidates for the page are checked). In order if
-  // `sorted` (the answer), else in any order (a trim).
+  // dropped: only candidates for the page are checked, and a round repeats
+  // only when one was gone). In order if `sorted` (the answer), else in any
+  // order (a trim).
   auto settle = [&](size_t n, bool sorted) -> size_t {
     const auto at = [&](size_t i) { return hits.begin() + static_cast<std::ptrdiff_t>(i); };
-    if (!gone) {
-      const size_t k = std::min(n, hits.size());
-      if (sorted) std::partial_sort(hits.begin(), at(k), hits.end(), less);
-      else if (k < hits.size()) std::nth_element(hits.begin(), at(k), hits.end(), less);
-      return k;
-    }
     size_t done = 0;  // hits[0, done): among the best, live
     while (done < std::min(n, hits.size())) {
       const size_t k = std::min(n, hits.size());
       if (k < hits.size()) std::nth_element(at(done), at(k), hits.end(), less);
+      if (!gone) {
+        done = k;
+        break;
+      }
       auto kept = std::remove_if(at(done), at(k), [&](const Hit& h) { return (*gone)(h.seg, h.doc, h.id); });
       done = static_cast<size_t>(kept - hits.begin());
       hits.erase(kept, at(k));

@@ -31,18 +31,20 @@ GoneSince::GoneSince(const Snapshot& pinned, const Snapshot& now) : now_(now) {
   for (const SegmentState& p : pinned.segments) {
     auto same = std::find_if(now.segments.begin(), now.segments.end(), [&](const SegmentState& s) { return s.id == p.id; });
     now_deleted_.push_back(same == now.segments.end() ? nullptr : same->deleted.get());
-    known_live_.emplace_back(roaring_bitmap_create());
   }
+  known_live_.resize(pinned.segments.size());  // made when a lookup by id first finds one live
 }
 
 bool GoneSince::operator()(uint32_t seg, uint32_t doc, std::string_view id) {
   if (seg >= now_deleted_.size()) return !LiveIn(now_, id);  // cannot happen: a hit of the pinned snapshot
   // Not deleted from its segment, which the index still has: untouched since.
   if (now_deleted_[seg] != nullptr && !roaring_bitmap_contains(now_deleted_[seg], doc)) return false;
-  if (roaring_bitmap_contains(known_live_[seg].get(), doc)) return false;
+  Bitmap& known = known_live_[seg];
+  if (known && roaring_bitmap_contains(known.get(), doc)) return false;
   // Deleted or rewritten since, or its segment merged away: found by id.
   if (!LiveIn(now_, id)) return true;
-  roaring_bitmap_add(known_live_[seg].get(), doc);
+  if (!known) known.reset(roaring_bitmap_create());
+  roaring_bitmap_add(known.get(), doc);
   return false;
 }
 
@@ -115,12 +117,13 @@ size_t WalkPins::size() const {
 
 void WalkPins::Held(const Snapshot& current, uint64_t& disk, uint64_t& memory) const {
   disk = memory = 0;
+  std::lock_guard<std::mutex> l(mu_);
+  if (pins_.empty()) return;  // the common case, after every batch: nothing to count
   std::unordered_set<const void*> counted;  // segments and bitmaps, each once
   for (const SegmentState& s : current.segments) {
     counted.insert(s.segment.get());
     counted.insert(s.deleted.get());
   }
-  std::lock_guard<std::mutex> l(mu_);
   std::unordered_set<const Snapshot*> seen;
   for (const std::list<Pinned>& list : lists_)
     for (const Pinned& p : list) {

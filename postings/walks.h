@@ -85,7 +85,7 @@ class GoneSince {
   const Snapshot& now_;
   // Per pinned segment: its deleted documents now, if `now` still has it.
   std::vector<const roaring_bitmap_t*> now_deleted_;
-  std::vector<Bitmap> known_live_;  // per pinned segment, found live by id
+  std::vector<Bitmap> known_live_;  // per pinned segment, found live by id (null: none yet)
 };
 
 // One index's pinned walks. Thread-safe.
