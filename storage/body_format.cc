@@ -435,36 +435,78 @@ Dictionary::~Dictionary() {
   ZSTD_freeDDict(ddict_);
 }
 
-uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t compress_threshold, std::string& out) {
+namespace {
+
+// Frames: pieces of the text ending where a top-level value ends (the
+// last one the closing brace), grouped up to kFrameBytes (the first frame
+// up to kFirstFrameBytes); a piece whose value alone reaches kFrameBytes
+// has a frame of its own. `frame_of` gets each field's frame.
+struct FrameSpan {
+  size_t begin, end;
+};
+void CutFrames(std::string_view json, const std::vector<Field>& fields, std::vector<FrameSpan>& spans,
+               std::vector<uint64_t>& frame_of) {
+  spans.clear();
+  frame_of.assign(fields.size(), 0);
+  size_t begin = 0, piece_begin = 0;
+  for (size_t f = 0; f < fields.size(); ++f) {
+    const size_t piece_end = fields[f].value_end;
+    const bool large = fields[f].value_end - fields[f].value_begin >= kFrameBytes;
+    const size_t target = spans.empty() ? kFirstFrameBytes : kFrameBytes;
+    if ((large || piece_end - begin > target) && piece_begin > begin) {
+      spans.push_back(FrameSpan{begin, piece_begin});
+      begin = piece_begin;
+    }
+    frame_of[f] = spans.size();
+    if (large) {
+      spans.push_back(FrameSpan{begin, piece_end});
+      begin = piece_end;
+    }
+    piece_begin = piece_end;
+  }
+  spans.push_back(FrameSpan{begin, json.size()});
+}
+
+// The head (layout in body_format.h) of a body cut so: the first frame's
+// fields. `later_dotted(u)` tells whether a field after the head has a
+// key (unescaped) starting with `u` and a dot. Empty if over kHeadMaxBytes.
+template <class LaterDotted>
+void BuildHead(std::string_view json, const std::vector<Field>& fields, const std::vector<uint64_t>& frame_of,
+               const FrameSpan& first, LaterDotted&& later_dotted, std::string& head) {
+  head.clear();
+  if (first.begin != 0 || first.end > kHeadMaxBytes) return;
+  head.push_back(1);
+  PutVarint(head, first.end);
+  head.append(json.substr(0, first.end));
+  size_t count = 0;
+  while (count < fields.size() && frame_of[count] == 0) ++count;
+  PutVarint(head, count);
+  thread_local std::string buf, prefix;
+  for (size_t f = 0; f < count; ++f) {
+    PutVarint(head, fields[f].key.size());
+    head.append(fields[f].key);
+    PutVarint(head, fields[f].value_begin);
+    PutVarint(head, fields[f].value_end - fields[f].value_begin);
+    prefix.assign(Unescaped(fields[f].key, buf));
+    prefix.push_back('.');
+    head.push_back(later_dotted(std::string_view(prefix)) ? 1 : 0);
+  }
+  const auto sum = static_cast<uint32_t>(XXH3_64bits(head.data(), head.size()));
+  head.append(reinterpret_cast<const char*>(&sum), 4);
+  if (head.size() > kHeadMaxBytes) head.clear();
+}
+
+}  // namespace
+
+uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t compress_threshold, std::string& out,
+               std::string* head) {
   out.clear();
+  if (head != nullptr) head->clear();
   thread_local std::vector<Field> fields;
   if (json.size() >= kStructuredMinBytes && ScanObject(json, fields)) {
-    // Frames: pieces of the text ending where a top-level value ends (the
-    // last one the closing brace), grouped up to kFrameBytes (the first
-    // frame up to kFirstFrameBytes); a piece whose value alone reaches
-    // kFrameBytes has a frame of its own.
-    struct FrameSpan {
-      size_t begin, end;
-    };
-    std::vector<FrameSpan> spans;
-    std::vector<uint64_t> frame_of(fields.size());
-    size_t begin = 0, piece_begin = 0;
-    for (size_t f = 0; f < fields.size(); ++f) {
-      const size_t piece_end = fields[f].value_end;
-      const bool large = fields[f].value_end - fields[f].value_begin >= kFrameBytes;
-      const size_t target = spans.empty() ? kFirstFrameBytes : kFrameBytes;
-      if ((large || piece_end - begin > target) && piece_begin > begin) {
-        spans.push_back(FrameSpan{begin, piece_begin});
-        begin = piece_begin;
-      }
-      frame_of[f] = spans.size();
-      if (large) {
-        spans.push_back(FrameSpan{begin, piece_end});
-        begin = piece_end;
-      }
-      piece_begin = piece_end;
-    }
-    spans.push_back(FrameSpan{begin, json.size()});
+    thread_local std::vector<FrameSpan> spans;
+    thread_local std::vector<uint64_t> frame_of;
+    CutFrames(json, fields, spans, frame_of);
     std::string header;
     header.push_back(2);
     PutVarint(header, dict != nullptr ? dict->id() : 0);
@@ -484,13 +526,15 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
     struct Keyed {
       std::string_view key;  // unescaped
       uint32_t offset;       // of its entry in the directory
+      uint32_t field;
     };
     thread_local std::vector<Keyed> keyed;
     thread_local std::vector<std::string> unescaped;
     keyed.clear();
     unescaped.resize(fields.size());
     for (size_t f = 0; f < fields.size(); ++f) {
-      keyed.push_back(Keyed{Unescaped(fields[f].key, unescaped[f]), static_cast<uint32_t>(directory.size())});
+      keyed.push_back(Keyed{Unescaped(fields[f].key, unescaped[f]), static_cast<uint32_t>(directory.size()),
+                            static_cast<uint32_t>(f)});
       PutVarint(directory, fields[f].key.size());
       directory.append(fields[f].key);
       PutVarint(directory, frame_of[f]);
@@ -503,6 +547,14 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
       PutVarint(header, directory.size());
       header += directory;
       for (const Keyed& k : keyed) header.append(reinterpret_cast<const char*>(&k.offset), 4);
+      if (head != nullptr)
+        BuildHead(json, fields, frame_of, spans[0], [&](std::string_view prefix) {
+          auto it = std::lower_bound(keyed.begin(), keyed.end(), prefix,
+                                     [](const Keyed& k, std::string_view p) { return k.key < p; });
+          for (; it != keyed.end() && it->key.starts_with(prefix); ++it)
+            if (frame_of[it->field] != 0) return true;
+          return false;
+        }, *head);
       const auto sum = static_cast<uint32_t>(XXH3_64bits(header.data(), header.size()));
       header.append(reinterpret_cast<const char*>(&sum), 4);
       out.reserve(header.size() + frames.size());
@@ -512,6 +564,7 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
       return fmt::kFlagStructured;
     }
     out.clear();
+    if (head != nullptr) head->clear();
   }
   if (dict != nullptr && json.size() >= kDictCompressMinBytes) {
     PutVarint(out, dict->id());
@@ -613,6 +666,78 @@ Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLook
   out.push_back('}');
   if (frame.capacity() > (size_t{4} << 20)) std::string().swap(frame);
   return Status::Ok();
+}
+
+std::string HeadOf(std::string_view json) {
+  std::string head;
+  std::vector<Field> fields;
+  if (json.size() < kStructuredMinBytes || !ScanObject(json, fields)) return head;
+  std::vector<FrameSpan> spans;
+  std::vector<uint64_t> frame_of;
+  CutFrames(json, fields, spans, frame_of);
+  std::vector<std::string> later;  // the keys after the head, unescaped, sorted
+  std::string buf;
+  for (size_t f = 0; f < fields.size(); ++f)
+    if (frame_of[f] != 0) later.emplace_back(Unescaped(fields[f].key, buf));
+  std::sort(later.begin(), later.end());
+  BuildHead(json, fields, frame_of, spans[0], [&](std::string_view prefix) {
+    auto it = std::lower_bound(later.begin(), later.end(), prefix);
+    return it != later.end() && std::string_view(*it).starts_with(prefix);
+  }, head);
+  return head;
+}
+
+Result<bool> HeadFields(std::string_view head, std::span<const std::string> names, std::string& out) {
+  assert(std::is_sorted(names.begin(), names.end()) && !names.empty());
+  const auto bad = [] { return Status::Corruption("document head: malformed"); };
+  if (head.size() < 5) return bad();
+  const char* p = head.data();
+  const char* end = p + head.size() - 4;
+  uint32_t sum;
+  std::memcpy(&sum, end, 4);
+  if (sum != static_cast<uint32_t>(XXH3_64bits(head.data(), head.size() - 4)) || static_cast<uint8_t>(*p) != 1)
+    return bad();
+  ++p;
+  uint64_t size = 0, count = 0;
+  if (!GetVarint(p, end, size) || size > uint64_t(end - p)) return bad();
+  const std::string_view text(p, size);
+  p += size;
+  if (!GetVarint(p, end, count) || count > uint64_t(end - p)) return bad();
+  struct HeadField {
+    std::string_view key, value;
+    bool dotted_later;
+  };
+  thread_local std::vector<HeadField> fields;
+  fields.clear();
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t key_len = 0, offset = 0, length = 0;
+    if (!GetVarint(p, end, key_len) || key_len > uint64_t(end - p)) return bad();
+    const std::string_view key(p, key_len);
+    p += key_len;
+    if (!GetVarint(p, end, offset) || !GetVarint(p, end, length) || offset > size || length > size - offset ||
+        p == end || static_cast<uint8_t>(*p) > 1)
+      return bad();
+    fields.push_back(HeadField{key, text.substr(offset, length), *p++ == 1});
+  }
+  if (p != end) return bad();
+  thread_local std::string buf;
+  for (const std::string& name : names) {
+    const auto it = std::find_if(fields.begin(), fields.end(),
+                                 [&](const HeadField& f) { return Unescaped(f.key, buf) == name; });
+    if (it == fields.end() || it->dotted_later) return false;
+  }
+  out.clear();
+  out.push_back('{');
+  for (const HeadField& f : fields) {
+    if (!KeyIn(f.key, names)) continue;
+    if (out.size() > 1) out.push_back(',');
+    out.push_back('"');
+    out.append(f.key);
+    out.append("\":");
+    out.append(f.value);
+  }
+  out.push_back('}');
+  return true;
 }
 
 std::string TrainDictionary(const std::vector<std::string>& samples, size_t max_bytes) {

@@ -36,6 +36,23 @@
 //   D and the sorted offsets: its directory follows the field count
 //   directly, and a reader walks all of it.
 // Dictionaries live in the store's "dicts" database (format.h).
+//
+// A structured body's head (format 4; the store keeps it in its "heads"
+// database, format.h, under the body's etag): the first frame's text
+// raw, with its fields' places, so that an index that reads only a
+// document's leading fields (ids, dates, scores) reads ~100-1000 bytes
+// from a dense B-tree instead of touching the body's pages at all (an
+// index build over 90-900 KB documents spent most of its time faulting
+// in each body's first page: bench/RESULTS.md). Written only when the
+// head is at most kHeadMaxBytes, so that LMDB keeps it in a leaf page.
+//   u8 version (1)
+//   varint text length T, then the text's first T bytes (the first frame:
+//     "{" and the leading fields, whole)
+//   varint field count K; per field, in document order: varint key
+//     length, the key as written (escapes kept), varint offset of the
+//     value in those T bytes, varint value length, u8 flags (1: a key of
+//     a field after the head starts with this key, unescaped, and a dot)
+//   u32 the low 32 bits of the XXH3-64 of every byte above
 #pragma once
 
 #include <zstd.h>
@@ -94,10 +111,28 @@ class Dictionary {
 // then, for a body that names it).
 using DictionaryLookup = std::function<std::shared_ptr<const Dictionary>(uint32_t id)>;
 
+// The most bytes a head takes (LMDB keeps values up to ~2,000 bytes in
+// its leaf pages with 4 KiB pages).
+inline constexpr size_t kHeadMaxBytes = 1536;
+
 // Encodes `json` (a JSON object's text, validated: the scan that cuts it
 // relies on that; anything it does not recognize as an object is kept
-// whole) into `out`; returns the DocValue flags to store with it.
-uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t compress_threshold, std::string& out);
+// whole) into `out`; returns the DocValue flags to store with it. With
+// `head`, a structured body's head goes there (emptied when it has none).
+uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t compress_threshold, std::string& out,
+               std::string* head = nullptr);
+
+// The head Encode writes for `json` (empty: none), from the text alone:
+// what `corvid verify` compares a stored head with.
+std::string HeadOf(std::string_view json);
+
+// Whether the head answers a projection of `names` (sorted, unescaped, not
+// empty) exactly as DecodeFields on its body would: each name is a key of
+// the head, and no key after the head begins with it and a dot (a key
+// after the head cannot be a name then: keys are unique). If so `out` gets
+// that projection, byte for byte DecodeFields' text, and true; false if
+// the body must be read. Corruption if the head is malformed.
+Result<bool> HeadFields(std::string_view head, std::span<const std::string> names, std::string& out);
 
 // The whole text back, exactly as written.
 Status DecodeWhole(uint8_t flags, std::string_view stored, const DictionaryLookup& dicts, std::string& out);

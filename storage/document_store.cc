@@ -89,7 +89,7 @@ Status DocumentStore::Impl::OpenEnv(const std::string& dir) {
   struct Named { const char* name; MDB_dbi* dbi; } dbs[] = {
       {"meta", &meta_db}, {"collections", &collections_db}, {"docs", &docs_db},
       {"changes", &changes_db}, {"coll_changes", &coll_changes_db}, {"dicts", &dicts_db},
-      {"clock", &clock_db}, {"bodies", &bodies_db}};
+      {"clock", &clock_db}, {"bodies", &bodies_db}, {"heads", &heads_db}};
   for (auto& d : dbs) {
     rc = mdb_dbi_open(txn, d.name, MDB_CREATE, d.dbi);
     if (rc != 0) {
@@ -475,22 +475,59 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
   if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "read change feed");
   // Locate every body: a format-3 one by its etag (its value's place in
   // the map; mdb_get does not read an overflow page), an older one by the
-  // document's key.
+  // document's key. A projection its head answers (format 4) reads no body.
   struct Located {
     std::string key;  // a body kept in its DocValue: the document's key
     size_t item;
     fmt::DocView view;
     std::string_view apart;  // else (kept apart): its "bodies" value, not yet read
+    std::string_view head;   // or its head's projection (in batch->buffers): no body read
+  };
+  // The heads, walked beside the batch (both in etag order): a lookup for a
+  // document only once the walk has passed the previous head.
+  Cursor heads(txn, impl_->heads_db);
+  if (!heads.status().ok()) return heads.status();
+  uint64_t head_etag = fields.empty() ? UINT64_MAX : 0;  // the walk's place (UINT64_MAX: done)
+  MDB_val hk, hv;
+  auto head_at = [&](uint64_t etag) -> Result<std::string_view> {
+    if (head_etag < etag && head_etag != 0) {
+      const int hrc = mdb_cursor_get(heads.get(), &hk, &hv, MDB_NEXT);
+      if (hrc != 0 && hrc != MDB_NOTFOUND) return LmdbStatus(hrc, "read heads");
+      head_etag = hrc == 0 && hk.mv_size == 8 ? fmt::GetBE64(static_cast<const char*>(hk.mv_data)) : UINT64_MAX;
+    }
+    if (head_etag < etag) {
+      const std::string key = fmt::BodyKey(etag);
+      hk = ToVal(key);
+      const int hrc = mdb_cursor_get(heads.get(), &hk, &hv, MDB_SET_RANGE);
+      if (hrc != 0 && hrc != MDB_NOTFOUND) return LmdbStatus(hrc, "read heads");
+      head_etag = hrc == 0 && hk.mv_size == 8 ? fmt::GetBE64(static_cast<const char*>(hk.mv_data)) : UINT64_MAX;
+    }
+    return head_etag == etag ? FromVal(hv) : std::string_view();
   };
   std::vector<Located> docs, in_docs;
   for (size_t i = 0; i < batch->items.size(); ++i) {
     const DocChange& change = batch->items[i];
     if (change.deleted) continue;
-    Located d{{}, i, {}, {}};
+    Located d{{}, i, {}, {}, {}};
     d.view.etag = change.etag;
+    auto head = head_at(change.etag);
+    if (!head.ok()) return head.status();
+    if (!head->empty()) {
+      batch->buffers.emplace_back();
+      auto answered = body::HeadFields(*head, fields, batch->buffers.back());
+      if (!answered.ok())
+        return Status::Corruption("the head of the body at etag " + std::to_string(change.etag) + ": " +
+                                  answered.status().ToString());
+      if (*answered) {
+        d.head = batch->buffers.back();
+        docs.push_back(std::move(d));
+        continue;
+      }
+      batch->buffers.pop_back();
+    }
     Status s = impl_->FindBodyApart(txn, change.etag, d.apart);
     if (s.code() == StatusCode::kNotFound) {  // kept in its DocValue (format 1 or 2)
-      in_docs.push_back(Located{fmt::DocKey(*coll, change.id), i, {}, {}});
+      in_docs.push_back(Located{fmt::DocKey(*coll, change.id), i, {}, {}, {}});
       continue;
     }
     if (!s.ok()) return s;
@@ -507,11 +544,18 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
     docs.push_back(std::move(d));
   }
   // Points a body kept apart at its entry (reading its first byte).
-  auto apply = [](Located& d) { return d.key.empty() ? Impl::ApplyBodyApart(d.apart, d.view) : Status::Ok(); };
+  auto apply = [](Located& d) {
+    return d.key.empty() && d.head.empty() ? Impl::ApplyBodyApart(d.apart, d.view) : Status::Ok();
+  };
   // Reads a body (its fields, or all of it); `size` (if given) gets its
   // DecodedSize, the batch's measure, from the same read of its header.
   auto read = [&](const Located& d, uint64_t* size) -> Status {
     DocChange& change = batch->items[d.item];
+    if (!d.head.empty()) {  // its head's projection
+      change.json = d.head;
+      if (size != nullptr) *size = d.head.size();
+      return Status::Ok();
+    }
     if (d.view.flags == 0) {
       change.json = d.view.body;  // raw: read in place
       if (size != nullptr) *size = d.view.body.size();
@@ -547,6 +591,10 @@ Result<std::unique_ptr<ChangeBatch>> DocumentStore::ReadChangeBatch(std::string_
     // DocValues), the cut known.
     std::vector<uint64_t> sizes(batch->items.size(), 0);
     for (Located& d : docs) {
+      if (!d.head.empty()) {
+        sizes[d.item] = d.head.size();
+        continue;
+      }
       if (Status st = apply(d); !st.ok()) return st;
       auto size = body::DecodedSize(d.view.flags, d.view.body, fields);
       if (!size.ok()) return size.status();

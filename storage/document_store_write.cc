@@ -11,6 +11,7 @@
 // request) the batch transaction is aborted and re-applied without it, so one
 // failing request never fails or half-applies the others.
 #include <sys/statvfs.h>
+#include <algorithm>
 #include <exception>
 #include <optional>
 #include <system_error>
@@ -29,8 +30,10 @@ namespace fmt = format;
 namespace {
 
 // Encodes a put's body in place (body_format.h) with its collection's
-// dictionary, or samples it towards one; returns the flags.
-uint8_t EncodeBody(DocumentStore::Impl& impl, const std::string& collection, std::string& body) {
+// dictionary, or samples it towards one; returns the flags. A structured
+// body's head goes to `head` (if given).
+uint8_t EncodeBody(DocumentStore::Impl& impl, const std::string& collection, std::string& body,
+                   std::string* head) {
   // The collection's number and dictionary, looked up once per run of
   // writes to one collection on this thread (a bulk request's puts).
   thread_local const DocumentStore::Impl* cached_impl = nullptr;
@@ -48,7 +51,8 @@ uint8_t EncodeBody(DocumentStore::Impl& impl, const std::string& collection, std
   }
   if (coll && !dict) impl.Sample(*coll, body);
   thread_local std::string out;
-  const uint8_t flags = body::Encode(body, dict.get(), impl.options.zstd_level, impl.options.compress_threshold, out);
+  const uint8_t flags =
+      body::Encode(body, dict.get(), impl.options.zstd_level, impl.options.compress_threshold, out, head);
   if (dict && (flags & (format::kFlagDict | format::kFlagStructured))) {
     // Compression is tallied per thread and handed over every 256 KiB (a
     // lock per document cost the bulk load).
@@ -86,7 +90,8 @@ class BatchWriter {
     if (req.log) log_ = req.log;  // requests come in log order: the last one is the position
     for (size_t i = 0; i < req.ops.size(); ++i) {
       const WriteOp& op = req.ops[i];
-      Status s = ApplyOp(op, p.body_flags[i], req.single, result, wrote);
+      Status s = ApplyOp(op, p.body_flags[i], p.heads.empty() ? std::string_view() : p.heads[i], req.single,
+                         result, wrote);
       if (!s.ok()) return s;
       if (i == 0) result.first_etag = etag_;
       result.last_etag = etag_;
@@ -271,7 +276,8 @@ class BatchWriter {
     return &touched_.emplace(name, *existing).first->second;
   }
 
-  Status ApplyOp(const WriteOp& op, uint8_t body_flags, bool single, WriteResult& result, bool& wrote) {
+  Status ApplyOp(const WriteOp& op, uint8_t body_flags, std::string_view head, bool single, WriteResult& result,
+                 bool& wrote) {
     const bool is_put = op.kind == WriteKind::kPut;
     // A collection is created only by a write that will happen: a failed
     // precondition or a single delete in an unknown collection creates none.
@@ -314,6 +320,10 @@ class BatchWriter {
         MDB_val k3 = ToVal(bk);
         rc = mdb_del(txn_, store_.bodies_db, &k3, nullptr);
         if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "delete old body");
+        if (HasHeads()) {  // a lookup only in a store that has kept a head
+          rc = mdb_del(txn_, store_.heads_db, &k3, nullptr);
+          if (rc != 0 && rc != MDB_NOTFOUND) return LmdbStatus(rc, "delete old head");
+        }
       }
     }
 
@@ -331,6 +341,12 @@ class BatchWriter {
       if (rc != 0) return LmdbStatus(rc, "write body");
       static_cast<char*>(bv.mv_data)[0] = char(body_flags);
       if (!op.body.empty()) std::memcpy(static_cast<char*>(bv.mv_data) + 1, op.body.data(), op.body.size());
+      if (!head.empty()) {
+        MDB_val hv = ToVal(head);
+        rc = mdb_put(txn_, store_.heads_db, &k3, &hv, MDB_APPEND);
+        if (rc != 0) return LmdbStatus(rc, "write head");
+        has_heads_ = true;
+      }
     }
 
     const uint8_t change_flags = is_put ? 0 : fmt::kFlagDeleted;
@@ -362,6 +378,15 @@ class BatchWriter {
     return Status::Ok();
   }
 
+  // Whether the store holds any head (asked once per transaction).
+  bool HasHeads() {
+    if (!has_heads_) {
+      MDB_stat st;
+      has_heads_ = mdb_stat(txn_, store_.heads_db, &st) != 0 || st.ms_entries > 0;
+    }
+    return *has_heads_;
+  }
+
   DocumentStore::Impl& store_;
   MDB_txn* txn_;
   uint64_t etag_;
@@ -369,6 +394,7 @@ class BatchWriter {
   std::map<std::string, CollectionEntry> touched_;
   std::optional<uint64_t> purged_max_;  // set by a purge: the batch commits without a new etag
   std::optional<LogPosition> log_;      // the last log position among the batch's requests
+  std::optional<bool> has_heads_;
 };
 
 }  // namespace
@@ -498,13 +524,18 @@ void DocumentStore::Submit(WriteRequest request, WriteCallback done) {
   }
   PendingWrite p;
   p.body_flags.assign(request.ops.size(), 0);
+  // Heads come only with structured bodies.
+  if (std::any_of(request.ops.begin(), request.ops.end(),
+                  [](const WriteOp& op) { return op.body.size() >= body::kStructuredMinBytes; }))
+    p.heads.resize(request.ops.size());
   // Compression is most of a bulk request's cost here: a large one is
   // encoded by the calling thread and a helper, half each (a bulk load
   // arrives on one connection, and the merger thread mostly waits on fsync).
   auto encode = [&](size_t from, size_t to) {
     for (size_t i = from; i < to; ++i) {
       WriteOp& op = request.ops[i];
-      if (op.kind == WriteKind::kPut) p.body_flags[i] = EncodeBody(*impl_, op.collection, op.body);
+      if (op.kind == WriteKind::kPut)
+        p.body_flags[i] = EncodeBody(*impl_, op.collection, op.body, p.heads.empty() ? nullptr : &p.heads[i]);
     }
   };
   size_t request_bytes = 0;

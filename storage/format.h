@@ -27,6 +27,13 @@
 //                  then holds ~30 bytes per document, not the body: ids
 //                  written out of key order half-fill B-tree leaves, which
 //                  held only two or three ~1 KB bodies each)
+//   "heads"        u64 etag      -> the head of the structured body at that
+//                  etag in "bodies" (format 4; layout in body_format.h):
+//                  its first frame's text raw and its fields' places, in
+//                  a leaf page, so an index reading leading fields never
+//                  touches the body's overflow pages. Written and removed
+//                  with its body; bodies written before format 4 have none
+//                  (their readers read the body)
 //   "changes"      u64 etag      -> u32 collection | u8 flags | id bytes
 //   "coll_changes" u32 coll | u64 etag -> u8 flags | id bytes
 //   "dicts"        u32 dictionary id -> u32 collection | zstd dictionary
@@ -56,10 +63,10 @@
 //   encoder and decoders.
 //
 // Format versions: 1 had only raw and kFlagZstd bodies and no "dicts"; 2
-// kept every body in its DocValue; 3 writes bodies to "bodies". A version-1
-// or -2 store opens unchanged and is stamped 3 (its old bodies stay
-// readable where they are; rewritten documents take the new layout), so an
-// older build refuses it.
+// kept every body in its DocValue; 3 writes bodies to "bodies"; 4 writes
+// heads. An older store opens unchanged and is stamped 4 (its old bodies
+// stay readable where they are; rewritten documents take the new layout),
+// so an older build refuses it (it would leave heads behind).
 //
 // Each document has exactly one entry in "changes" and "coll_changes": its
 // latest write (older ones are removed when it is rewritten), tombstones
@@ -77,7 +84,7 @@
 
 namespace corvid::storage::format {
 
-inline constexpr uint32_t kFormatVersion = 3;
+inline constexpr uint32_t kFormatVersion = 4;
 inline constexpr size_t kMaxKeyBytes = 511;
 inline constexpr size_t kMaxDirectIdBytes = 498;
 inline constexpr size_t kLongIdPrefix = kMaxKeyBytes - 4 - 8;
@@ -142,7 +149,7 @@ inline std::string ChangeKey(uint64_t etag) {
   return key;
 }
 
-// A "bodies" key: the etag the body was written at.
+// A "bodies" (or "heads") key: the etag the body was written at.
 inline std::string BodyKey(uint64_t etag) { return ChangeKey(etag); }
 
 inline std::string CollChangeKey(uint32_t coll, uint64_t etag) {

@@ -76,6 +76,7 @@ struct PurgeJob {
 struct PendingWrite {
   WriteRequest request;
   std::vector<uint8_t> body_flags;  // per op: the body's format flags (body_format.h)
+  std::vector<std::string> heads;   // per op, if any may have one: its body's head (body_format.h)
   size_t bytes = 0;
   DocumentStore::WriteCallback done;
   std::optional<PurgeJob> purge;  // a purge instead of `request`
@@ -93,6 +94,7 @@ class DocumentStore::Impl {
   MDB_env* env = nullptr;
   MDB_dbi meta_db = 0, collections_db = 0, docs_db = 0, changes_db = 0, coll_changes_db = 0, dicts_db = 0;
   MDB_dbi bodies_db = 0;  // format 3: bodies by etag (format.h)
+  MDB_dbi heads_db = 0;   // format 4: heads of structured bodies by etag
   // This process's map of data.mdb (found at open; none: not found), and
   // the bytes of bodies change batches have read through it since its pages
   // were last dropped from the resident set (StoreOptions::drop_resident_every).

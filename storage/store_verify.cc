@@ -76,13 +76,15 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
   struct Named { const char* name; MDB_dbi* dbi; bool required; } dbs[] = {
       {"meta", &impl.meta_db, true}, {"collections", &impl.collections_db, true}, {"docs", &impl.docs_db, true},
       {"changes", &impl.changes_db, true}, {"coll_changes", &impl.coll_changes_db, true},
-      {"dicts", &impl.dicts_db, false}, {"clock", &impl.clock_db, false}, {"bodies", &impl.bodies_db, false}};
-  bool have_dicts = true, have_bodies = true;
+      {"dicts", &impl.dicts_db, false}, {"clock", &impl.clock_db, false}, {"bodies", &impl.bodies_db, false},
+      {"heads", &impl.heads_db, false}};
+  bool have_dicts = true, have_bodies = true, have_heads = true;
   for (auto& d : dbs) {
     rc = mdb_dbi_open(txn.get(), d.name, 0, d.dbi);
     if (rc == MDB_NOTFOUND && !d.required) {
       have_dicts = have_dicts && std::string_view(d.name) != "dicts";
       have_bodies = have_bodies && std::string_view(d.name) != "bodies";
+      have_heads = have_heads && std::string_view(d.name) != "heads";
       continue;
     }
     if (rc != 0) {
@@ -131,7 +133,7 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
   const body::DictionaryLookup dicts = impl.Dictionaries();
 
   // docs: each value decodes, each body is a JSON object.
-  uint64_t docs = 0, bodies = 0, body_bytes = 0, apart = 0;
+  uint64_t docs = 0, bodies = 0, body_bytes = 0, apart = 0, headed = 0;
   std::string text;
   rapidjson::Document parsed;
   walk(impl.docs_db, "docs", [&](std::string_view k, std::string_view v) {
@@ -162,6 +164,17 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
     if (!s.ok()) return damage(at + ": its body does not decode (" + s.ToString() + ")");
     parsed.Parse<rapidjson::kParseValidateEncodingFlag>(text.data(), text.size());
     if (parsed.HasParseError() || !parsed.IsObject()) return damage(at + ": its body is not a JSON object");
+    if (have_heads && (view.flags & fmt::kFlagStructured)) {  // its head (if it has one) is its text's
+      const std::string key = fmt::BodyKey(view.etag);
+      MDB_val hk = ToVal(key), hv;
+      const int r = mdb_get(txn.get(), impl.heads_db, &hk, &hv);
+      if (r == 0) {
+        ++headed;
+        if (FromVal(hv) != body::HeadOf(text)) damage(at + ": its head does not match its body");
+      } else if (r != MDB_NOTFOUND) {
+        damage(at + ": " + LmdbStatus(r, "read its head").ToString());
+      }
+    }
     ++bodies;
     body_bytes += text.size();
   });
@@ -184,6 +197,16 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
   if (body_entries != apart)
     damage("bodies holds " + std::to_string(body_entries) + " entries for " + std::to_string(apart) +
            " documents whose body is kept there");
+  // heads: each one a live structured body's (those were compared above).
+  uint64_t head_entries = 0;
+  if (have_heads)
+    walk(impl.heads_db, "heads", [&](std::string_view k, std::string_view) {
+      ++head_entries;
+      if (k.size() != 8) damage("heads: a malformed entry");
+    });
+  if (head_entries != headed)
+    damage("heads holds " + std::to_string(head_entries) + " entries, " + std::to_string(headed) +
+           " of them a live document's");
 
   // The change feeds: one entry per document, naming its latest etag.
   auto check_change = [&](const char* feed, uint32_t coll, uint64_t etag, std::string_view rest) {
@@ -217,7 +240,7 @@ Status DocumentStore::Verify(const std::string& dir, VerifyReport& report) {
   if (damage.count() == 0)
     report.sound.push_back("store: " + std::to_string(docs) + " documents and tombstones in " +
                            std::to_string(colls.size()) + " collections, " + std::to_string(bodies) + " bodies (" +
-                           std::to_string(apart) + " kept by etag, " +
+                           std::to_string(apart) + " kept by etag, " + std::to_string(headed) + " with heads, " +
                            std::to_string(body_bytes) + " bytes of JSON) decoded, change feeds agree, last etag " +
                            std::to_string(last_etag));
   return Status::Ok();

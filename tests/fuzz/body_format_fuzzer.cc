@@ -1,6 +1,6 @@
 // body_format: the stored-body decoders of storage/body_format.h
-// (DecodedSize, DecodeWhole, DecodeFields) on arbitrary bytes, and the
-// encoder's round trip on arbitrary valid JSON objects.
+// (DecodedSize, DecodeWhole, DecodeFields, HeadFields) on arbitrary bytes,
+// and the encoder's round trip on arbitrary valid JSON objects.
 //
 // Input: byte 0 = the DocValue flags (format.h) to decode with, byte 1 =
 // options, the rest = the stored bytes (decode mode) or a JSON text
@@ -10,13 +10,18 @@
 //          checksum (the low 32 bits of its XXH3-64), so that mutations
 //          reach the checks behind it instead of all failing there
 //   bit 3 (round trip): encode with the dictionary
+//   bit 4 (decode): also recompute the last 4 bytes as a head's checksum
+//          (HeadFields reads the bytes as a head)
+//   bit 5 (round trip): with bit 6, the padding goes last, so that the
+//          object's own members are its head
 //   bit 6 (round trip): pad the object past kStructuredMinBytes, so that
 //          it is stored structured
 // Invariants, decode: a refusal is Corruption; DecodedSize(no names)
 // equals the size DecodeWhole gives; a DecodeFields that succeeds reports
 // what DecodedSize(names) gives. Round trip: DecodeWhole gives back
 // exactly the text Encode took; DecodedSize agrees; DecodeFields gives one
-// JSON object.
+// JSON object; the head Encode gives is HeadOf's, and what it answers is
+// byte for byte DecodeFields' projection.
 #include <xxhash.h>
 
 #include <cstddef>
@@ -112,6 +117,16 @@ void CheckRefusal(const corvid::Status& s, const char* what) {
 void Decode(uint8_t flags, uint8_t options, std::string stored) {
   if (options & 4) FixStructuredChecksum(stored);
   const std::vector<std::string>& names = kNameSets[options & 3];
+  if (!names.empty()) {
+    std::string as_head = stored;
+    if ((options & 16) && as_head.size() >= 4) {
+      const uint32_t sum = static_cast<uint32_t>(XXH3_64bits(as_head.data(), as_head.size() - 4));
+      std::memcpy(as_head.data() + as_head.size() - 4, &sum, 4);
+    }
+    std::string projected;
+    auto h = body::HeadFields(as_head, names, projected);
+    if (!h.ok()) CheckRefusal(h.status(), "HeadFields");
+  }
   auto size_all = body::DecodedSize(flags, stored, {});
   if (!size_all.ok()) CheckRefusal(size_all.status(), "DecodedSize");
   auto size_names = body::DecodedSize(flags, stored, names);
@@ -141,13 +156,16 @@ void RoundTrip(uint8_t flags, uint8_t options, std::string json) {
     // {"_pad":"xxx…", <the object's members>}: large enough to be structured.
     const size_t open = json.find('{');
     const bool empty = json[json.find_first_not_of(" \t\r\n", open + 1)] == '}';
-    json.insert(open + 1, "\"_pad\":\"" + std::string(body::kStructuredMinBytes, 'x') + "\"" + (empty ? "" : ","));
+    const std::string pad = "\"_pad\":\"" + std::string(body::kStructuredMinBytes, 'x') + "\"";
+    if (options & 32) json.insert(json.rfind('}'), (empty ? "" : ",") + pad);
+    else json.insert(open + 1, pad + (empty ? "" : ","));
     if (corvid::server::ValidateJsonObject(json, nullptr, corvid::server::DuplicateKeys::kReject)) return;
   }
   const body::Dictionary* dict = (options & 8) ? TheDictionary().get() : nullptr;
   const size_t thresholds[] = {0, 64, 1024, SIZE_MAX};
-  std::string stored;
-  const uint8_t out_flags = body::Encode(json, dict, 1, thresholds[flags & 3], stored);
+  std::string stored, head;
+  const uint8_t out_flags = body::Encode(json, dict, 1, thresholds[flags & 3], stored, &head);
+  FUZZ_CHECK_MSG(head == body::HeadOf(json), "Encode's head is not HeadOf's for '%s'", Printable(json).c_str());
   std::string back;
   const corvid::Status s = body::DecodeWhole(out_flags, stored, kLookup, back);
   FUZZ_CHECK_MSG(s.ok(), "DecodeWhole of an encoded body failed (flags %d): %s", int(out_flags), s.message().c_str());
@@ -162,6 +180,13 @@ void RoundTrip(uint8_t flags, uint8_t options, std::string json) {
   auto problem = corvid::server::ValidateJsonObject(fields, nullptr, corvid::server::DuplicateKeys::kReject);
   FUZZ_CHECK_MSG(!problem, "DecodeFields gave no JSON object (%s): '%s' from '%s'", problem->message.c_str(),
                  Printable(fields).c_str(), Printable(json).c_str());
+  if (!head.empty() && !names.empty()) {
+    std::string projected;
+    auto h = body::HeadFields(head, names, projected);
+    FUZZ_CHECK_MSG(h.ok(), "HeadFields of an encoded head failed: %s", h.status().message().c_str());
+    FUZZ_CHECK_MSG(!*h || projected == fields, "the head answered '%s', the body '%s', for '%s'",
+                   Printable(projected).c_str(), Printable(fields).c_str(), Printable(json).c_str());
+  }
 }
 
 }  // namespace

@@ -76,6 +76,11 @@ void BodyFormat() {
   Seed("body_format", "roundtrip", std::string("\x00\x82", 2) + small);
   Seed("body_format", "roundtrip-pad", std::string("\x01\xc1", 2) + R"({"a":[1,2,{"b":null}],"n":-0.5e3,"z":"\u00e9"})");
   Seed("body_format", "roundtrip-dict", std::string("\x00\x8b", 2) + small);
+  // Padded last (bit 5): the object's members are its head; names {"id"}.
+  Seed("body_format", "roundtrip-head", std::string("\x00\xe1", 2) + R"({"id":"x","n":[1,{"b":"}"}],"id.x":2})");
+  // A head, read as one (decode mode, names {"body","id","title"}).
+  const std::string head = storage::body::HeadOf(large);
+  Seed("body_format", "head", std::string(1, '\0') + char(16 | 2) + head);
 }
 
 void LogEntry() {

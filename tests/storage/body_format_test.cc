@@ -1036,6 +1036,89 @@ TEST_CASE("names that match only after unescaping, and look-alike prefixes", "[b
   expect({"café", "😀", "a\"b", "\\u00e9", "a", "ab", "abc", "sl/ash", "t\tab", "", "pad"});
 }
 
+TEST_CASE("a head answers a projection exactly as its body does, or declines; a damaged one is Corruption",
+          "[body][heavy]") {
+  const TestDictionary& td = TrainedDictionary();
+  const auto lookup = LookupOf({td.dict});
+  std::mt19937_64 rng(20261207);
+  int heads = 0, answered = 0, declined = 0;
+  // The names of `doc`'s first members (the head's, when they are small),
+  // and now and then one more member's or a dotted spelling.
+  auto leading = [&](const GenDoc& doc) {
+    std::vector<std::string> names;
+    const size_t n = 1 + rng() % 3;
+    for (size_t i = 0; i < n && i < doc.members.size(); ++i) names.push_back(doc.members[i].name);
+    if (rng() % 4 == 0) names.push_back(doc.members[rng() % doc.members.size()].name);
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    return names;
+  };
+  for (int doc_no = 0; doc_no < 60; ++doc_no) {
+    GenDoc doc = RandomDoc(rng);
+    if (doc_no % 3 == 0) {  // leading members small, so the head holds several
+      std::vector<Member> members = doc.members;
+      for (size_t i = 0; i < 6 && i < members.size(); ++i) members[i].value = std::to_string(rng() % 1000);
+      doc = Assemble(rng, members, doc_no % 2 == 0);
+    }
+    INFO("document " << doc_no << ": " << doc.members.size() << " members, " << doc.text.size() << " bytes");
+    std::string stored, head;
+    const uint8_t flags = body::Encode(doc.text, doc_no % 2 ? td.dict.get() : nullptr, 1, 1024, stored, &head);
+    CHECK(head == body::HeadOf(doc.text));
+    if (!(flags & fmt::kFlagStructured)) {
+      CHECK(head.empty());
+      continue;
+    }
+    if (head.empty()) continue;
+    ++heads;
+    CHECK(head.size() <= body::kHeadMaxBytes);
+    for (int round = 0; round < 12; ++round) {
+      const std::vector<std::string> names = round % 2 ? RandomNames(rng, doc) : leading(doc);
+      INFO("round " << round << ": " << names.size() << " names");
+      std::string from_head, from_body;
+      auto a = body::HeadFields(head, names, from_head);
+      REQUIRE(a.ok());
+      REQUIRE(body::DecodeFields(flags, stored, lookup, names, from_body).ok());
+      if (*a) {
+        CHECK_SAME(from_head, from_body);
+        ++answered;
+      } else {
+        ++declined;
+      }
+    }
+  }
+  CHECK(heads >= 25);
+  CHECK(answered >= 100);
+  CHECK(declined >= 100);
+
+  // Dotted keys after the head: a reader of "a" wants them, so the head
+  // declines; a reader of "b" it answers.
+  std::vector<Member> members = {{"a", "a", "1"}, {"b", "b", "2"}, {"a\u002ex", "a.x", "3"}};
+  members.insert(members.begin() + 2, Member{"pad", "pad", StringValue(rng, 20000)});
+  const GenDoc dotted = Assemble(rng, members, false);
+  const std::string head = body::HeadOf(dotted.text);
+  REQUIRE_FALSE(head.empty());
+  std::string out;
+  auto a = body::HeadFields(head, std::vector<std::string>{"a"}, out);
+  REQUIRE(a.ok());
+  CHECK_FALSE(*a);
+  a = body::HeadFields(head, std::vector<std::string>{"b"}, out);
+  REQUIRE(a.ok());
+  CHECK(*a);
+  CHECK(out == R"({"b":2})");
+  a = body::HeadFields(head, std::vector<std::string>{"a.x"}, out);  // a key after the head
+  REQUIRE(a.ok());
+  CHECK_FALSE(*a);
+
+  // Every flipped byte and every truncation is Corruption.
+  for (size_t i = 0; i < head.size(); ++i) {
+    std::string bad = head;
+    bad[i] ^= static_cast<char>(1 + rng() % 255);
+    CHECK(body::HeadFields(bad, std::vector<std::string>{"b"}, out).status().code() == StatusCode::kCorruption);
+    CHECK(body::HeadFields(head.substr(0, i), std::vector<std::string>{"b"}, out).status().code() ==
+          StatusCode::kCorruption);
+  }
+}
+
 // ===========================================================================
 // 4. Corruption and truncation.
 
@@ -1638,11 +1721,11 @@ TEST_CASE("a store written by the format-1 build opens, reads back identically a
     CHECK(store->LastEtag() > expected.last_etag);
   }
 
-  // On disk: stamped format 3, one dictionary for "users", the new bodies
-  // in the new encodings and kept by etag, the untouched old ones as they
-  // were, in their DocValues.
+  // On disk: stamped with the current format, one dictionary for "users",
+  // the new bodies in the new encodings and kept by etag, the untouched old
+  // ones as they were, in their DocValues.
   const RawStore after = Inspect(dir.path);
-  CHECK(after.format == 3);
+  CHECK(after.format == fmt::kFormatVersion);
   REQUIRE(after.dicts.size() == 1);
   const uint32_t dict_id = after.dicts.begin()->first;
   CHECK(after.dicts.begin()->second.first == after.collection_numbers.at("users"));
@@ -1706,6 +1789,9 @@ uint64_t RssFileBytes() {
 // server's RSS (page cache, not memory it holds). Batches drop the map's
 // pages every StoreOptions::drop_resident_every bytes of bodies they read.
 TEST_CASE("change batches over large bodies keep the store's pages out of the resident set", "[body][storage]") {
+  // "p1" is in the bodies' second frame: every document's body is read
+  // (heads answer createdAt and score alone without touching it).
+  const std::vector<std::string> projected = {"createdAt", "p1", "score"};
   TempDir dir;
   std::mt19937_64 rng(61);
   constexpr int kDocs = 300;
@@ -1738,11 +1824,11 @@ TEST_CASE("change batches over large bodies keep the store's pages out of the re
     if (!drops) o.drop_resident_every = 0;
     auto store = OpenStore(dir.path, o);
     {  // A first batch of two maps the code and the trees' pages a batch uses.
-      auto warm = store->ReadChangeBatch("users", 0, 2, size_t{1} << 30, kProjected);
+      auto warm = store->ReadChangeBatch("users", 0, 2, size_t{1} << 30, projected);
       REQUIRE(warm.ok());
     }
     const auto before = int64_t(RssFileBytes());
-    auto batch = store->ReadChangeBatch("users", 2, 100000, size_t{1} << 30, kProjected);
+    auto batch = store->ReadChangeBatch("users", 2, 100000, size_t{1} << 30, projected);
     REQUIRE(batch.ok());
     const int64_t grown = int64_t(RssFileBytes()) - before;
     const auto changes = (*batch)->changes();
@@ -1750,7 +1836,7 @@ TEST_CASE("change batches over large bodies keep the store's pages out of the re
     for (const DocChange& c : changes) {
       const RawDoc& d = raw.docs.at({"users", std::string(c.id)});
       std::string want;
-      REQUIRE(body::DecodeFields(d.flags, d.body, LookupOf({}), kProjected, want).ok());
+      REQUIRE(body::DecodeFields(d.flags, d.body, LookupOf({}), projected, want).ok());
       CHECK_SAME(c.json, want);
     }
     INFO("RssFile grew by " << grown << " bytes over " << stored << " bytes of bodies");

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/verify_report.h"
+#include "storage/body_format.h"
 #include "storage/document_store.h"
 #include "storage/format.h"
 #include "tests/storage/store_test_util.h"
@@ -568,4 +569,160 @@ TEST_CASE("bodies are kept by etag: rewrites and deletes leave none behind, and 
   REQUIRE(DocumentStore::Verify((dir.path).string(), stray).ok());
   CHECK(Mentions(stray.damaged, "bodies holds"));
   CHECK_FALSE(Mentions(stray.damaged, "'d7'"));
+}
+
+namespace {
+
+// The projections a change batch gives for `fields`, by document id.
+std::map<std::string, std::string> Projections(DocumentStore& store, const std::vector<std::string>& fields) {
+  auto batch = store.ReadChangeBatch("c", 0, 1000, size_t{64} << 20, fields);
+  REQUIRE(batch.ok());
+  std::map<std::string, std::string> out;
+  for (const auto& c : (*batch)->changes())
+    if (!c.deleted) out[std::string(c.id)] = std::string(c.json);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("heads: large bodies keep one, rewrites and deletes remove it, batches read it as the body would be",
+          "[storage]") {
+  namespace fmt = corvid::storage::format;
+  TempDir dir;
+  StoreOptions options;
+  // A large document: a few leading fields (the head), then ~40 KB of
+  // padding fields; `dotted` puts a key "score.x" after the head, so the
+  // head cannot answer a reader of "score" (that reader also wants it).
+  auto large = [](int i, bool dotted) {
+    std::string s = R"({"id":"d)" + std::to_string(i) + R"(","score":)" + std::to_string(i) + R"(,"n\u0061me":"n)" +
+                    std::to_string(i) + R"(","tags":[1,2,{"a":"}"}])";
+    for (int p = 0; p < 40; ++p) s += R"(,"p)" + std::to_string(p) + R"(":")" + std::string(1000, char('a' + p % 26)) + '"';
+    if (dotted) s += R"(,"score.x":7)";
+    return s + "}";
+  };
+  std::map<std::string, std::string> live;
+  {
+    auto store = OpenStore(dir, options);
+    std::vector<WriteOp> ops;
+    for (int i = 0; i < 30; ++i) {
+      const std::string id = "d" + std::to_string(i);
+      live[id] = i % 3 == 2 ? R"({"id":")" + id + R"(","score":1})" : large(i, i == 4);
+      ops.push_back(Put("c", id, live[id]));
+    }
+    REQUIRE(Bulk(*store, ops).status.ok());
+    live["d0"] = large(100, false);  // rewritten large
+    REQUIRE(Single(*store, Put("c", "d0", live["d0"])).status.ok());
+    live["d1"] = R"({"id":"d1","score":2})";  // rewritten small
+    REQUIRE(Single(*store, Put("c", "d1", live["d1"])).status.ok());
+    live["d2"] = large(102, false);  // small rewritten large
+    REQUIRE(Single(*store, Put("c", "d2", live["d2"])).status.ok());
+    REQUIRE(Single(*store, Del("c", "d3")).status.ok());
+    live.erase("d3");
+  }
+  size_t large_live = 0;
+  for (const auto& [id, text] : live) large_live += text.size() >= 16384;
+  {
+    RawEnv raw(dir.path, false);
+    const auto heads = raw.All("heads");
+    CHECK(heads.size() == large_live);
+    for (const auto& [key, head] : heads) CHECK(head.size() <= corvid::storage::body::kHeadMaxBytes);
+  }
+  VerifyReport sound;
+  REQUIRE(DocumentStore::Verify((dir.path).string(), sound).ok());
+  CHECK(sound.damaged.empty());
+  CHECK(Mentions(sound.sound, std::to_string(large_live) + " with heads"));
+
+  // What batches give from the heads is what they give from the bodies.
+  const std::vector<std::vector<std::string>> readers = {
+      {"score"}, {"id", "name"}, {"name", "score"}, {"tags"}, {"p3"}, {"id", "p39"}, {"missing"}, {"id", "score"}};
+  std::vector<std::map<std::string, std::string>> from_heads;
+  {
+    auto store = OpenStore(dir, options);
+    for (const auto& fields : readers) from_heads.push_back(Projections(*store, fields));
+  }
+  {
+    RawEnv raw(dir.path, true);
+    REQUIRE(mdb_drop(raw.txn, raw.Db("heads"), 0) == 0);  // emptied: bodies written before heads
+    raw.Commit();
+  }
+  {
+    auto store = OpenStore(dir, options);
+    for (size_t r = 0; r < readers.size(); ++r) {
+      INFO("reader " << r);
+      const auto from_bodies = Projections(*store, readers[r]);
+      CHECK(from_bodies.size() == live.size());
+      CHECK(from_heads[r] == from_bodies);
+    }
+    CHECK(from_heads[2].at("d7") == R"({"score":7,"n\u0061me":"n7"})");
+    CHECK(from_heads[0].at("d4") == R"({"score":4,"score.x":7})");  // from its body
+    // New writes keep heads again.
+    live["d5"] = large(105, false);
+    REQUIRE(Single(*store, Put("c", "d5", live["d5"])).status.ok());
+  }
+  std::string head_d5;
+  uint64_t etag_d5 = 0;
+  {
+    RawEnv raw(dir.path, false);
+    const auto heads = raw.All("heads");
+    REQUIRE(heads.size() == 1);
+    etag_d5 = fmt::GetBE64(heads.begin()->first.data());
+    head_d5 = heads.begin()->second;
+  }
+  // A batch its head answers does not read the body: with the body gone
+  // (behind the store's back) it still reads; one that needs the body says
+  // Corruption.
+  {
+    RawEnv raw(dir.path, true);
+    const std::string key = fmt::BodyKey(etag_d5);
+    MDB_val k{key.size(), const_cast<char*>(key.data())}, v;
+    REQUIRE(mdb_get(raw.txn, raw.Db("bodies"), &k, &v) == 0);
+    const std::string saved(static_cast<char*>(v.mv_data), v.mv_size);
+    REQUIRE(mdb_del(raw.txn, raw.Db("bodies"), &k, nullptr) == 0);
+    raw.Commit();
+    {
+      auto store = OpenStore(dir, options);
+      const auto projected = Projections(*store, {"name", "score"});
+      CHECK(projected.at("d5") == R"({"score":105,"n\u0061me":"n105"})");
+      auto needs_body = store->ReadChangeBatch("c", 0, 1000, size_t{64} << 20, std::vector<std::string>{"p3"});
+      CHECK(needs_body.status().code() == StatusCode::kCorruption);
+    }
+    RawEnv back(dir.path, true);
+    MDB_val sv{saved.size(), const_cast<char*>(saved.data())};
+    REQUIRE(mdb_put(back.txn, back.Db("bodies"), &k, &sv, 0) == 0);
+    back.Commit();
+  }
+  // A damaged head: a batch that would read it says Corruption, verify
+  // names its document; a whole-document batch does not read it.
+  {
+    RawEnv raw(dir.path, true);
+    std::string bad = head_d5;
+    bad[bad.size() / 2] ^= 0x20;
+    const std::string key = fmt::BodyKey(etag_d5);
+    MDB_val k{key.size(), const_cast<char*>(key.data())}, v{bad.size(), bad.data()};
+    REQUIRE(mdb_put(raw.txn, raw.Db("heads"), &k, &v, 0) == 0);
+    raw.Commit();
+  }
+  {
+    auto store = OpenStore(dir, options);
+    auto batch = store->ReadChangeBatch("c", 0, 1000, size_t{64} << 20, std::vector<std::string>{"score"});
+    CHECK(batch.status().code() == StatusCode::kCorruption);
+    CHECK(store->ReadChangeBatch("c", 0, 1000, size_t{64} << 20).ok());
+  }
+  VerifyReport damaged;
+  REQUIRE(DocumentStore::Verify((dir.path).string(), damaged).ok());
+  CHECK(Mentions(damaged.damaged, "'d5'"));
+  // A head no document has: verify counts it.
+  {
+    RawEnv raw(dir.path, true);
+    const std::string key = fmt::BodyKey(etag_d5), stray = fmt::BodyKey(1u << 30);
+    MDB_val k{key.size(), const_cast<char*>(key.data())}, v{head_d5.size(), head_d5.data()};
+    REQUIRE(mdb_put(raw.txn, raw.Db("heads"), &k, &v, 0) == 0);
+    MDB_val sk{stray.size(), const_cast<char*>(stray.data())};
+    REQUIRE(mdb_put(raw.txn, raw.Db("heads"), &sk, &v, 0) == 0);
+    raw.Commit();
+  }
+  VerifyReport stray;
+  REQUIRE(DocumentStore::Verify((dir.path).string(), stray).ok());
+  CHECK(Mentions(stray.damaged, "heads holds"));
+  CHECK_FALSE(Mentions(stray.damaged, "'d5'"));
 }
