@@ -96,8 +96,9 @@ class DocumentStore::Impl {
   MDB_dbi bodies_db = 0;  // format 3: bodies by etag (format.h)
   MDB_dbi heads_db = 0;   // format 4: heads of structured bodies by etag
   // This process's map of data.mdb (found at open; none: not found), and
-  // the bytes of bodies change batches have read through it since its pages
-  // were last dropped from the resident set (StoreOptions::drop_resident_every).
+  // the bytes of bodies change batches have read through it (and commits
+  // written) since its pages were last dropped from the resident set
+  // (StoreOptions::drop_resident_every).
   // DropMappedPages drops the map's pages (the backup's copy and change
   // batches, as they read through it).
   std::optional<std::pair<void*, size_t>> data_map;
