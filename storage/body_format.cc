@@ -669,21 +669,10 @@ Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLook
 }
 
 std::string HeadOf(std::string_view json) {
-  std::string head;
-  std::vector<Field> fields;
-  if (json.size() < kStructuredMinBytes || !ScanObject(json, fields)) return head;
-  std::vector<FrameSpan> spans;
-  std::vector<uint64_t> frame_of;
-  CutFrames(json, fields, spans, frame_of);
-  std::vector<std::string> later;  // the keys after the head, unescaped, sorted
-  std::string buf;
-  for (size_t f = 0; f < fields.size(); ++f)
-    if (frame_of[f] != 0) later.emplace_back(Unescaped(fields[f].key, buf));
-  std::sort(later.begin(), later.end());
-  BuildHead(json, fields, frame_of, spans[0], [&](std::string_view prefix) {
-    auto it = std::lower_bound(later.begin(), later.end(), prefix);
-    return it != later.end() && std::string_view(*it).starts_with(prefix);
-  }, head);
+  // Encode's own head, so the two cannot disagree (verify's cost: one
+  // compression per large body, beside the decompression and parse it does).
+  std::string stored, head;
+  Encode(json, nullptr, 1, SIZE_MAX, stored, &head);
   return head;
 }
 

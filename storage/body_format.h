@@ -122,8 +122,8 @@ inline constexpr size_t kHeadMaxBytes = 1536;
 uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t compress_threshold, std::string& out,
                std::string* head = nullptr);
 
-// The head Encode writes for `json` (empty: none), from the text alone:
-// what `corvid verify` compares a stored head with.
+// The head Encode writes for `json` (empty: none), from the text alone
+// (it encodes the text): what `corvid verify` compares a stored head with.
 std::string HeadOf(std::string_view json);
 
 // Whether the head answers a projection of `names` (sorted, unescaped, not
