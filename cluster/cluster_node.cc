@@ -294,6 +294,7 @@ class ClusterNode::Impl {
     // of a peer to install from): no writes until a snapshot is in.
     if (!options_.data_dir.empty() && IsMarkedDiverged(options_.data_dir)) diverged_ = true;
     applier_ = std::thread([this] { RunGuarded([this] { ApplierLoop(); }); });
+    subscriber_ = std::thread([this] { RunGuarded([this] { SubscriberLoop(); }); });
     sweeper_ = std::thread([this] { RunGuarded([this] { SweeperLoop(); }); });
     membership_ = std::thread([this] { RunGuarded([this] { MembershipLoop(); }); });
     verifier_ = std::thread([this] { RunGuarded([this] { VerifierLoop(); }); });
@@ -307,7 +308,10 @@ class ClusterNode::Impl {
     }
     cv_.notify_all();
     drained_cv_.notify_all();
+    sub_cv_.notify_all();
     if (applier_.joinable()) applier_.join();
+    if (subscriber_.joinable()) subscriber_.join();
+    if (sub_ready_) DestroySubscription(std::exchange(sub_ready_, nullptr));
     if (sweeper_.joinable()) sweeper_.join();
     if (membership_.joinable()) membership_.join();
     if (verifier_.joinable()) verifier_.join();
@@ -559,6 +563,10 @@ class ClusterNode::Impl {
   // This node's entry `seq` was acknowledged: the gate here, and every
   // peer's, learns it (outside the log).
   void Acknowledged(uint64_t seq, uint64_t fp) {
+    {
+      std::lock_guard lock(mu_);  // the log holds it: an applier reading directly reads it now
+      seen_last_seq_ = std::max(seen_last_seq_, seq);
+    }
     gate_.Confirm(seq, fp);
     char buf[16];
     PutEntry(buf, seq, fp);
@@ -919,13 +927,24 @@ class ClusterNode::Impl {
   }
 
   // ---- The applier ----
+  //
+  // The applier reads the log through an ordered consumer. Making one is a
+  // request to JetStream's metadata leader, which can be missing while the
+  // log's stream answers: being elected (40 s once in CI, its server
+  // SIGSTOPped), or the node's NATS user may not create consumers. So the
+  // subscriber thread makes consumers, retrying, and while none is to be
+  // had the applier reads the entries the log is known to hold one by one
+  // from the stream's leader (ReadDirect): writes are still applied, and
+  // answered.
 
-  bool Subscribe(uint64_t from) {
-    if (sub_) {
-      natsSubscription_Unsubscribe(sub_);
-      natsSubscription_Destroy(sub_);
-      sub_ = nullptr;
-    }
+  static void DestroySubscription(natsSubscription* sub) {
+    natsSubscription_Unsubscribe(sub);
+    natsSubscription_Destroy(sub);
+  }
+
+  // A consumer of the log from entry `from` on (nullptr if JetStream does
+  // not make one within the API's wait).
+  natsSubscription* MakeSubscription(uint64_t from) {
     jsSubOptions so;
     jsSubOptions_Init(&so);
     so.Ordered = true;
@@ -938,16 +957,137 @@ class ClusterNode::Impl {
     so.Stream = options_.stream.c_str();
     so.Config.Heartbeat = int64_t{1000} * 1000000;  // 1 s: a lost consumer is noticed sooner
     jsErrCode jerr = jsErrCode(0);
-    natsStatus s = js_SubscribeSync(&sub_, conn_.js, options_.subject.c_str(), nullptr, &so, &jerr);
-    if (s != NATS_OK) {
-      sub_ = nullptr;
-      return false;
+    natsSubscription* sub = nullptr;
+    if (js_SubscribeSync(&sub, conn_.js, options_.subject.c_str(), nullptr, &so, &jerr) != NATS_OK) return nullptr;
+    natsSubscription_SetPendingLimits(sub, -1, 256 << 20);
+    return sub;
+  }
+
+  // The subscriber thread: makes the consumer the applier last asked for.
+  void SubscriberLoop() {
+    std::unique_lock lock(mu_);
+    while (!stopping_) {
+      if (!sub_wanted_ || sub_ready_) {
+        sub_cv_.wait(lock);
+        continue;
+      }
+      const uint64_t gen = sub_gen_, from = sub_from_;
+      lock.unlock();
+      natsSubscription* sub = MakeSubscription(from);
+      lock.lock();
+      if (sub && sub_wanted_ && gen == sub_gen_ && !stopping_) {
+        sub_ready_ = sub;
+        sub_cv_.notify_all();
+        continue;
+      }
+      if (sub) {  // asked for another meanwhile
+        lock.unlock();
+        DestroySubscription(sub);
+        lock.lock();
+      } else {
+        sub_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_ || gen != sub_gen_; });
+      }
     }
-    natsSubscription_SetPendingLimits(sub_, -1, 256 << 20);
+  }
+
+  // Applier: reads the log from entry `from` on, through a new consumer
+  // (directly from the stream's leader until the subscriber makes it).
+  void Resubscribe(uint64_t from) {
+    if (sub_) DestroySubscription(std::exchange(sub_, nullptr));
+    natsSubscription* stale;
+    {
+      std::lock_guard lock(mu_);
+      next_seq_ = from;
+      last_msg_at_ = Clock::now();
+      sub_wanted_ = true;
+      ++sub_gen_;
+      sub_from_ = from;
+      stale = std::exchange(sub_ready_, nullptr);
+    }
+    sub_cv_.notify_all();
+    if (stale) DestroySubscription(stale);
+    wanted_at_ = Clock::now();
+  }
+
+  // Applier: no consumer and none wanted (a diverged node reads nothing).
+  void Unsubscribe() {
+    if (sub_) DestroySubscription(std::exchange(sub_, nullptr));
+    natsSubscription* stale;
+    {
+      std::lock_guard lock(mu_);
+      sub_wanted_ = false;
+      ++sub_gen_;
+      stale = std::exchange(sub_ready_, nullptr);
+    }
+    if (stale) DestroySubscription(stale);
+  }
+
+  // Applier: takes the consumer the subscriber made, if it has. It starts
+  // where the applier was when it asked: entries read directly since then
+  // come again and are dropped.
+  bool TakeSubscription() {
     std::lock_guard lock(mu_);
-    next_seq_ = from;
+    if (!sub_ready_) return false;
+    sub_ = std::exchange(sub_ready_, nullptr);
+    sub_wanted_ = false;
+    quiet_below_ = next_seq_;
     last_msg_at_ = Clock::now();
     return true;
+  }
+
+  // Applier, with no consumer: reads on, one request per entry, what the
+  // log is known to hold (seen_last_seq_: the log's state read each
+  // heartbeat, and this node's acknowledged publishes). JetStream's
+  // non-direct get is answered by the stream's leader only, which needs
+  // no metadata leader. At most 64 entries, then the loop looks for a
+  // consumer again.
+  void ReadDirect() {
+    if (!reading_direct_) {
+      reading_direct_ = true;
+      logging::Warn("cluster.reading_direct", "no consumer of the log for 0.5 s: reading its entries one by one from the stream's leader until one is made",
+                    {{"node", options_.node_id}});
+    }
+    for (int n = 0; n < 64 && !rewind_.load() && !diverged_.load(); ++n) {
+      uint64_t next;
+      bool idle;
+      {
+        std::lock_guard lock(mu_);
+        next = next_seq_;
+        idle = caught_up_ = next > seen_last_seq_;
+        if (idle) history_.MarkIdle();
+      }
+      if (idle) {
+        SetConnected(natsConnection_Status(conn_.nc) == NATS_CONN_STATUS_CONNECTED);
+        std::unique_lock lock(mu_);
+        sub_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stopping_ || sub_ready_; });
+        return;
+      }
+      jsOptions jo;
+      jsOptions_Init(&jo);
+      jo.Wait = 1000;
+      natsMsg* msg = nullptr;
+      jsErrCode jerr = jsErrCode(0);
+      if (js_GetMsg(&msg, conn_.js, options_.stream.c_str(), next, &jo, &jerr) != NATS_OK || !msg ||
+          natsMsg_GetSequence(msg) != next) {
+        // No leader, or the entry is gone from the log (a consumer, once
+        // made, tells which).
+        if (msg) natsMsg_Destroy(msg);
+        SetConnected(false);
+        std::unique_lock lock(mu_);
+        sub_cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_ || sub_ready_; });
+        return;
+      }
+      {
+        std::lock_guard lock(mu_);
+        next_seq_ = next + 1;
+        caught_up_ = next_seq_ > seen_last_seq_;
+        last_msg_at_ = Clock::now();
+        connected_ = true;
+      }
+      Apply(next, natsMsg_GetTime(msg) / 1000000,
+            std::string_view(natsMsg_GetData(msg), size_t(natsMsg_GetDataLength(msg))));
+      natsMsg_Destroy(msg);
+    }
   }
 
   // Reads the log again from the store's position: after a local failure
@@ -969,15 +1109,15 @@ class ClusterNode::Impl {
     replay_below_ = pos.applied;
     store_.ResetLogFence();
     rewind_ = false;
-    resume_from_ = std::max<uint64_t>(pos.resume, 1);
-    subscribed_ = false;
+    Resubscribe(std::max<uint64_t>(pos.resume, 1));
   }
 
   void ApplierLoop() {
-    {
+    if (!applier_started_) {  // not when RunGuarded restarts the loop: it reads on
+      applier_started_ = true;
       const storage::LogPosition pos = store_.GetLogPosition();
       replay_below_ = pos.applied;
-      resume_from_ = std::max<uint64_t>(pos.resume, 1);
+      Resubscribe(std::max<uint64_t>(pos.resume, 1));
     }
     int backoff_ms = 50;
     while (true) {
@@ -988,12 +1128,7 @@ class ClusterNode::Impl {
       if (diverged_.load()) {
         // Entries applied on a store that disagrees with the log would be
         // wrong too: nothing is read until a snapshot replaces the store.
-        if (sub_) {
-          natsSubscription_Unsubscribe(sub_);
-          natsSubscription_Destroy(sub_);
-          sub_ = nullptr;
-        }
-        subscribed_ = false;
+        Unsubscribe();
         std::unique_lock lock(mu_);
         cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; });
         continue;
@@ -1003,22 +1138,32 @@ class ClusterNode::Impl {
         std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
         backoff_ms = std::min(backoff_ms * 2, 2000);
       }
-      if (!subscribed_) {
-        if (!Subscribe(resume_from_)) {
-          SetConnected(false);
-          std::this_thread::sleep_for(std::chrono::milliseconds(200));
-          continue;
+      if (!sub_ && !TakeSubscription()) {
+        bool wanted;
+        uint64_t next;
+        {
+          std::lock_guard lock(mu_);
+          wanted = sub_wanted_;
+          next = next_seq_;
         }
-        subscribed_ = true;
+        if (!wanted) Resubscribe(next);  // after a divergence
+        if (Clock::now() - wanted_at_ >= std::chrono::milliseconds(500)) {
+          ReadDirect();
+        } else {
+          std::unique_lock lock(mu_);
+          sub_cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return stopping_ || sub_ready_; });
+        }
+        continue;
       }
       natsMsg* msg = nullptr;
       natsStatus s = natsSubscription_NextMsg(&msg, sub_, 100);
       if (s == NATS_TIMEOUT) {
         SetConnected(natsConnection_Status(conn_.nc) == NATS_CONN_STATUS_CONNECTED);
         bool stalled;
-        uint64_t missing;
+        uint64_t missing, next;
         {
           std::lock_guard lock(mu_);
+          next = next_seq_;
           missing = seen_last_seq_ + 1 - std::min(next_seq_, seen_last_seq_ + 1);
           caught_up_ = next_seq_ > seen_last_seq_;
           if (caught_up_) history_.MarkIdle();
@@ -1030,17 +1175,18 @@ class ClusterNode::Impl {
         if (stalled) {
           logging::Warn("cluster.consumer_replaced", "no log entry received for 2 s while the log holds more; reading on through a new consumer",
                         {{"node", options_.node_id}, {"missing", uint64_t(missing)}});
-          subscribed_ = false;
-          resume_from_ = next_seq_;
-          std::lock_guard lock(mu_);
-          last_msg_at_ = Clock::now();
+          Resubscribe(next);
         }
         continue;
       }
       if (s != NATS_OK) {
         // The subscription broke: read on from the next entry.
-        subscribed_ = false;
-        resume_from_ = next_seq_;
+        uint64_t next;
+        {
+          std::lock_guard lock(mu_);
+          next = next_seq_;
+        }
+        Resubscribe(next);
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         continue;
       }
@@ -1053,13 +1199,20 @@ class ClusterNode::Impl {
           std::lock_guard lock(mu_);
           expected = next_seq_;
         }
+        if (reading_direct_) {
+          reading_direct_ = false;
+          logging::Info("cluster.reading_consumer", "a consumer of the log is made: reading through it again",
+                        {{"node", options_.node_id}, {"seq", seq}});
+        }
         // Exactly once, in order, whatever the consumer delivers: an entry
-        // already received (a consumer that restarted behind) is dropped -
-        // applied twice, a write would take a second etag on this node
-        // only - and a gap is read again through a new consumer.
+        // already received (a consumer that restarted behind, or one that
+        // starts where this node asked for it before reading on directly)
+        // is dropped - applied twice, a write would take a second etag on
+        // this node only - and a gap is read again through a new consumer.
         if (seq < expected) {
-          logging::Warn("cluster.duplicate_dropped", "a log entry delivered again was dropped",
-                         {{"node", options_.node_id}, {"seq", seq}, {"expected", expected}});
+          if (seq >= quiet_below_)
+            logging::Warn("cluster.duplicate_dropped", "a log entry delivered again was dropped",
+                          {{"node", options_.node_id}, {"seq", seq}, {"expected", expected}});
           jsMsgMetaData_Destroy(meta);
           natsMsg_Destroy(msg);
           continue;
@@ -1069,10 +1222,9 @@ class ClusterNode::Impl {
             gap_at_ = expected;
             logging::Warn("cluster.gap", "a log entry was skipped by the consumer; reading on through a new one",
                           {{"node", options_.node_id}, {"seq", seq}, {"expected", expected}});
-            subscribed_ = false;
-            resume_from_ = expected;
             jsMsgMetaData_Destroy(meta);
             natsMsg_Destroy(msg);
+            Resubscribe(expected);
             continue;
           }
           // A new consumer starts past it too: the log no longer holds it.
@@ -1094,11 +1246,7 @@ class ClusterNode::Impl {
       }
       natsMsg_Destroy(msg);
     }
-    if (sub_) {
-      natsSubscription_Unsubscribe(sub_);
-      natsSubscription_Destroy(sub_);
-      sub_ = nullptr;
-    }
+    Unsubscribe();
   }
 
   void SetConnected(bool c) {
@@ -1292,17 +1440,25 @@ class ClusterNode::Impl {
   std::atomic<bool> diverged_{false};
   std::atomic<bool> rewind_{false};
 
+  // The subscriber's consumer for the applier (SubscriberLoop).
+  std::condition_variable sub_cv_;           // a consumer is wanted or made, or stopping_
+  bool sub_wanted_ = false;                  // guarded by mu_
+  uint64_t sub_gen_ = 0, sub_from_ = 1;      // guarded by mu_: the request, and where it reads from
+  natsSubscription* sub_ready_ = nullptr;    // guarded by mu_: made for the request, not taken yet
+
   // Applier thread only.
   natsSubscription* sub_ = nullptr;
-  bool subscribed_ = false;
-  uint64_t resume_from_ = 1, replay_below_ = 0;
+  bool applier_started_ = false, reading_direct_ = false;
+  Clock::time_point wanted_at_{};  // when the applier last asked for a consumer
+  uint64_t quiet_below_ = 0;       // entries below it delivered again are expected (TakeSubscription)
+  uint64_t replay_below_ = 0;
   std::map<std::string, Bulk> bulks_;
 
   mutable std::mutex view_mu_;
   std::vector<PeerInfo> peers_;  // guarded by view_mu_
   LogInfo log_;                  // guarded by view_mu_
 
-  std::thread applier_, sweeper_, membership_, verifier_;
+  std::thread applier_, subscriber_, sweeper_, membership_, verifier_;
 };
 
 ClusterNode::ClusterNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -103,6 +103,13 @@ test every Corvid node is stopped with SIGTERM and must exit 0.
    bootstraps from an https:// peer (it trusts its own --tls-cert file)
    and then holds every document at its etag; a fifth with another
    certificate refuses the peer it cannot verify and exits 1 saying so.
+9. and 10.: see their docstrings.
+11. No consumer to be had: the nats-servers refuse n1's NATS user the
+   creation of consumers of the log (what a JetStream metadata leader being
+   elected does to every node for as long as it takes; 40 s once in CI).
+   Writes through n2 reach n1, 20 writes through n1 are each answered 201,
+   every node has them at their etags with identical change feeds and is
+   `active`, and n1's stderr says it read the log directly.
 
 Seed: $CORVID_SEED (default random, printed).
 Run: python3 tests/e2e/test_cluster.py --binary build/corvid
@@ -303,7 +310,8 @@ class RawNats:
 class NatsServer:
     """One nats-server of the JetStream cluster (data outlives restarts)."""
 
-    def __init__(self, name, port, route_port, mon_port, other_routes, root, no_advertise):
+    def __init__(self, name, port, route_port, mon_port, other_routes, root, no_advertise,
+                 config=None):
         self.name = name
         self.port = port
         self.route_port = route_port
@@ -316,6 +324,11 @@ class NatsServer:
                      '--routes', ','.join('nats://127.0.0.1:%d' % p for p in other_routes)]
         if no_advertise:
             self.args += ['--no_advertise=true']
+        if config is not None:  # a configuration file's text (the flags above win)
+            path = os.path.join(root, name + '.conf')
+            with open(path, 'w') as f:
+                f.write(config)
+            self.args += ['-c', path]
         self.proc = None
         self.stopped = False  # SIGSTOP'd
 
@@ -414,14 +427,14 @@ class NatsServer:
 class Cluster:
     """Three nats-servers and Corvid nodes n1, n2, ... on free ports."""
 
-    def __init__(self, name, no_advertise=False):
+    def __init__(self, name, no_advertise=False, nats_config=None):
         self.name = name
         self.root = tempfile.mkdtemp(prefix='corvid-cluster-%s-' % name)
         ports = free_ports(9)
         routes = ports[3:6]
         self.nats = [NatsServer('s%d' % (i + 1), ports[i], routes[i], ports[6 + i],
                                 [r for j, r in enumerate(routes) if j != i], self.root,
-                                no_advertise)
+                                no_advertise, nats_config)
                      for i in range(3)]
         self.nodes = []
 
@@ -581,12 +594,14 @@ class ClusterTest(unittest.TestCase):
               file=sys.stderr)
 
     @contextlib.contextmanager
-    def cluster(self, name, nodes=3, node_urls=None, node_args=None, no_advertise=False):
+    def cluster(self, name, nodes=3, node_urls=None, node_args=None, no_advertise=False,
+                nats_config=None):
         """Starts the nats-servers and `nodes` Corvid nodes; stops everything
         at the end. node_urls: (cluster, i) -> --nats list (None: the
-        default); node_args: i -> extra arguments of node i."""
+        default); node_args: i -> extra arguments of node i; nats_config:
+        the text of every nats-server's configuration file."""
         started = time.monotonic()
-        cl = Cluster(name, no_advertise=no_advertise)
+        cl = Cluster(name, no_advertise=no_advertise, nats_config=nats_config)
         try:
             cl.start_nats()
             for i in range(nodes):
@@ -1856,6 +1871,56 @@ class ClusterTest(unittest.TestCase):
             last = cl.wait_converged(30, at_least=acked['after'][1])
             self.assert_cluster_view(cl, cl.nodes, last, timeout=15)
             self.assert_acked_everywhere(cl, coll, acked, last)
+            for x in c:
+                x.close()
+
+    def test_11_no_consumer_to_be_had(self):
+        """JetStream cannot give a node a consumer of the log (its metadata
+        leader is being elected, which took 40 s in CI once the server
+        leading it was SIGSTOPped; here the node's NATS user may not create
+        one), while the log's stream answers: the node reads the entries
+        the log holds one by one from the stream's leader, applies writes
+        made elsewhere and answers its own, and is `active`."""
+        coll = 'direct'
+        config = '\n'.join([
+            'authorization {',
+            '  users = [',
+            '    {user: full, password: full}',
+            '    {user: noconsumer, password: noconsumer, permissions: {publish: {deny: [',
+            '      "$JS.API.CONSUMER.CREATE.CORVID", "$JS.API.CONSUMER.CREATE.CORVID.>",',
+            '      "$JS.API.CONSUMER.DURABLE.CREATE.CORVID.>"]}}}',
+            '  ]',
+            '}', ''])
+
+        def urls(cl, i):
+            user = 'noconsumer' if i == 0 else 'full'
+            return [u.replace('nats://', 'nats://%s:%s@' % (user, user))
+                    for u in cl.urls_for(i)]
+
+        with self.cluster('direct', node_urls=urls, nats_config=config) as cl:
+            c = [cl.client(i, timeout=30) for i in range(3)]
+            acked = {}
+            for k in range(20):
+                body = compact({'k': k, 'via': 'n2'})
+                acked['n2-%d' % k] = (body, self.put_ok(c[1], coll, 'n2-%d' % k, body,
+                                                        statuses=(201,)))
+            # Writes through n1 are answered once n1 applied them: one that
+            # waits for a consumer never is (503 after the 5 s deadline).
+            slowest = 0.0
+            for k in range(20):
+                body = compact({'k': k, 'via': 'n1'})
+                t0 = time.monotonic()
+                acked['n1-%d' % k] = (body, self.put_ok(c[0], coll, 'n1-%d' % k, body,
+                                                        statuses=(201,)))
+                slowest = max(slowest, time.monotonic() - t0)
+            print('    20 writes through n1, the slowest in %.2f s' % slowest, file=sys.stderr)
+            last = cl.wait_converged(30, at_least=max(e for _, e in acked.values()))
+            self.assert_cluster_view(cl, cl.nodes, last, timeout=15)
+            self.assert_acked_everywhere(cl, coll, acked, last)
+            feeds = [c[i].all_changes(0) for i in range(3)]
+            self.assertTrue(feeds[0] == feeds[1] == feeds[2], 'change feeds differ')
+            with open(cl.nodes[0].stderr_path, 'rb') as f:
+                self.assertIn('cluster.reading_direct', f.read().decode('utf-8', 'replace'))
             for x in c:
                 x.close()
 
