@@ -1094,15 +1094,23 @@ Result<PutOutcome> IndexEngine::PutIndex(std::string_view name, std::string_view
   fs::create_directories(dir, ec);
   if (ec) return Status::IOError("create " + dir.string() + ": " + ec.message());
   std::string json(definition_json);
-  if (Status s = WriteFileDurably(dir / "definition.json", json); !s.ok()) return s;
-  const uint64_t min_etag = impl_->store_.LastEtag();
-  auto slot = impl_->MakeSlot(std::string(name), json, std::move(*def), dir);
-  if (!slot.ok()) {
-    RemoveTree(dir);
-    return slot.status();
-  }
   if (!old) {
-    if (Status s = Impl::SetCurrentVersion(top, k); !s.ok()) {
+    // A new index starts building before its definition is durable, so
+    // that its first batch overlaps the five fsyncs below (~1 ms, a fifth
+    // of a 3,000-document build of large documents). Nothing answers for
+    // it until they are done (it is not in slots_ yet), and a crash before
+    // its definition landed leaves files the next start removes (LoadAll).
+    auto slot = impl_->MakeSlot(std::string(name), json, std::move(*def), dir);
+    if (!slot.ok()) {
+      RemoveTree(top);
+      return slot.status();
+    }
+    (*slot)->Start();
+    Status s = WriteFileDurably(dir / "definition.json", json);
+    if (s.ok()) s = Impl::SetCurrentVersion(top, k);
+    if (s.ok()) s = FsyncDir(impl_->dir_.string());  // the index's directory itself
+    if (!s.ok()) {
+      (*slot)->Stop();
       RemoveTree(top);
       return s;
     }
@@ -1110,10 +1118,16 @@ Result<PutOutcome> IndexEngine::PutIndex(std::string_view name, std::string_view
       std::lock_guard lock(impl_->mu_);
       impl_->slots_.emplace(std::string(name), *slot);
     }
-    (*slot)->Start();
     logging::Info("index.created", "index created; building from the store",
                   {{"index", name}, {"type", IndexTypeName((*slot)->type())}, {"collection", (*slot)->collection()}});
     return PutOutcome::kCreated;
+  }
+  if (Status s = WriteFileDurably(dir / "definition.json", json); !s.ok()) return s;
+  const uint64_t min_etag = impl_->store_.LastEtag();
+  auto slot = impl_->MakeSlot(std::string(name), json, std::move(*def), dir);
+  if (!slot.ok()) {
+    RemoveTree(dir);
+    return slot.status();
   }
   // A paused index stays paused through a redefinition: its replacement
   // starts paused too (so it cannot switch) until Resume.

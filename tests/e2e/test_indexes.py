@@ -1035,8 +1035,10 @@ class IndexLifecycleTest(IndexTestCase):
         inside an index (a version a switch replaced). A switch from an
         index of before versions (its definition.json and state/ at the
         top of its directory) that a crash interrupted leaves those beside
-        `current`. A start removes all of them, and the index answers as
-        before."""
+        `current`. A create starts its index's worker before its
+        definition is durable: a crash in between leaves a version with a
+        state and no definition. A start removes all of them, and the index
+        answers as before."""
         self.own_server()
         coll = 'leftover_users'
         rng = random.Random(SEED + 3)
@@ -1058,6 +1060,9 @@ class IndexLifecycleTest(IndexTestCase):
             with open(os.path.join(d, 'sub', 'f'), 'wb') as f:
                 f.write(b'x' * 4096)
         shutil.copy(os.path.join(top, 'v1', 'definition.json'), os.path.join(top, 'definition.json'))
+        half_made = os.path.join(indexes, 'half_made')
+        shutil.copytree(os.path.join(top, 'v1', 'state'), os.path.join(half_made, 'v1', 'state'))
+        planted.append(half_made)
         with open(os.path.join(top, 'errors.log'), 'w') as f:
             f.write('')
         # `corvid verify` calls them leftovers, not damage.
@@ -1066,6 +1071,7 @@ class IndexLifecycleTest(IndexTestCase):
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
         self.assertIn('.trash-v7-123-1 is what a removal left', out.stdout)
         self.assertIn('files of version 0 (from before versions) beside current v1', out.stdout)
+        self.assertIn('index half_made: no definition (a create that never finished)', out.stdout)
         self.server.start()
         self.reconnect()
         for path in planted + [os.path.join(top, 'definition.json'), os.path.join(top, 'errors.log')]:
