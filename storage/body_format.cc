@@ -467,12 +467,26 @@ void CutFrames(std::string_view json, const std::vector<Field>& fields, std::vec
   spans.push_back(FrameSpan{begin, json.size()});
 }
 
+// A field's key, unescaped, and its place among the fields.
+struct Keyed {
+  std::string_view key;  // into the `unescaped` SortKeys filled
+  uint32_t field;
+};
+
+// The fields' keys, unescaped, sorted (stably: equal keys keep their order).
+void SortKeys(const std::vector<Field>& fields, std::vector<std::string>& unescaped, std::vector<Keyed>& keyed) {
+  keyed.clear();
+  unescaped.resize(fields.size());
+  for (size_t f = 0; f < fields.size(); ++f)
+    keyed.push_back(Keyed{Unescaped(fields[f].key, unescaped[f]), static_cast<uint32_t>(f)});
+  std::stable_sort(keyed.begin(), keyed.end(), [](const Keyed& a, const Keyed& b) { return a.key < b.key; });
+}
+
 // The head (layout in body_format.h) of a body cut so: the first frame's
-// fields. `later_dotted(u)` tells whether a field after the head has a
-// key (unescaped) starting with `u` and a dot. Empty if over kHeadMaxBytes.
-template <class LaterDotted>
+// fields, each flagged when a field after the head has a key starting
+// with its key and a dot (`keyed`: SortKeys'). Empty if over kHeadMaxBytes.
 void BuildHead(std::string_view json, const std::vector<Field>& fields, const std::vector<uint64_t>& frame_of,
-               const FrameSpan& first, LaterDotted&& later_dotted, std::string& head) {
+               const FrameSpan& first, const std::vector<Keyed>& keyed, std::string& head) {
   head.clear();
   if (first.begin != 0 || first.end > kHeadMaxBytes) return;
   head.push_back(1);
@@ -489,7 +503,11 @@ void BuildHead(std::string_view json, const std::vector<Field>& fields, const st
     PutVarint(head, fields[f].value_end - fields[f].value_begin);
     prefix.assign(Unescaped(fields[f].key, buf));
     prefix.push_back('.');
-    head.push_back(later_dotted(std::string_view(prefix)) ? 1 : 0);
+    auto it = std::lower_bound(keyed.begin(), keyed.end(), std::string_view(prefix),
+                               [](const Keyed& k, std::string_view p) { return k.key < p; });
+    bool later_dotted = false;
+    for (; !later_dotted && it != keyed.end() && it->key.starts_with(prefix); ++it) later_dotted = frame_of[it->field] != 0;
+    head.push_back(later_dotted ? 1 : 0);
   }
   const auto sum = static_cast<uint32_t>(XXH3_64bits(head.data(), head.size()));
   head.append(reinterpret_cast<const char*>(&sum), 4);
@@ -522,19 +540,11 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
       PutVarint(header, frames.size() - at);
     }
     thread_local std::string directory;
+    thread_local std::vector<uint32_t> entry_at;  // each field's entry in the directory
     directory.clear();
-    struct Keyed {
-      std::string_view key;  // unescaped
-      uint32_t offset;       // of its entry in the directory
-      uint32_t field;
-    };
-    thread_local std::vector<Keyed> keyed;
-    thread_local std::vector<std::string> unescaped;
-    keyed.clear();
-    unescaped.resize(fields.size());
+    entry_at.clear();
     for (size_t f = 0; f < fields.size(); ++f) {
-      keyed.push_back(Keyed{Unescaped(fields[f].key, unescaped[f]), static_cast<uint32_t>(directory.size()),
-                            static_cast<uint32_t>(f)});
+      entry_at.push_back(static_cast<uint32_t>(directory.size()));
       PutVarint(directory, fields[f].key.size());
       directory.append(fields[f].key);
       PutVarint(directory, frame_of[f]);
@@ -542,19 +552,14 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
       PutVarint(directory, fields[f].value_end - fields[f].value_begin);
     }
     if (ok && directory.size() <= UINT32_MAX) {
-      std::stable_sort(keyed.begin(), keyed.end(), [](const Keyed& a, const Keyed& b) { return a.key < b.key; });
+      thread_local std::vector<Keyed> keyed;
+      thread_local std::vector<std::string> unescaped;
+      SortKeys(fields, unescaped, keyed);
       PutVarint(header, fields.size());
       PutVarint(header, directory.size());
       header += directory;
-      for (const Keyed& k : keyed) header.append(reinterpret_cast<const char*>(&k.offset), 4);
-      if (head != nullptr)
-        BuildHead(json, fields, frame_of, spans[0], [&](std::string_view prefix) {
-          auto it = std::lower_bound(keyed.begin(), keyed.end(), prefix,
-                                     [](const Keyed& k, std::string_view p) { return k.key < p; });
-          for (; it != keyed.end() && it->key.starts_with(prefix); ++it)
-            if (frame_of[it->field] != 0) return true;
-          return false;
-        }, *head);
+      for (const Keyed& k : keyed) header.append(reinterpret_cast<const char*>(&entry_at[k.field]), 4);
+      if (head != nullptr) BuildHead(json, fields, frame_of, spans[0], keyed, *head);
       const auto sum = static_cast<uint32_t>(XXH3_64bits(header.data(), header.size()));
       header.append(reinterpret_cast<const char*>(&sum), 4);
       out.reserve(header.size() + frames.size());
@@ -669,10 +674,17 @@ Status DecodeFields(uint8_t flags, std::string_view stored, const DictionaryLook
 }
 
 std::string HeadOf(std::string_view json) {
-  // Encode's own head, so the two cannot disagree (verify's cost: one
-  // compression per large body, beside the decompression and parse it does).
-  std::string stored, head;
-  Encode(json, nullptr, 1, SIZE_MAX, stored, &head);
+  // Encode's steps up to its head, without compressing the frames.
+  std::string head;
+  std::vector<Field> fields;
+  if (json.size() < kStructuredMinBytes || !ScanObject(json, fields)) return head;
+  std::vector<FrameSpan> spans;
+  std::vector<uint64_t> frame_of;
+  CutFrames(json, fields, spans, frame_of);
+  std::vector<Keyed> keyed;
+  std::vector<std::string> unescaped;
+  SortKeys(fields, unescaped, keyed);
+  BuildHead(json, fields, frame_of, spans[0], keyed, head);
   return head;
 }
 

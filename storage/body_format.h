@@ -123,7 +123,8 @@ uint8_t Encode(std::string_view json, const Dictionary* dict, int level, size_t 
                std::string* head = nullptr);
 
 // The head Encode writes for `json` (empty: none), from the text alone
-// (it encodes the text): what `corvid verify` compares a stored head with.
+// (Encode's cut and head, nothing compressed): what `corvid verify`
+// compares a stored head with.
 std::string HeadOf(std::string_view json);
 
 // Whether the head answers a projection of `names` (sorted, unescaped, not

@@ -20,8 +20,9 @@
 // equals the size DecodeWhole gives; a DecodeFields that succeeds reports
 // what DecodedSize(names) gives. Round trip: DecodeWhole gives back
 // exactly the text Encode took; DecodedSize agrees; DecodeFields gives one
-// JSON object; what the head Encode gives answers is byte for byte
-// DecodeFields' projection.
+// JSON object; the head Encode gives is HeadOf's (verify's, computed
+// without compressing), and what it answers is byte for byte DecodeFields'
+// projection.
 #include <xxhash.h>
 
 #include <cstddef>
@@ -165,6 +166,7 @@ void RoundTrip(uint8_t flags, uint8_t options, std::string json) {
   const size_t thresholds[] = {0, 64, 1024, SIZE_MAX};
   std::string stored, head;
   const uint8_t out_flags = body::Encode(json, dict, 1, thresholds[flags & 3], stored, &head);
+  FUZZ_CHECK_MSG(head == body::HeadOf(json), "Encode's head is not HeadOf's for '%s'", Printable(json).c_str());
   std::string back;
   const corvid::Status s = body::DecodeWhole(out_flags, stored, kLookup, back);
   FUZZ_CHECK_MSG(s.ok(), "DecodeWhole of an encoded body failed (flags %d): %s", int(out_flags), s.message().c_str());
