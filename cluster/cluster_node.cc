@@ -930,8 +930,10 @@ class ClusterNode::Impl {
   //
   // The applier reads the log through an ordered consumer. Making one is a
   // request to JetStream's metadata leader, which can be missing while the
-  // log's stream answers: being elected (40 s once in CI, its server
-  // SIGSTOPped), or the node's NATS user may not create consumers. So the
+  // log's stream answers: being elected (in CI once, with one of three
+  // servers SIGSTOPped, a node asked for a consumer and got none for 41 s
+  // while the stream took its writes), or the node's NATS user may not
+  // create consumers. So the
   // subscriber thread makes consumers, retrying, and while none is to be
   // had the applier reads the entries the log is known to hold one by one
   // from the stream's leader (ReadDirect): writes are still applied, and

@@ -106,7 +106,8 @@ test every Corvid node is stopped with SIGTERM and must exit 0.
 9. and 10.: see their docstrings.
 11. No consumer to be had: the nats-servers refuse n1's NATS user the
    creation of consumers of the log (what a JetStream metadata leader being
-   elected does to every node for as long as it takes; 40 s once in CI).
+   elected does to every node for as long as it takes; in CI once a node
+   got no consumer for 41 s with one nats-server SIGSTOPped).
    Writes through n2 reach n1, 20 writes through n1 are each answered 201,
    every node has them at their etags with identical change feeds and is
    `active`, and n1's stderr says it read the log directly.
@@ -1876,9 +1877,9 @@ class ClusterTest(unittest.TestCase):
 
     def test_11_no_consumer_to_be_had(self):
         """JetStream cannot give a node a consumer of the log (its metadata
-        leader is being elected, which took 40 s in CI once the server
-        leading it was SIGSTOPped; here the node's NATS user may not create
-        one), while the log's stream answers: the node reads the entries
+        leader is being elected: in CI once a node got none for 41 s with
+        one nats-server SIGSTOPped; here the node's NATS user may not
+        create one), while the log's stream answers: the node reads the entries
         the log holds one by one from the stream's leader, applies writes
         made elsewhere and answers its own, and is `active`."""
         coll = 'direct'
